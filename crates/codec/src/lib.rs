@@ -1,0 +1,31 @@
+//! squeezefs codecs: pure functions, no I/O.
+//!
+//! * [`CodecSpec`] names an algorithm and a level and parses/prints the `ALG[:LEVEL]` strings
+//!   used on the command line, in mount options and (later) in properties.
+//! * [`Codec`] is the one trait every algorithm implements; [`codec`] is the registry.
+//! * [`compress`] / [`decompress`] are the entry points the container uses.
+//!
+//! Compression contexts are reused per thread (see `zstd.rs`), so compressing many extents
+//! does not reallocate libzstd workspaces.
+
+mod lz4;
+mod lzo;
+mod none;
+mod registry;
+mod spec;
+mod zlib;
+mod zstd;
+
+pub use registry::{codec, compress, decompress, Codec};
+pub use spec::{Algorithm, CodecSpec, ParseError};
+
+/// Why a compression or decompression failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    /// The compressed input is damaged or does not decode to exactly the expected length.
+    #[error("{alg} payload is corrupt: {detail}")]
+    Corrupt { alg: Algorithm, detail: String },
+    /// The library refused the input or level (should not happen for a validated spec).
+    #[error("{alg} failed: {detail}")]
+    Failed { alg: Algorithm, detail: String },
+}
