@@ -1,1 +1,56 @@
-pub fn x(){}
+//! squeezefs containers: one backing file holds one logical file as independently
+//! compressed, checksummed extents, each replaced crash-safely through an A/B pair of
+//! halves. The layout is in [`format`] and docs/FORMAT.md; all I/O goes through
+//! [`Storage`], so every property is testable on the crash-simulating [`sim::MemDisk`].
+
+mod container;
+mod encode;
+pub mod format;
+pub mod sim;
+mod storage;
+
+pub use container::{Container, Options};
+pub use storage::{read_full, FileStorage, Storage};
+
+use std::io;
+
+/// What a container operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// An extent's header or payload failed validation and no valid copy is left.
+    #[error("extent {index} (file offset {offset}) is damaged: {detail}")]
+    CorruptExtent {
+        index: u64,
+        offset: u64,
+        detail: String,
+    },
+    /// Neither superblock copy is valid.
+    #[error("container superblock is damaged: {0}")]
+    CorruptSuperblock(String),
+    /// Written by a newer squeezefs (format version or flags this one does not know).
+    #[error("container needs a newer squeezefs: {0}")]
+    Unsupported(String),
+    /// An offset or length beyond what a container can address.
+    #[error("offset or length too large")]
+    TooLarge,
+}
+
+impl Error {
+    /// The errno a filesystem should answer with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::CorruptExtent { .. } | Error::CorruptSuperblock(_) => libc::EIO,
+            Error::Unsupported(_) => libc::EOPNOTSUPP,
+            Error::TooLarge => libc::EFBIG,
+        }
+    }
+
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::CorruptExtent { .. } | Error::CorruptSuperblock(_))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

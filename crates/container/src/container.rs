@@ -1,0 +1,1024 @@
+//! The container state machine: reads, writes, truncation, hole punching and the ordered,
+//! crash-safe write-out of extents and superblocks.
+//!
+//! Invariants (see docs/FORMAT.md, "Crash safety"):
+//! * A half is only ever written where it cannot destroy the last durable copy: the other
+//!   half when the current one is durable, in place when the current one is not yet.
+//! * A superblock never becomes durable before the extents it describes: every superblock
+//!   write is preceded by a `sync_data` that covers all extent writes before it.
+//! * Old halves, and extents beyond the end of the file, are removed only after what
+//!   replaces them is durable.
+//! * Bytes on disk beyond the logical size are never read: an extent is masked at the size
+//!   when loaded, and extents from `stale_from` on are treated as holes until rewritten.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use log::warn;
+use rayon::prelude::*;
+use squeezefs_codec::{Algorithm, CodecSpec};
+
+use crate::encode::{decode_payload, encode_half, encode_inline, payload_ok};
+use crate::format::{
+    half_offset, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK, DATA_START,
+    DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAGIC, SB_FLAG_INLINE,
+};
+use crate::storage::{read_full, Storage};
+use crate::{Error, Result};
+
+/// Settings for containers created from now on (existing ones keep their extent size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Codec for extents written from now on.
+    pub codec: CodecSpec,
+    /// log2 of the extent size for new containers (12 = 4 KiB … 20 = 1 MiB).
+    pub extent_shift: u8,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            codec: CodecSpec::DEFAULT,
+            extent_shift: DEFAULT_EXTENT_SHIFT,
+        }
+    }
+}
+
+/// Clean decompressed extents kept per open file.
+const CACHE_EXTENTS: usize = 8;
+/// Dirty bytes per file before extents are written out regardless of write pattern.
+const MAX_DIRTY_BYTES: usize = 8 << 20;
+/// Largest logical size: extent offsets must fit in 63 bits.
+const MAX_SIZE: u64 = 1 << 50;
+
+/// What is known about an extent's two halves on disk.
+#[derive(Clone, Copy, Debug, Default)]
+struct DiskState {
+    /// The half holding the current copy, and its generation (`None`: a hole).
+    cur: Option<(u8, u64)>,
+    /// Highest generation seen in either half; new copies are written above it.
+    max_gen: u64,
+    /// `cur` is known to be durable.
+    durable: bool,
+    /// The other half holds an older copy or garbage, to punch once `cur` is durable.
+    other_dirty: bool,
+    /// Both halves hold valid copies and we cannot tell which one reached the disk (found
+    /// after a crash or a reopen): a writer syncs before choosing a half.
+    ambiguous: bool,
+}
+
+impl DiskState {
+    /// Nothing pending: the state can be forgotten and found again by reading the halves.
+    fn settled(&self) -> bool {
+        self.durable && !self.other_dirty && !self.ambiguous
+    }
+}
+
+#[derive(Debug, Default)]
+struct Ext {
+    /// Decompressed bytes, one extent long; zero beyond the logical size.
+    data: Option<Box<[u8]>>,
+    dirty: bool,
+    /// `None` until the halves have been read.
+    disk: Option<DiskState>,
+    /// This instance wrote the extent's current disk state (a copy or a hole), so it is
+    /// part of the file even inside the stale range.
+    written: bool,
+    last_use: u64,
+}
+
+#[derive(Debug)]
+struct Packed {
+    shift: u8,
+    codec: CodecSpec,
+    size: u64,
+    /// Superblock copy that is current on disk, its generation, and whether it is durable.
+    sb_slot: Option<u8>,
+    sb_gen: u64,
+    sb_durable: bool,
+    sb_inline: bool,
+    /// Size, inline content or codec changed since the superblock was written.
+    sb_dirty: bool,
+    /// Extents at or after this index hold nothing of the file on disk.
+    stale_from: Option<u64>,
+    exts: BTreeMap<u64, Ext>,
+    clock: u64,
+}
+
+#[derive(Debug)]
+enum Mode {
+    /// A backing file without the magic: served as it is.
+    Plain,
+    Packed(Box<Packed>),
+}
+
+/// One logical file over one [`Storage`].
+#[derive(Debug)]
+pub struct Container<S: Storage> {
+    storage: S,
+    mode: Mode,
+}
+
+fn corrupt_sb(reasons: &[String]) -> Error {
+    Error::CorruptSuperblock(reasons.join("; "))
+}
+
+impl<S: Storage> Container<S> {
+    /// Opens the container in `storage`. An empty file becomes an empty container (its
+    /// superblock is written at the first flush); a file without the magic is plain.
+    pub fn open(storage: S, opts: Options) -> Result<Container<S>> {
+        let len = storage.len()?;
+        if len == 0 {
+            let p = Packed::new(opts.extent_shift, opts.codec, 0);
+            return Ok(Container {
+                storage,
+                mode: Mode::Packed(Box::new(p)),
+            });
+        }
+        let mut blocks = vec![0u8; 2 * BLOCK as usize];
+        let n = read_full(&storage, &mut blocks, 0)?;
+        if n < MAGIC.len() || blocks[..MAGIC.len()] != MAGIC {
+            return Ok(Container {
+                storage,
+                mode: Mode::Plain,
+            });
+        }
+        let mut best: Option<(u8, Superblock)> = None;
+        let mut reasons = Vec::new();
+        let mut newer = None;
+        for slot in 0..2u8 {
+            let start = sb_offset(slot) as usize;
+            let block = &blocks[start.min(n)..(start + BLOCK as usize).min(n)];
+            match Superblock::decode(block) {
+                Ok(sb) => {
+                    if best.as_ref().is_none_or(|(_, b)| sb.generation > b.generation) {
+                        best = Some((slot, sb));
+                    }
+                }
+                Err(e @ (FormatError::Version(_) | FormatError::Flags(_))) => {
+                    newer = Some(e.to_string());
+                }
+                Err(e) => reasons.push(format!("copy {slot}: {e}")),
+            }
+        }
+        let Some((slot, sb)) = best else {
+            return Err(match newer {
+                Some(why) => Error::Unsupported(why),
+                None => corrupt_sb(&reasons),
+            });
+        };
+        let mut p = Packed::new(sb.extent_shift, opts.codec, sb.size);
+        p.sb_slot = Some(slot);
+        p.sb_gen = sb.generation;
+        p.sb_inline = sb.is_inline();
+        // The copy we found may not have been synced yet (written by an earlier open in
+        // this boot); the first superblock write syncs before overwriting anything.
+        p.sb_durable = false;
+        p.sb_dirty = false;
+        if sb.is_inline() {
+            let mut buf = vec![0u8; p.extent_len()].into_boxed_slice();
+            let h = ExtentHeader {
+                codec: sb.inline_codec,
+                flags: 0,
+                level: 0,
+                index: 0,
+                generation: 0,
+                stored_len: sb.inline.len() as u32,
+                logical_len: sb.size as u32,
+                payload_sum: 0,
+            };
+            if sb.size > 0 {
+                decode_payload(&h, &sb.inline, &mut buf)
+                    .map_err(|d| Error::CorruptSuperblock(format!("inline data: {d}")))?;
+            }
+            p.stale_from = Some(0);
+            let clock = p.tick();
+            p.exts.insert(
+                0,
+                Ext {
+                    data: Some(buf),
+                    dirty: false,
+                    disk: None,
+                    written: false,
+                    last_use: clock,
+                },
+            );
+        } else {
+            p.stale_from = Some(p.extent_count());
+        }
+        Ok(Container {
+            storage,
+            mode: Mode::Packed(Box::new(p)),
+        })
+    }
+
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// True for a backing file served as it is (no container magic).
+    pub fn is_plain(&self) -> bool {
+        matches!(self.mode, Mode::Plain)
+    }
+
+    /// Extent size in bytes (`None` for plain files).
+    pub fn extent_size(&self) -> Option<u64> {
+        match &self.mode {
+            Mode::Plain => None,
+            Mode::Packed(p) => Some(1 << p.shift),
+        }
+    }
+
+    /// Sets the codec used for extents written from now on.
+    pub fn set_codec(&mut self, codec: CodecSpec) {
+        if let Mode::Packed(p) = &mut self.mode {
+            if p.codec != codec {
+                p.codec = codec;
+            }
+        }
+    }
+
+    /// Logical size.
+    pub fn size(&self) -> Result<u64> {
+        match &self.mode {
+            Mode::Plain => Ok(self.storage.len()?),
+            Mode::Packed(p) => Ok(p.size),
+        }
+    }
+
+    /// Reads up to `len` bytes at `off` (short at the end of the file).
+    pub fn read(&mut self, off: u64, len: usize) -> Result<Vec<u8>> {
+        match &mut self.mode {
+            Mode::Plain => {
+                let mut buf = vec![0u8; len];
+                let n = read_full(&self.storage, &mut buf, off)?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Mode::Packed(p) => {
+                if off >= p.size {
+                    return Ok(Vec::new());
+                }
+                let end = p.size.min(off.saturating_add(len as u64));
+                let mut out = Vec::with_capacity((end - off) as usize);
+                let mut pos = off;
+                while pos < end {
+                    let idx = pos >> p.shift;
+                    let within = (pos - (idx << p.shift)) as usize;
+                    let take = ((end - pos) as usize).min(p.extent_len() - within);
+                    match p.extent_data(&self.storage, idx)? {
+                        Some(d) => out.extend_from_slice(&d[within..within + take]),
+                        None => out.resize(out.len() + take, 0),
+                    }
+                    pos += take as u64;
+                }
+                p.trim_cache();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes `data` at `off`, growing the file when it ends past the end.
+    pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        let end = off.checked_add(data.len() as u64).ok_or(Error::TooLarge)?;
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.write_at(data, off)?),
+            Mode::Packed(p) => {
+                if end > MAX_SIZE {
+                    return Err(Error::TooLarge);
+                }
+                if data.is_empty() {
+                    return Ok(());
+                }
+                if end > p.size {
+                    p.grow(&self.storage, end)?;
+                }
+                let mut pos = off;
+                let mut done = 0usize;
+                let mut touched = Vec::new();
+                while done < data.len() {
+                    let idx = pos >> p.shift;
+                    let within = (pos - (idx << p.shift)) as usize;
+                    let take = (data.len() - done).min(p.extent_len() - within);
+                    let whole = within == 0 && take == p.extent_len();
+                    let buf = p.extent_mut(&self.storage, idx, !whole)?;
+                    buf[within..within + take].copy_from_slice(&data[done..done + take]);
+                    touched.push((idx, within + take == p.extent_len()));
+                    pos += take as u64;
+                    done += take;
+                }
+                // Extents this write filled to their end go out now, in parallel; the
+                // partial tail stays in memory until it fills or the file is flushed.
+                let mut out: Vec<u64> = touched.iter().filter(|t| t.1).map(|t| t.0).collect();
+                if p.dirty_bytes() > MAX_DIRTY_BYTES {
+                    out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
+                }
+                if !out.is_empty() {
+                    p.write_extents(&self.storage, &out)?;
+                }
+                p.trim_cache();
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets the logical size (truncate or extend with zeros).
+    pub fn set_size(&mut self, size: u64) -> Result<()> {
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.set_len(size)?),
+            Mode::Packed(p) => {
+                if size > MAX_SIZE {
+                    return Err(Error::TooLarge);
+                }
+                if size > p.size {
+                    p.grow(&self.storage, size)
+                } else {
+                    p.shrink(size);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Makes `[off, off+len)` read as zeros without changing the size; whole extents in the
+    /// range become holes.
+    pub fn punch_hole(&mut self, off: u64, len: u64) -> Result<()> {
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.punch(off, len)?),
+            Mode::Packed(p) => {
+                let end = off.saturating_add(len).min(p.size);
+                if off >= end {
+                    return Ok(());
+                }
+                let e = p.extent_len() as u64;
+                let first_whole = off.div_ceil(e);
+                let end_whole = end / e;
+                if first_whole < end_whole {
+                    // Partial extents at either end are zeroed through the write path;
+                    // whole extents become holes at once.
+                    p.zero_range(&self.storage, off..first_whole * e)?;
+                    p.punch_extents(&self.storage, first_whole..end_whole)?;
+                    p.zero_range(&self.storage, end_whole * e..end)
+                } else {
+                    p.zero_range(&self.storage, off..end)
+                }
+            }
+        }
+    }
+
+    /// First offset ≥ `off` holding data (`None` past the last data: ENXIO).
+    pub fn seek_data(&mut self, off: u64) -> Result<Option<u64>> {
+        self.seek(off, true)
+    }
+
+    /// First offset ≥ `off` in a hole; the end of the file counts as a hole.
+    pub fn seek_hole(&mut self, off: u64) -> Result<Option<u64>> {
+        self.seek(off, false)
+    }
+
+    fn seek(&mut self, off: u64, want_data: bool) -> Result<Option<u64>> {
+        let size = self.size()?;
+        if off >= size {
+            return Ok(None);
+        }
+        let p = match &mut self.mode {
+            Mode::Plain => {
+                // SEEK_HOLE on a plain file: holes are not tracked; report the end.
+                return Ok(Some(if want_data { off } else { size }));
+            }
+            Mode::Packed(p) => p,
+        };
+        let mut idx = off >> p.shift;
+        let last = (size - 1) >> p.shift;
+        let span = 2 * slot_size(p.shift);
+        while idx <= last {
+            if want_data && !p.is_known(idx) && !p.is_stale(idx) {
+                // Let the host skip its holes: the next extent with anything on disk, or
+                // the next one in memory, whichever comes first.
+                let in_memory = p.exts.range(idx..).find(|(_, e)| e.data.is_some()).map(|(i, _)| *i);
+                let on_disk = self
+                    .storage
+                    .next_data(half_offset(p.shift, idx, 0))?
+                    .map(|at| at.saturating_sub(DATA_START) / span);
+                let next = match (in_memory, on_disk) {
+                    (None, None) => return Ok(None),
+                    (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)).max(idx),
+                };
+                if next > idx {
+                    idx = next;
+                    continue;
+                }
+            }
+            if p.extent_is_data(&self.storage, idx)? == want_data {
+                return Ok(Some(off.max(idx << p.shift)));
+            }
+            idx += 1;
+        }
+        Ok(if want_data { None } else { Some(size) })
+    }
+
+    /// Writes everything dirty and the superblock, in crash-safe order. Not a durability
+    /// promise by itself (see [`Container::fsync`]): after a crash the file is either as
+    /// before or as written, never a mix of a new size with missing data.
+    pub fn flush(&mut self) -> Result<()> {
+        match &mut self.mode {
+            Mode::Plain => Ok(()),
+            Mode::Packed(p) => p.flush(&self.storage),
+        }
+    }
+
+    /// [`Container::flush`], then makes everything durable.
+    pub fn fsync(&mut self) -> Result<()> {
+        self.flush()?;
+        self.storage.sync_data()?;
+        if let Mode::Packed(p) = &mut self.mode {
+            p.synced(&self.storage)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of logical data held dirty in memory.
+    pub fn dirty_bytes(&self) -> usize {
+        match &self.mode {
+            Mode::Plain => 0,
+            Mode::Packed(p) => p.dirty_bytes(),
+        }
+    }
+}
+
+impl Packed {
+    fn new(shift: u8, codec: CodecSpec, size: u64) -> Packed {
+        Packed {
+            shift,
+            codec,
+            size,
+            sb_slot: None,
+            sb_gen: 0,
+            sb_durable: false,
+            sb_inline: false,
+            sb_dirty: true,
+            stale_from: None,
+            exts: BTreeMap::new(),
+            clock: 0,
+        }
+    }
+
+    fn extent_len(&self) -> usize {
+        1 << self.shift
+    }
+
+    fn extent_count(&self) -> u64 {
+        self.size.div_ceil(1 << self.shift)
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Logical bytes of extent `idx` at the current size.
+    fn logical_len(&self, idx: u64) -> usize {
+        let start = idx << self.shift;
+        (self.size.saturating_sub(start)).min(self.extent_len() as u64) as usize
+    }
+
+    fn is_stale(&self, idx: u64) -> bool {
+        self.stale_from.is_some_and(|s| idx >= s) && !self.exts.get(&idx).is_some_and(|e| e.written)
+    }
+
+    fn is_known(&self, idx: u64) -> bool {
+        self.exts.get(&idx).is_some_and(|e| e.data.is_some())
+    }
+
+    fn dirty_bytes(&self) -> usize {
+        self.exts.values().filter(|e| e.dirty).count() << self.shift
+    }
+
+    /// Reads both halves of extent `idx` and picks the newest fully valid copy.
+    /// Returns the disk state and, when there is a copy, its header and payload.
+    fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<(ExtentHeader, Vec<u8>)>)> {
+        let mut candidates = Vec::new();
+        let mut state = DiskState::default();
+        let mut damage = Vec::new();
+        let mut present = [false; 2];
+        let mut valid = [false; 2];
+        for half in 0..2u8 {
+            let off = half_offset(self.shift, idx, half);
+            let mut hb = [0u8; EXTENT_HEADER_LEN];
+            let n = read_full(st, &mut hb, off)?;
+            if hb[..n].iter().all(|&b| b == 0) {
+                continue; // a hole: never written, or punched
+            }
+            present[half as usize] = true;
+            match ExtentHeader::decode(&hb[..n], idx, self.shift) {
+                Ok(h) => {
+                    state.max_gen = state.max_gen.max(h.generation);
+                    valid[half as usize] = true;
+                    candidates.push((half, h));
+                }
+                Err(e) => damage.push(format!("half {}: header {e}", half_name(half))),
+            }
+        }
+        candidates.sort_by_key(|(_, h)| std::cmp::Reverse(h.generation));
+        let mut chosen = None;
+        for (half, h) in candidates.iter() {
+            let mut payload = vec![0u8; h.stored_len as usize];
+            let n = read_full(st, &mut payload, half_offset(self.shift, idx, *half) + EXTENT_HEADER_LEN as u64)?;
+            if n == payload.len() && payload_ok(h, &payload) {
+                chosen = Some((*half, *h, payload));
+                break;
+            }
+            damage.push(format!("half {}: payload checksum mismatch", half_name(*half)));
+        }
+        match chosen {
+            Some((half, h, payload)) => {
+                state.cur = Some((half, h.generation));
+                // Whether the other half still holds something that must go once this
+                // copy is durable.
+                state.other_dirty = present[1 - half as usize];
+                state.ambiguous = valid[1 - half as usize];
+                // A lone valid copy is the one to keep whatever happened: treat it as
+                // durable (the writer then never overwrites it).
+                state.durable = !state.ambiguous;
+                if !damage.is_empty() && candidates.len() > 1 {
+                    warn!("extent {idx}: using the older copy ({})", damage.join("; "));
+                }
+                Ok((state, Some((h, payload))))
+            }
+            None if damage.is_empty() => Ok((state, None)),
+            None => Err(Error::CorruptExtent {
+                index: idx,
+                offset: idx << self.shift,
+                detail: damage.join("; "),
+            }),
+        }
+    }
+
+    /// The bytes of extent `idx` (`None`: all zeros, not cached).
+    fn extent_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<Option<&[u8]>> {
+        if !self.is_known(idx) && !self.load(st, idx)? {
+            return Ok(None);
+        }
+        let clock = self.tick();
+        let e = self.exts.get_mut(&idx).expect("loaded");
+        e.last_use = clock;
+        Ok(e.data.as_deref())
+    }
+
+    /// Loads extent `idx` into the cache; false when it is a hole (nothing cached).
+    fn load<S: Storage>(&mut self, st: &S, idx: u64) -> Result<bool> {
+        if (idx << self.shift) >= self.size || self.is_stale(idx) {
+            return Ok(false);
+        }
+        let (state, copy) = self.probe(st, idx)?;
+        let Some((h, payload)) = copy else {
+            self.exts.entry(idx).or_default().disk = Some(state);
+            return Ok(false);
+        };
+        let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
+        decode_payload(&h, &payload, &mut buf).map_err(|d| Error::CorruptExtent {
+            index: idx,
+            offset: idx << self.shift,
+            detail: format!("{} payload passed its checksum but does not decode: {d}", h.codec),
+        })?;
+        // Bytes past the end of the file are never part of it.
+        let valid = self.logical_len(idx);
+        buf[valid..].fill(0);
+        let clock = self.tick();
+        let e = self.exts.entry(idx).or_default();
+        e.data = Some(buf);
+        e.disk = Some(state);
+        e.last_use = clock;
+        Ok(true)
+    }
+
+    /// The buffer of extent `idx` for writing; `need_old` loads the current bytes first
+    /// (a partial overwrite), otherwise a whole-extent overwrite starts from zeros.
+    fn extent_mut<S: Storage>(&mut self, st: &S, idx: u64, need_old: bool) -> Result<&mut [u8]> {
+        if need_old && !self.is_known(idx) {
+            self.load(st, idx)?;
+        }
+        let len = self.extent_len();
+        let clock = self.tick();
+        let e = self.exts.entry(idx).or_default();
+        e.dirty = true;
+        e.last_use = clock;
+        Ok(e.data.get_or_insert_with(|| vec![0u8; len].into_boxed_slice()))
+    }
+
+    /// Grows to `new_size`: the bytes between the old end and the new one read as zeros.
+    fn grow<S: Storage>(&mut self, st: &S, new_size: u64) -> Result<()> {
+        let old = self.size;
+        let e = self.extent_len() as u64;
+        if old % e != 0 {
+            // The old tail extent may hold garbage past the old end on disk: load it
+            // (masked at the old size) and rewrite it.
+            let idx = old / e;
+            self.extent_mut(st, idx, true)?;
+        }
+        self.size = new_size;
+        self.sb_dirty = true;
+        Ok(())
+    }
+
+    fn shrink(&mut self, new_size: u64) {
+        let e = self.extent_len() as u64;
+        let keep = new_size.div_ceil(e);
+        // Forget everything about extents past the end: their disk copies are stale.
+        let dropped: Vec<u64> = self.exts.range(keep..).map(|(i, _)| *i).collect();
+        for i in dropped {
+            self.exts.remove(&i);
+        }
+        if keep < self.stale_from.unwrap_or(u64::MAX) {
+            self.stale_from = Some(keep);
+        }
+        if new_size % e != 0 {
+            if let Some(ext) = self.exts.get_mut(&(new_size / e)) {
+                if let Some(d) = ext.data.as_mut() {
+                    d[(new_size % e) as usize..].fill(0);
+                }
+            }
+        }
+        self.size = new_size;
+        self.sb_dirty = true;
+    }
+
+    /// Zeroes `range` (inside the file) through the cache; the extents become dirty.
+    fn zero_range<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
+        let mut pos = range.start;
+        while pos < range.end {
+            let idx = pos >> self.shift;
+            let base = idx << self.shift;
+            let stop = range.end.min(base + self.extent_len() as u64);
+            let buf = self.extent_mut(st, idx, true)?;
+            buf[(pos - base) as usize..(stop - base) as usize].fill(0);
+            pos = stop;
+        }
+        Ok(())
+    }
+
+    /// True when extent `idx` may hold non-zero bytes. Extents not in memory are judged by
+    /// their headers alone (all-zero extents are never stored, so a header means data).
+    fn extent_is_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<bool> {
+        if (idx << self.shift) >= self.size {
+            return Ok(false);
+        }
+        if let Some(e) = self.exts.get(&idx) {
+            if let Some(d) = e.data.as_deref() {
+                return Ok(d.iter().any(|&b| b != 0));
+            }
+        }
+        if self.is_stale(idx) {
+            return Ok(false);
+        }
+        if let Some(d) = self.exts.get(&idx).and_then(|e| e.disk) {
+            return Ok(d.cur.is_some());
+        }
+        for half in 0..2u8 {
+            let mut hb = [0u8; EXTENT_HEADER_LEN];
+            let n = read_full(st, &mut hb, half_offset(self.shift, idx, half))?;
+            if hb[..n].iter().any(|&b| b != 0) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Turns whole extents `range` into holes now (zeros are their new content: losing
+    /// the punch in a crash brings back the old bytes, never others).
+    fn punch_extents<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
+        let start = half_offset(self.shift, range.start, 0);
+        let end = half_offset(self.shift, range.end, 0);
+        st.punch(start, end - start)?;
+        let gone: Vec<u64> = self.exts.range(range).map(|(i, _)| *i).collect();
+        for i in gone {
+            let e = self.exts.get_mut(&i).expect("listed");
+            e.data = None;
+            e.dirty = false;
+            let max_gen = e.disk.map_or(0, |d| d.max_gen);
+            e.disk = Some(DiskState {
+                max_gen,
+                ..DiskState::default()
+            });
+        }
+        Ok(())
+    }
+
+    /// Compresses and writes extents `idxs` (dirty ones), in parallel.
+    fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+        // 1. Learn each target's halves where unknown (stale extents included: their
+        //    generations must be exceeded).
+        let mut need_sync = false;
+        for &idx in idxs {
+            let known = self.exts.get(&idx).and_then(|e| e.disk);
+            let state = match known {
+                Some(s) => s,
+                None => {
+                    let s = match self.probe(st, idx) {
+                        Ok((s, _)) => s,
+                        // Both halves damaged: the new copy replaces them; give it a
+                        // generation no garbage can be mistaken to beat, and punch later.
+                        Err(Error::CorruptExtent { .. }) => DiskState {
+                            other_dirty: true,
+                            ..DiskState::default()
+                        },
+                        Err(e) => return Err(e),
+                    };
+                    self.exts.get_mut(&idx).expect("dirty extent").disk = Some(s);
+                    s
+                }
+            };
+            if state.ambiguous {
+                need_sync = true;
+            }
+        }
+        // Both halves hold copies and we cannot tell which reached the disk: make both
+        // durable, then the newer one is the one to keep.
+        if need_sync {
+            st.sync_data()?;
+            for &idx in idxs {
+                if let Some(d) = self.exts.get_mut(&idx).and_then(|e| e.disk.as_mut()) {
+                    if d.cur.is_some() {
+                        d.durable = true;
+                        d.ambiguous = false;
+                    }
+                }
+            }
+            if self.sb_slot.is_some() {
+                self.sb_durable = true;
+            }
+        }
+        // 2. Plan: target half and generation per extent.
+        struct Job<'a> {
+            idx: u64,
+            half: u8,
+            gen: u64,
+            data: &'a [u8],
+        }
+        let mut plans = Vec::new();
+        let mut holes = Vec::new();
+        for &idx in idxs {
+            let logical = self.logical_len(idx);
+            let e = &self.exts[&idx];
+            let data = e.data.as_deref().expect("dirty extent has data");
+            if logical == 0 || data[..logical].iter().all(|&b| b == 0) {
+                holes.push(idx);
+                continue;
+            }
+            let d = e.disk.expect("probed");
+            let (half, other_dirty) = match d.cur {
+                Some((h, _)) if !d.durable => (h, d.other_dirty),
+                Some((h, _)) => (1 - h, true),
+                None => (0, d.other_dirty),
+            };
+            let gen = d.max_gen + 1;
+            plans.push((idx, half, gen, other_dirty));
+        }
+        let codec = self.codec;
+        let shift = self.shift;
+        let jobs: Vec<Job<'_>> = plans
+            .iter()
+            .map(|&(idx, half, gen, _)| Job {
+                idx,
+                half,
+                gen,
+                data: &self.exts[&idx].data.as_deref().expect("data")[..self.logical_len(idx)],
+            })
+            .collect();
+        // 3. Compress and write in parallel; each job writes its own half.
+        let results: Vec<std::io::Result<()>> = jobs
+            .par_iter()
+            .map(|j| {
+                let half = encode_half(codec, j.idx, j.gen, j.data);
+                st.write_at(&half, half_offset(shift, j.idx, j.half))
+            })
+            .collect();
+        drop(jobs);
+        let mut first_err = None;
+        for ((idx, half, gen, other_dirty), res) in plans.into_iter().zip(results) {
+            match res {
+                Ok(()) => {
+                    let e = self.exts.get_mut(&idx).expect("planned");
+                    e.dirty = false;
+                    e.written = true;
+                    let d = e.disk.as_mut().expect("probed");
+                    d.cur = Some((half, gen));
+                    d.max_gen = gen;
+                    d.durable = false;
+                    d.other_dirty = other_dirty;
+                }
+                Err(err) => {
+                    // The half may be torn: the copy we meant to keep is still the other
+                    // one, so nothing else changes; the extent stays dirty.
+                    first_err.get_or_insert(err);
+                }
+            }
+        }
+        if let Some(err) = first_err {
+            return Err(err.into());
+        }
+        // 4. All-zero extents become holes.
+        for idx in holes {
+            let start = half_offset(self.shift, idx, 0);
+            st.punch(start, 2 * slot_size(self.shift))?;
+            let e = self.exts.get_mut(&idx).expect("hole");
+            e.dirty = false;
+            e.written = true;
+            let max_gen = e.disk.map_or(0, |d| d.max_gen);
+            e.disk = Some(DiskState {
+                max_gen,
+                ..DiskState::default()
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops clean cached extents beyond the cache budget, least recently used first.
+    fn trim_cache(&mut self) {
+        // Extents at or past `stale_from` exist only in memory (an inline file's content):
+        // they are never evicted.
+        let clean: Vec<(u64, u64)> = self
+            .exts
+            .iter()
+            .filter(|(i, e)| !e.dirty && e.data.is_some() && !self.is_stale(**i))
+            .map(|(i, e)| (e.last_use, *i))
+            .collect();
+        if clean.len() <= CACHE_EXTENTS {
+            return;
+        }
+        let mut clean = clean;
+        clean.sort_unstable();
+        let stale_from = self.stale_from.unwrap_or(u64::MAX);
+        for (_, i) in &clean[..clean.len() - CACHE_EXTENTS] {
+            let e = self.exts.get_mut(i).expect("listed");
+            e.data = None;
+            // Entries in the stale range remember that they were written; others can be
+            // found again on disk once nothing is pending for them.
+            if *i < stale_from && e.disk.is_none_or(|d| d.settled()) {
+                self.exts.remove(i);
+            }
+        }
+    }
+
+    fn flush<S: Storage>(&mut self, st: &S) -> Result<()> {
+        let e = self.extent_len() as u64;
+        let count = self.extent_count();
+        if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {
+            return Ok(());
+        }
+        // Decide inline: the whole file in the superblock.
+        let mut inline = None;
+        if self.size <= e {
+            let len = self.size as usize;
+            let data: Vec<u8> = match self.extent_data(st, 0)? {
+                Some(d) => d[..len].to_vec(),
+                None => vec![0u8; len],
+            };
+            inline = encode_inline(self.codec, &data, INLINE_MAX);
+        }
+        let mut wrote = false;
+        if let Some((alg, payload)) = inline {
+            // Extent slots are not used by an inline file: they go after the superblock
+            // is durable (step "cut" below).
+            if let Some(x) = self.exts.get_mut(&0) {
+                x.dirty = false;
+            }
+            self.exts.retain(|i, x| *i == 0 && x.data.is_some());
+            if let Some(x) = self.exts.get_mut(&0) {
+                x.disk = None;
+                x.written = false;
+            }
+            self.stale_from = Some(0);
+            return self.write_superblock(st, Some((alg, payload)), false);
+        }
+        // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
+        //    content of a file that was inline) are written too.
+        if let Some(from) = self.stale_from {
+            for (_, x) in self.exts.range_mut(from..count) {
+                if x.data.is_some() {
+                    x.dirty = true;
+                }
+            }
+        }
+        let dirty: Vec<u64> = self.exts.iter().filter(|(_, x)| x.dirty).map(|(i, _)| *i).collect();
+        if !dirty.is_empty() {
+            self.write_extents(st, &dirty)?;
+            wrote = true;
+        }
+        // 2. Stale extents inside the file that were not rewritten read as zeros: punch.
+        if let Some(from) = self.stale_from {
+            let mut run_start = from;
+            let rewritten: Vec<u64> = self
+                .exts
+                .range(from..count)
+                .filter(|(_, x)| x.written)
+                .map(|(i, _)| *i)
+                .collect();
+            for i in rewritten.into_iter().chain(std::iter::once(count)) {
+                if i > run_start {
+                    let a = half_offset(self.shift, run_start, 0);
+                    let b = half_offset(self.shift, i, 0);
+                    if a < st.len()? {
+                        st.punch(a, b - a)?;
+                        wrote = true;
+                    }
+                }
+                run_start = i + 1;
+            }
+        }
+        if !self.sb_dirty && !self.sb_inline {
+            // Extents changed in place and the superblock still describes them; their old
+            // halves go at the next sync. Leftovers past the last extent (from a truncation
+            // a crash interrupted) go once the superblock is known durable.
+            let needed = half_offset(self.shift, count, 0);
+            if st.len()? > needed {
+                if !self.sb_durable {
+                    st.sync_data()?;
+                    self.synced(st)?;
+                }
+                st.set_len(needed)?;
+            }
+            self.stale_from = None;
+            return Ok(());
+        }
+        // 3. The superblock must not reach the disk before the extents it describes.
+        if wrote || (self.sb_slot.is_some() && !self.sb_durable) {
+            st.sync_data()?;
+            self.synced(st)?;
+        }
+        self.write_superblock(st, None, true)?;
+        self.stale_from = None;
+        Ok(())
+    }
+
+    /// Writes the superblock to the half that does not hold the last durable copy, then
+    /// removes extents past what it describes once it is durable.
+    fn write_superblock<S: Storage>(&mut self, st: &S, inline: Option<(Algorithm, Vec<u8>)>, synced: bool) -> Result<()> {
+        if !synced && self.sb_slot.is_some() && !self.sb_durable {
+            st.sync_data()?;
+            self.synced(st)?;
+        }
+        let slot = match self.sb_slot {
+            None => 0,
+            Some(s) if self.sb_durable => 1 - s,
+            Some(s) => s,
+        };
+        let is_inline = inline.is_some();
+        let (inline_codec, payload) = inline.unwrap_or((Algorithm::None, Vec::new()));
+        let sb = Superblock {
+            flags: if is_inline { SB_FLAG_INLINE } else { 0 },
+            generation: self.sb_gen + 1,
+            size: self.size,
+            extent_shift: self.shift,
+            codec: self.codec,
+            inline_codec,
+            inline: payload,
+        };
+        st.write_at(&sb.encode(), sb_offset(slot))?;
+        self.sb_slot = Some(slot);
+        self.sb_gen += 1;
+        self.sb_durable = false;
+        self.sb_dirty = false;
+        self.sb_inline = is_inline;
+        // Extents past the end (or all of them, for an inline file) go once the
+        // superblock that no longer needs them is durable.
+        let needed = if is_inline { DATA_START } else { half_offset(self.shift, self.extent_count(), 0) };
+        if st.len()? > needed {
+            st.sync_data()?;
+            self.synced(st)?;
+            st.set_len(needed)?;
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping after a successful `sync_data`: everything written is durable, so old
+    /// halves can go.
+    fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
+        if self.sb_slot.is_some() {
+            self.sb_durable = true;
+        }
+        let shift = self.shift;
+        for (idx, e) in self.exts.iter_mut() {
+            if let Some(d) = e.disk.as_mut() {
+                if d.cur.is_some() {
+                    d.durable = true;
+                    d.ambiguous = false;
+                    if d.other_dirty {
+                        let (h, _) = d.cur.expect("checked");
+                        st.punch(half_offset(shift, *idx, 1 - h), slot_size(shift))?;
+                        d.other_dirty = false;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn half_name(h: u8) -> &'static str {
+    if h == 0 {
+        "A"
+    } else {
+        "B"
+    }
+}

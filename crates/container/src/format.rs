@@ -1,0 +1,323 @@
+//! On-disk structures of a container, version 1. docs/FORMAT.md describes every field;
+//! this module is the only code that knows the byte layout. All integers little-endian.
+
+use squeezefs_codec::{Algorithm, CodecSpec};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// First bytes of a container (PNG-style: a non-ASCII byte, the name, CR LF, so text tools
+/// and line-ending conversions are detected).
+pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
+/// The format version this code writes.
+pub const FORMAT_VERSION: u16 = 1;
+/// Size of one superblock copy and the alignment of extent slots.
+pub const BLOCK: u64 = 4096;
+/// Offset of the first extent slot: after the two superblock copies.
+pub const DATA_START: u64 = 2 * BLOCK;
+/// Bytes of the fixed superblock header; the inline area follows it.
+pub const SB_HEADER_LEN: usize = 64;
+/// Largest inline payload.
+pub const INLINE_MAX: usize = BLOCK as usize - SB_HEADER_LEN;
+/// Extent sizes accepted: 4 KiB … 1 MiB, powers of two.
+pub const MIN_EXTENT_SHIFT: u8 = 12;
+pub const MAX_EXTENT_SHIFT: u8 = 20;
+pub const DEFAULT_EXTENT_SHIFT: u8 = 17;
+
+/// Superblock flag: the whole file content is in the inline area.
+pub const SB_FLAG_INLINE: u32 = 1 << 0;
+/// Superblock flag bits this version understands; a container with any other bit set is
+/// refused (it was written by a newer squeezefs).
+pub const SB_KNOWN_FLAGS: u32 = SB_FLAG_INLINE;
+
+/// Extent header magic.
+pub const EXTENT_MAGIC: [u8; 4] = *b"SQZE";
+pub const EXTENT_HEADER_LEN: usize = 48;
+/// Extent flag bits this version understands (none yet: bit 0 is reserved for dictionaries).
+pub const EXTENT_KNOWN_FLAGS: u8 = 0;
+
+/// Bytes reserved for one half (A or B) of an extent: the header plus a raw payload fits.
+pub fn slot_size(extent_shift: u8) -> u64 {
+    (1u64 << extent_shift) + BLOCK
+}
+
+/// Offset of half `half` (0 = A, 1 = B) of extent `index`.
+pub fn half_offset(extent_shift: u8, index: u64, half: u8) -> u64 {
+    DATA_START + (2 * index + half as u64) * slot_size(extent_shift)
+}
+
+/// Offset of superblock copy `slot` (0 or 1).
+pub fn sb_offset(slot: u8) -> u64 {
+    slot as u64 * BLOCK
+}
+
+/// Why a structure was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("bad magic")]
+    Magic,
+    #[error("header checksum mismatch")]
+    Checksum,
+    #[error("format version {0} is newer than this squeezefs understands (1)")]
+    Version(u16),
+    #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
+    Flags(u32),
+    #[error("invalid field: {0}")]
+    Field(&'static str),
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// One superblock copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub flags: u32,
+    pub generation: u64,
+    pub size: u64,
+    pub extent_shift: u8,
+    /// Codec new extents of this file are written with.
+    pub codec: CodecSpec,
+    /// Codec of the inline payload (when `SB_FLAG_INLINE`).
+    pub inline_codec: Algorithm,
+    /// Stored inline payload (empty unless inline).
+    pub inline: Vec<u8>,
+}
+
+impl Superblock {
+    pub fn is_inline(&self) -> bool {
+        self.flags & SB_FLAG_INLINE != 0
+    }
+
+    /// The 4096-byte block for this superblock.
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.inline.len() <= INLINE_MAX, "inline payload too large");
+        let mut b = vec![0u8; SB_HEADER_LEN + self.inline.len()];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[10..12].copy_from_slice(&(SB_HEADER_LEN as u16).to_le_bytes());
+        b[12..16].copy_from_slice(&self.flags.to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..32].copy_from_slice(&self.size.to_le_bytes());
+        b[32] = self.extent_shift;
+        b[33] = self.codec.alg.id();
+        b[34..36].copy_from_slice(&(self.codec.level as i16).to_le_bytes());
+        b[36] = self.inline_codec.id();
+        // 37: reserved, zero
+        b[38..40].copy_from_slice(&(self.inline.len() as u16).to_le_bytes());
+        b[40..48].copy_from_slice(&xxh3_64(&self.inline).to_le_bytes());
+        // 48..56: reserved, zero
+        let sum = xxh3_64(&b[0..56]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        b[SB_HEADER_LEN..].copy_from_slice(&self.inline);
+        b
+    }
+
+    /// Parses one copy from the first bytes of its block (`block` may be shorter than 4096
+    /// when the file ends early). Every field is validated before anything is trusted.
+    pub fn decode(block: &[u8]) -> Result<Superblock, FormatError> {
+        if block.len() < SB_HEADER_LEN || block[0..8] != MAGIC {
+            return Err(FormatError::Magic);
+        }
+        if u64_at(block, 56) != xxh3_64(&block[0..56]) {
+            return Err(FormatError::Checksum);
+        }
+        let version = u16_at(block, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::Version(version));
+        }
+        if u16_at(block, 10) as usize != SB_HEADER_LEN {
+            return Err(FormatError::Field("header length"));
+        }
+        let flags = u32_at(block, 12);
+        if flags & !SB_KNOWN_FLAGS != 0 {
+            return Err(FormatError::Flags(flags & !SB_KNOWN_FLAGS));
+        }
+        let extent_shift = block[32];
+        if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
+            return Err(FormatError::Field("extent size"));
+        }
+        let alg = Algorithm::from_id(block[33]).ok_or(FormatError::Field("codec"))?;
+        let level = i16::from_le_bytes([block[34], block[35]]) as i32;
+        let codec = CodecSpec::new(alg, level).map_err(|_| FormatError::Field("codec level"))?;
+        let inline_codec = Algorithm::from_id(block[36]).ok_or(FormatError::Field("inline codec"))?;
+        let inline_len = u16_at(block, 38) as usize;
+        if inline_len > INLINE_MAX || block.len() < SB_HEADER_LEN + inline_len {
+            return Err(FormatError::Field("inline length"));
+        }
+        let inline = block[SB_HEADER_LEN..SB_HEADER_LEN + inline_len].to_vec();
+        if u64_at(block, 40) != xxh3_64(&inline) {
+            return Err(FormatError::Checksum);
+        }
+        let size = u64_at(block, 24);
+        if flags & SB_FLAG_INLINE != 0 && size > 1u64 << extent_shift {
+            return Err(FormatError::Field("inline file larger than one extent"));
+        }
+        if flags & SB_FLAG_INLINE == 0 && inline_len != 0 {
+            return Err(FormatError::Field("inline payload without inline flag"));
+        }
+        Ok(Superblock {
+            flags,
+            generation: u64_at(block, 16),
+            size,
+            extent_shift,
+            codec,
+            inline_codec,
+            inline,
+        })
+    }
+}
+
+/// The header in front of one extent half's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtentHeader {
+    pub codec: Algorithm,
+    pub flags: u8,
+    pub level: i16,
+    pub index: u64,
+    pub generation: u64,
+    pub stored_len: u32,
+    pub logical_len: u32,
+    pub payload_sum: u64,
+}
+
+impl ExtentHeader {
+    pub fn encode(&self) -> [u8; EXTENT_HEADER_LEN] {
+        let mut b = [0u8; EXTENT_HEADER_LEN];
+        b[0..4].copy_from_slice(&EXTENT_MAGIC);
+        b[4] = self.codec.id();
+        b[5] = self.flags;
+        b[6..8].copy_from_slice(&self.level.to_le_bytes());
+        b[8..16].copy_from_slice(&self.index.to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..28].copy_from_slice(&self.stored_len.to_le_bytes());
+        b[28..32].copy_from_slice(&self.logical_len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.payload_sum.to_le_bytes());
+        let sum = xxh3_64(&b[0..40]);
+        b[40..48].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses and validates a header read from the slot of extent `index` in a container
+    /// with extents of `1 << extent_shift` bytes. Lengths are bounded by the extent size
+    /// before anything is allocated from them.
+    pub fn decode(b: &[u8], index: u64, extent_shift: u8) -> Result<ExtentHeader, FormatError> {
+        if b.len() < EXTENT_HEADER_LEN || b[0..4] != EXTENT_MAGIC {
+            return Err(FormatError::Magic);
+        }
+        if u64_at(b, 40) != xxh3_64(&b[0..40]) {
+            return Err(FormatError::Checksum);
+        }
+        let codec = Algorithm::from_id(b[4]).ok_or(FormatError::Field("codec"))?;
+        let flags = b[5];
+        if flags & !EXTENT_KNOWN_FLAGS != 0 {
+            return Err(FormatError::Flags(flags as u32));
+        }
+        let h = ExtentHeader {
+            codec,
+            flags,
+            level: i16::from_le_bytes([b[6], b[7]]),
+            index: u64_at(b, 8),
+            generation: u64_at(b, 16),
+            stored_len: u32_at(b, 24),
+            logical_len: u32_at(b, 28),
+            payload_sum: u64_at(b, 32),
+        };
+        let extent = 1u64 << extent_shift;
+        if h.index != index {
+            return Err(FormatError::Field("extent index"));
+        }
+        if h.logical_len as u64 > extent || h.logical_len == 0 {
+            return Err(FormatError::Field("logical length"));
+        }
+        if h.stored_len as u64 > extent {
+            return Err(FormatError::Field("stored length"));
+        }
+        if codec == Algorithm::None && h.stored_len != h.logical_len {
+            return Err(FormatError::Field("raw extent with stored != logical length"));
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            flags: SB_FLAG_INLINE,
+            generation: 7,
+            size: 100,
+            extent_shift: 17,
+            codec: CodecSpec::DEFAULT,
+            inline_codec: Algorithm::Zstd,
+            inline: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn superblock_round_trips_and_every_byte_is_protected() {
+        let s = sb();
+        let b = s.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 0x01;
+            assert!(Superblock::decode(&bad).is_err(), "flip at byte {i} accepted");
+        }
+        assert!(Superblock::decode(&b[..30]).is_err());
+    }
+
+    #[test]
+    fn newer_versions_and_flags_are_refused() {
+        let mut s = sb();
+        s.flags |= 1 << 7;
+        assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
+        let mut b = sb().encode();
+        b[8] = 2;
+        let sum = xxh3_64(&b[0..56]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(2)));
+    }
+
+    #[test]
+    fn extent_header_round_trips_and_bounds_lengths() {
+        let h = ExtentHeader {
+            codec: Algorithm::Lz4,
+            flags: 0,
+            level: 1,
+            index: 42,
+            generation: 9,
+            stored_len: 1000,
+            logical_len: 131072,
+            payload_sum: 0xdead_beef,
+        };
+        let b = h.encode();
+        assert_eq!(ExtentHeader::decode(&b, 42, 17).unwrap(), h);
+        assert_eq!(ExtentHeader::decode(&b, 43, 17), Err(FormatError::Field("extent index")));
+        // A header claiming a 4 GiB extent is refused before any allocation.
+        let huge = ExtentHeader { logical_len: u32::MAX, ..h }.encode();
+        assert!(ExtentHeader::decode(&huge, 42, 17).is_err());
+        let huge = ExtentHeader { stored_len: u32::MAX, ..h }.encode();
+        assert!(ExtentHeader::decode(&huge, 42, 17).is_err());
+        for i in 0..b.len() {
+            let mut bad = b;
+            bad[i] ^= 0x80;
+            assert!(ExtentHeader::decode(&bad, 42, 17).is_err(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn layout_offsets() {
+        assert_eq!(half_offset(17, 0, 0), 8192);
+        assert_eq!(half_offset(17, 0, 1), 8192 + 135168);
+        assert_eq!(half_offset(12, 1, 0), 8192 + 2 * 8192);
+        assert_eq!(slot_size(20) % BLOCK, 0);
+    }
+}

@@ -1,0 +1,214 @@
+//! An in-memory disk for tests that can crash: at a chosen operation it tears the write in
+//! flight at a random byte and fails everything after it; [`MemDisk::reboot`] then builds
+//! what a real disk could hold afterwards — the last synced state, plus any subset of the
+//! completed-but-unsynced operations (in their order, which models a page cache: a later
+//! write to a page wins), plus a prefix of the torn write.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use crate::storage::Storage;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(u64, Vec<u8>),
+    Punch(u64, u64),
+    SetLen(u64),
+}
+
+fn apply(data: &mut Vec<u8>, op: &Op) {
+    match op {
+        Op::Write(off, buf) => {
+            let end = *off as usize + buf.len();
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            data[*off as usize..end].copy_from_slice(buf);
+        }
+        Op::Punch(off, len) => {
+            let start = (*off as usize).min(data.len());
+            let end = (*off as usize).saturating_add(*len as usize).min(data.len());
+            data[start..end].fill(0);
+        }
+        Op::SetLen(len) => data.resize(*len as usize, 0),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Op>,
+    /// Mutating operations (write/punch/set_len/sync) still allowed before the crash.
+    crash_countdown: Option<u64>,
+    crashed: bool,
+    torn: Option<Op>,
+    syncs: u64,
+}
+
+/// Shared handle to one simulated file; clones see the same disk.
+#[derive(Clone, Debug, Default)]
+pub struct MemDisk {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn crashed() -> io::Error {
+    io::Error::new(io::ErrorKind::Other, "simulated crash")
+}
+
+impl MemDisk {
+    pub fn new() -> MemDisk {
+        MemDisk::default()
+    }
+
+    /// Crash on the `n`-th mutating operation from now (0 = the next one).
+    pub fn crash_after(&self, n: u64) {
+        self.inner.lock().unwrap().crash_countdown = Some(n);
+    }
+
+    pub fn has_crashed(&self) -> bool {
+        self.inner.lock().unwrap().crashed
+    }
+
+    /// Number of completed syncs (for tests that check syncing happens).
+    pub fn syncs(&self) -> u64 {
+        self.inner.lock().unwrap().syncs
+    }
+
+    /// Current contents (what reads see now).
+    pub fn contents(&self) -> Vec<u8> {
+        self.inner.lock().unwrap().current.clone()
+    }
+
+    /// A disk holding what survives a crash now: synced state, a random in-order subset
+    /// of unsynced operations, and a random prefix of the torn one. `rand` yields random
+    /// numbers (the caller's seeded generator).
+    pub fn reboot(&self, mut rand: impl FnMut() -> u64) -> MemDisk {
+        let g = self.inner.lock().unwrap();
+        let mut data = g.durable.clone();
+        for op in &g.pending {
+            if rand() % 2 == 0 {
+                apply(&mut data, op);
+            }
+        }
+        if let Some(op) = &g.torn {
+            match op {
+                Op::Write(off, buf) if !buf.is_empty() => {
+                    let cut = (rand() % (buf.len() as u64 + 1)) as usize;
+                    apply(&mut data, &Op::Write(*off, buf[..cut].to_vec()));
+                }
+                other => {
+                    if rand() % 2 == 0 {
+                        apply(&mut data, other);
+                    }
+                }
+            }
+        }
+        MemDisk {
+            inner: Arc::new(Mutex::new(Inner {
+                durable: data.clone(),
+                current: data,
+                ..Inner::default()
+            })),
+        }
+    }
+
+    fn mutate(&self, op: Option<Op>) -> io::Result<()> {
+        let mut g = self.inner.lock().unwrap();
+        if g.crashed {
+            return Err(crashed());
+        }
+        if let Some(n) = g.crash_countdown {
+            if n == 0 {
+                g.crashed = true;
+                g.torn = op;
+                return Err(crashed());
+            }
+            g.crash_countdown = Some(n - 1);
+        }
+        match op {
+            Some(op) => {
+                apply(&mut g.current, &op);
+                g.pending.push(op);
+            }
+            None => {
+                g.durable = g.current.clone();
+                g.pending.clear();
+                g.syncs += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Storage for MemDisk {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let g = self.inner.lock().unwrap();
+        if g.crashed {
+            return Err(crashed());
+        }
+        let len = g.current.len() as u64;
+        if off >= len {
+            return Ok(0);
+        }
+        let n = ((len - off) as usize).min(buf.len());
+        buf[..n].copy_from_slice(&g.current[off as usize..off as usize + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.mutate(Some(Op::Write(off, buf.to_vec())))
+    }
+
+    fn punch(&self, off: u64, len: u64) -> io::Result<()> {
+        self.mutate(Some(Op::Punch(off, len)))
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.mutate(None)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.mutate(Some(Op::SetLen(len)))
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        let g = self.inner.lock().unwrap();
+        if g.crashed {
+            return Err(crashed());
+        }
+        Ok(g.current.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsynced_writes_may_vanish_synced_ones_stay() {
+        let d = MemDisk::new();
+        d.write_at(b"hello", 0).unwrap();
+        d.sync_data().unwrap();
+        d.write_at(b"J", 0).unwrap();
+        d.crash_after(0);
+        assert!(d.write_at(b"xx", 3).is_err());
+        assert!(d.has_crashed());
+        let mut seen = std::collections::HashSet::new();
+        let mut x = 1u64;
+        for _ in 0..200 {
+            let r = d.reboot(|| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x >> 33
+            });
+            seen.insert(r.contents());
+        }
+        for s in &seen {
+            assert!(s.starts_with(b"hel") || s.starts_with(b"Jel"), "{s:?}");
+        }
+        assert!(seen.contains(&b"hello".to_vec()));
+        assert!(seen.contains(&b"Jello".to_vec()));
+        assert!(seen.contains(&b"Jelxx".to_vec()));
+        assert!(seen.contains(&b"helxo".to_vec()));
+    }
+}
