@@ -1,1 +1,131 @@
-fn main(){}
+//! The `squeezefs` command.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use squeezefs_container::format::FORMAT_VERSION;
+use squeezefs_fs::MountConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "squeezefs",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (container format 1)"),
+    about = "Transparent compression for any directory, in userspace (FUSE).",
+    long_about = "squeezefs stores every file under MOUNTPOINT compressed in BACKING: \
+                  fixed-size extents (128 KiB by default), each compressed with zstd, lz4, lzo \
+                  or zlib, checksummed, and replaced crash-safely.",
+    after_help = "Example:\n  squeezefs mount ./backing ./mnt -o compress=zstd:3\n  cp -r ~/logs ./mnt/\n  fusermount3 -u ./mnt"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mount BACKING at MOUNTPOINT (in the foreground unless --daemon).
+    #[command(after_help = "Options (-o, comma-separated, may be repeated):\n  \
+        compress=ALG[:LEVEL]        codec for new data: none, lz4[:1-12], lzo, zlib[:1-9],\n                              \
+        zstd[:1-19], zstd-fast[:1-1000] (default zstd:3)\n  \
+        compress-force=ALG[:LEVEL]  the same, skipping the compressibility heuristics\n  \
+        extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
+        allow_other                 let other users in (needs user_allow_other when not root)\n  \
+        default_permissions         kernel permission checks (on by default)\n  \
+        ro                          read-only\n\n\
+        Examples:\n  squeezefs mount ./backing ./mnt\n  squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon")]
+    Mount {
+        /// Directory that holds the compressed files (created if missing).
+        backing: PathBuf,
+        /// Where the uncompressed view appears.
+        mountpoint: PathBuf,
+        /// Mount options (see below).
+        #[arg(short = 'o', value_name = "OPTIONS")]
+        options: Vec<String>,
+        /// Detach once the filesystem is mounted.
+        #[arg(long)]
+        daemon: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Mount {
+            backing,
+            mountpoint,
+            options,
+            daemon,
+        } => {
+            let mut cfg = MountConfig::default();
+            for o in &options {
+                if let Err(e) = cfg.apply_options(o) {
+                    eprintln!("squeezefs: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            if !backing.exists() {
+                if let Err(e) = std::fs::create_dir_all(&backing) {
+                    eprintln!("squeezefs: cannot create backing directory {}: {e}", backing.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            run_mount(backing, mountpoint, cfg, daemon)
+        }
+    }
+}
+
+fn run_mount(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) -> ExitCode {
+    let fail = |e: std::io::Error| {
+        eprintln!("squeezefs: mounting {} at {} failed: {e}", backing.display(), mountpoint.display());
+        ExitCode::FAILURE
+    };
+    if !daemon {
+        log::info!(
+            "mounting {} at {} (compress={}, extent size {} KiB, format {FORMAT_VERSION})",
+            backing.display(),
+            mountpoint.display(),
+            cfg.codec,
+            (1u32 << cfg.extent_shift) / 1024
+        );
+        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        };
+    }
+    // --daemon: the child mounts and reports readiness through a pipe; the parent exits 0
+    // only once the mount is live.
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return fail(std::io::Error::last_os_error());
+    }
+    match unsafe { libc::fork() } {
+        -1 => fail(std::io::Error::last_os_error()),
+        0 => {
+            unsafe {
+                libc::close(fds[0]);
+                libc::setsid();
+            }
+            let mut tx = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+            let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
+                let _ = tx.write_all(b"1");
+                let _ = std::env::set_current_dir("/");
+            });
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        _ => {
+            unsafe { libc::close(fds[1]) };
+            let mut rx = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+            let mut b = [0u8; 1];
+            match rx.read(&mut b) {
+                Ok(1) => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}

@@ -96,6 +96,9 @@ struct Packed {
     sb_slot: Option<u8>,
     sb_gen: u64,
     sb_durable: bool,
+    /// Both copies were valid at open, so we cannot tell whether the newer one reached the
+    /// disk: the first superblock write syncs first.
+    sb_unknown: bool,
     sb_inline: bool,
     /// Size, inline content or codec changed since the superblock was written.
     sb_dirty: bool,
@@ -144,6 +147,7 @@ impl<S: Storage> Container<S> {
             });
         }
         let mut best: Option<(u8, Superblock)> = None;
+        let mut valid_copies = 0;
         let mut reasons = Vec::new();
         let mut newer = None;
         for slot in 0..2u8 {
@@ -151,6 +155,7 @@ impl<S: Storage> Container<S> {
             let block = &blocks[start.min(n)..(start + BLOCK as usize).min(n)];
             match Superblock::decode(block) {
                 Ok(sb) => {
+                    valid_copies += 1;
                     if best.as_ref().is_none_or(|(_, b)| sb.generation > b.generation) {
                         best = Some((slot, sb));
                     }
@@ -171,9 +176,11 @@ impl<S: Storage> Container<S> {
         p.sb_slot = Some(slot);
         p.sb_gen = sb.generation;
         p.sb_inline = sb.is_inline();
-        // The copy we found may not have been synced yet (written by an earlier open in
-        // this boot); the first superblock write syncs before overwriting anything.
-        p.sb_durable = false;
+        // A lone valid copy is the one to keep whatever happened. With two, the newer may
+        // not have reached the disk yet (written earlier in this boot): the first
+        // superblock write syncs before overwriting either.
+        p.sb_durable = valid_copies == 1;
+        p.sb_unknown = valid_copies > 1;
         p.sb_dirty = false;
         if sb.is_inline() {
             let mut buf = vec![0u8; p.extent_len()].into_boxed_slice();
@@ -455,6 +462,7 @@ impl Packed {
             sb_slot: None,
             sb_gen: 0,
             sb_durable: false,
+            sb_unknown: false,
             sb_inline: false,
             sb_dirty: true,
             stale_from: None,
@@ -746,6 +754,7 @@ impl Packed {
             }
             if self.sb_slot.is_some() {
                 self.sb_durable = true;
+                self.sb_unknown = false;
             }
         }
         // 2. Plan: target half and generation per extent.
@@ -932,7 +941,7 @@ impl Packed {
             // a crash interrupted) go once the superblock is known durable.
             let needed = half_offset(self.shift, count, 0);
             if st.len()? > needed {
-                if !self.sb_durable {
+                if !self.sb_durable || self.sb_unknown {
                     st.sync_data()?;
                     self.synced(st)?;
                 }
@@ -942,7 +951,7 @@ impl Packed {
             return Ok(());
         }
         // 3. The superblock must not reach the disk before the extents it describes.
-        if wrote || (self.sb_slot.is_some() && !self.sb_durable) {
+        if wrote || self.sb_unknown {
             st.sync_data()?;
             self.synced(st)?;
         }
@@ -954,7 +963,7 @@ impl Packed {
     /// Writes the superblock to the half that does not hold the last durable copy, then
     /// removes extents past what it describes once it is durable.
     fn write_superblock<S: Storage>(&mut self, st: &S, inline: Option<(Algorithm, Vec<u8>)>, synced: bool) -> Result<()> {
-        if !synced && self.sb_slot.is_some() && !self.sb_durable {
+        if !synced && self.sb_unknown {
             st.sync_data()?;
             self.synced(st)?;
         }
@@ -996,6 +1005,7 @@ impl Packed {
     fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
         if self.sb_slot.is_some() {
             self.sb_durable = true;
+            self.sb_unknown = false;
         }
         let shift = self.shift;
         for (idx, e) in self.exts.iter_mut() {

@@ -1,1 +1,235 @@
-pub fn x(){}
+//! squeezefs as a FUSE filesystem: a stacked filesystem over a backing directory where
+//! every regular file is a container (see `squeezefs-container`).
+
+mod inode;
+mod ops;
+mod sys;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use fuser::{Config, MountOption, SessionACL};
+use squeezefs_codec::CodecSpec;
+use squeezefs_container::format::{DEFAULT_EXTENT_SHIFT, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
+use squeezefs_container::Options;
+
+pub use ops::SqueezeFs;
+
+/// Everything `-o` can say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountConfig {
+    pub codec: CodecSpec,
+    /// `compress-force=`: compress without the heuristics (they arrive with issue 4; until
+    /// then both spellings behave the same).
+    pub force: bool,
+    pub extent_shift: u8,
+    pub allow_other: bool,
+    pub default_permissions: bool,
+    pub read_only: bool,
+    /// Options passed to the kernel as they are (e.g. `noatime`, `fsname=`).
+    pub other: Vec<String>,
+}
+
+impl Default for MountConfig {
+    fn default() -> MountConfig {
+        MountConfig {
+            codec: CodecSpec::DEFAULT,
+            force: false,
+            extent_shift: DEFAULT_EXTENT_SHIFT,
+            allow_other: false,
+            default_permissions: true,
+            read_only: false,
+            other: Vec::new(),
+        }
+    }
+}
+
+/// Parses a size such as `131072`, `128K`, `128KiB`, `1M`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = lower.strip_suffix("kib").or_else(|| lower.strip_suffix('k')) {
+        (n, 1024)
+    } else if let Some(n) = lower.strip_suffix("mib").or_else(|| lower.strip_suffix('m')) {
+        (n, 1 << 20)
+    } else {
+        (lower.as_str(), 1)
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("`{t}` is not a size (examples: 131072, 128K, 1M)"))
+}
+
+/// Parses an extent size into its log2, accepting powers of two from 4 KiB to 1 MiB.
+pub fn parse_extent_size(s: &str) -> Result<u8, String> {
+    let n = parse_size(s)?;
+    if !n.is_power_of_two() || !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&(n.trailing_zeros() as u8)) {
+        return Err(format!("extent_size={s}: must be a power of two from 4K to 1M"));
+    }
+    Ok(n.trailing_zeros() as u8)
+}
+
+impl MountConfig {
+    /// Applies one comma-separated `-o` list.
+    pub fn apply_options(&mut self, list: &str) -> Result<(), String> {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            match (key, value) {
+                ("compress", Some(v)) | ("compress-force", Some(v)) | ("compress_force", Some(v)) => {
+                    self.codec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
+                    self.force = key != "compress";
+                }
+                ("compress", None) => {
+                    self.codec = CodecSpec::DEFAULT;
+                    self.force = false;
+                }
+                ("extent_size", Some(v)) | ("extent-size", Some(v)) => self.extent_shift = parse_extent_size(v)?,
+                ("allow_other", None) => self.allow_other = true,
+                ("default_permissions", None) => self.default_permissions = true,
+                ("ro", None) => self.read_only = true,
+                ("rw", None) => self.read_only = false,
+                // mount(8) and fstab noise that means nothing to a FUSE filesystem.
+                ("defaults" | "auto" | "noauto" | "user" | "nouser" | "_netdev" | "nofail", None) => {}
+                ("x-systemd.automount", _) => {}
+                (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
+                ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
+                | ("allow_other" | "default_permissions" | "ro" | "rw", Some(_)) => {
+                    return Err(format!("mount option `{opt}` is malformed"));
+                }
+                _ => self.other.push(opt.to_string()),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn container_options(&self) -> Options {
+        Options {
+            codec: self.codec,
+            extent_shift: self.extent_shift,
+        }
+    }
+
+    fn fuse_config(&self, backing: &Path) -> Config {
+        let mut c = Config::default();
+        c.mount_options.push(MountOption::FSName(format!("squeezefs:{}", backing.display())));
+        c.mount_options.push(MountOption::Subtype("squeezefs".into()));
+        if self.default_permissions {
+            c.mount_options.push(MountOption::DefaultPermissions);
+        }
+        if self.read_only {
+            c.mount_options.push(MountOption::RO);
+        }
+        for o in &self.other {
+            c.mount_options.push(match o.as_str() {
+                "noatime" => MountOption::NoAtime,
+                "nodev" => MountOption::NoDev,
+                "nosuid" => MountOption::NoSuid,
+                "noexec" => MountOption::NoExec,
+                "dev" => MountOption::Dev,
+                "suid" => MountOption::Suid,
+                "exec" => MountOption::Exec,
+                _ => MountOption::CUSTOM(o.clone()),
+            });
+        }
+        c.acl = if self.allow_other { SessionACL::All } else { SessionACL::Owner };
+        c.n_threads = Some(std::thread::available_parallelism().map_or(2, |n| n.get()).max(2) * 2);
+        c.clone_fd = true;
+        c
+    }
+}
+
+/// Refuses backing directories whose filesystem cannot punch holes: containers rely on it
+/// (their unused halves are holes, and so are all-zero extents).
+pub fn check_backing(backing: &Path) -> io::Result<()> {
+    let meta = std::fs::metadata(backing)
+        .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a directory", backing.display())));
+    }
+    let probe = backing.join(format!(".squeezefs-probe-{}", std::process::id()));
+    let result = (|| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&probe)?;
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&[1u8; 16384], 0)?;
+        let s = squeezefs_container::FileStorage::new(f);
+        use squeezefs_container::Storage;
+        s.punch(4096, 8192)
+    })();
+    let _ = std::fs::remove_file(&probe);
+    result.map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "the filesystem holding {} cannot punch holes in files ({e}); squeezefs needs sparse \
+                 files and FALLOC_FL_PUNCH_HOLE (ext4, xfs, btrfs, tmpfs, NFS 4.2 and CephFS have them)",
+                backing.display()
+            ),
+        )
+    })
+}
+
+/// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
+pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
+    let backing: PathBuf = backing.canonicalize()?;
+    if !cfg.read_only {
+        check_backing(&backing)?;
+    }
+    let fs = SqueezeFs::new(&backing, cfg.container_options(), cfg.read_only)?;
+    let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
+    let mut unmounter = session.unmount_callable();
+    // SIGINT/SIGTERM unmount cleanly, so dirty data is written.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        unsafe { libc::sigwait(&set, &mut sig) };
+        log::info!("signal {sig}: unmounting");
+        if let Err(e) = unmounter.unmount() {
+            log::error!("unmount failed: {e}; run `fusermount3 -u` or `umount -l`");
+        }
+    });
+    ready();
+    session.run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse() {
+        let mut c = MountConfig::default();
+        c.apply_options("compress=zstd:9,extent_size=1M,allow_other,noatime,defaults").unwrap();
+        assert_eq!(c.codec, "zstd:9".parse().unwrap());
+        assert_eq!(c.extent_shift, 20);
+        assert!(c.allow_other && !c.force);
+        assert_eq!(c.other, vec!["noatime".to_string()]);
+        c.apply_options("compress-force=lz4,ro").unwrap();
+        assert!(c.force && c.read_only);
+        assert!(c.apply_options("compress=zstd:99").unwrap_err().contains("accepted"));
+        assert!(c.apply_options("extent_size=3000").is_err());
+        assert!(c.apply_options("extent_size=2M").is_err());
+        assert_eq!(parse_extent_size("4K").unwrap(), 12);
+        assert_eq!(parse_extent_size("131072").unwrap(), 17);
+    }
+
+    #[test]
+    fn hole_punching_backing_is_accepted() {
+        let dir = std::env::temp_dir().join(format!("sqz-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        check_backing(&dir).unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "probe file removed");
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(check_backing(Path::new("/nonexistent/squeezefs")).is_err());
+    }
+}

@@ -1,0 +1,734 @@
+//! The FUSE request handlers: thin glue from fuser to the inode table, the `*at()` wrappers
+//! and the container. Policy (what to compress, how to store) lives in the container crate.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use log::{error, warn};
+use squeezefs_container::{Container, FileStorage, Options};
+
+use crate::inode::{Inode, Inodes, OpenFile};
+use crate::sys;
+
+const TTL: Duration = Duration::from_secs(1);
+
+pub struct SqueezeFs {
+    inodes: Inodes,
+    opts: Options,
+    read_only: bool,
+    /// Directory handles: a snapshot of the entries taken at opendir.
+    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<(Vec<u8>, FileType)>>>>,
+    next_fh: AtomicU64,
+    /// Running as root: new files are given to the caller with chown.
+    as_root: bool,
+}
+
+fn errno(e: io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dtype_kind(d: u8) -> FileType {
+    match d {
+        libc::DT_DIR => FileType::Directory,
+        libc::DT_LNK => FileType::Symlink,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-sec) as u64) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut s = -(d.as_secs() as i64);
+                    let mut n = -(d.subsec_nanos() as i64);
+                    if n < 0 {
+                        s -= 1;
+                        n += 1_000_000_000;
+                    }
+                    (s, n)
+                }
+            };
+            libc::timespec { tv_sec: sec, tv_nsec: nsec }
+        }
+    }
+}
+
+impl SqueezeFs {
+    pub fn new(backing: &Path, opts: Options, read_only: bool) -> io::Result<SqueezeFs> {
+        let root = sys::open_root(backing)?;
+        let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root))?;
+        Ok(SqueezeFs {
+            inodes: Inodes::new(root, &st),
+            opts,
+            read_only,
+            dirs: Mutex::new(Default::default()),
+            next_fh: AtomicU64::new(1),
+            as_root: unsafe { libc::geteuid() } == 0,
+        })
+    }
+
+    fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        self.inodes.get(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    /// A path for log lines: where the inode lives in the backing directory.
+    fn describe(inode: &Inode) -> String {
+        std::fs::read_link(format!("/proc/self/fd/{}", inode.raw()))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
+    }
+
+    fn container_error(inode: &Inode, what: &str, e: squeezefs_container::Error) -> Errno {
+        if e.is_corruption() {
+            error!("{}: {what}: {e}", Self::describe(inode));
+        } else {
+            warn!("{}: {what}: {e}", Self::describe(inode));
+        }
+        Errno::from_i32(e.errno())
+    }
+
+    fn open_container(&self, inode: &Inode) -> Result<Container<FileStorage>, Errno> {
+        let file = if self.read_only {
+            sys::reopen(inode.raw(), libc::O_RDONLY)
+        } else {
+            sys::reopen(inode.raw(), libc::O_RDWR).or_else(|e| match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => sys::reopen(inode.raw(), libc::O_RDONLY),
+                _ => Err(e),
+            })
+        }
+        .map_err(errno)?;
+        Container::open(FileStorage::new(file), self.opts).map_err(|e| Self::container_error(inode, "open", e))
+    }
+
+    /// Runs `f` on the file's container: the shared open one, or a temporary one that is
+    /// flushed and closed afterwards.
+    fn with_container<T>(
+        &self,
+        inode: &Inode,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        let mut open = inode.open.lock().unwrap();
+        if let Some(of) = open.as_mut() {
+            return f(&mut of.container).map_err(|e| Self::container_error(inode, what, e));
+        }
+        drop(open);
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c).map_err(|e| Self::container_error(inode, what, e))?;
+        c.flush().map_err(|e| Self::container_error(inode, "flush", e))?;
+        *inode.size_cache.lock().unwrap() = c.size().ok();
+        Ok(r)
+    }
+
+    fn logical_size(&self, inode: &Inode) -> Result<u64, Errno> {
+        if let Some(of) = inode.open.lock().unwrap().as_ref() {
+            return of.container.size().map_err(|e| Self::container_error(inode, "size", e));
+        }
+        if let Some(s) = *inode.size_cache.lock().unwrap() {
+            return Ok(s);
+        }
+        let c = self.open_container(inode)?;
+        let s = c.size().map_err(|e| Self::container_error(inode, "size", e))?;
+        *inode.size_cache.lock().unwrap() = Some(s);
+        Ok(s)
+    }
+
+    fn attr(&self, ino: u64, inode: &Inode) -> Result<FileAttr, Errno> {
+        let st = sys::fstat(inode.raw()).map_err(errno)?;
+        let size = if inode.is_reg { self.logical_size(inode)? } else { st.st_size as u64 };
+        Ok(FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: st.st_blocks as u64,
+            atime: time(st.st_atime, st.st_atime_nsec),
+            mtime: time(st.st_mtime, st.st_mtime_nsec),
+            ctime: time(st.st_ctime, st.st_ctime_nsec),
+            crtime: UNIX_EPOCH,
+            kind: kind_of(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+
+    fn lookup_name(&self, parent: &Inode, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
+        let c = sys::cstr(name).map_err(errno)?;
+        let fd = sys::open_path(parent.raw(), &c).map_err(errno)?;
+        let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
+        let (ino, inode) = self.inodes.insert(fd, &st);
+        match self.attr(ino, &inode) {
+            Ok(a) => Ok((ino, a)),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives a newly created entry to the caller (the daemon creates as itself).
+    fn chown_new(&self, req: &Request, parent: &Inode, dir: &Inode, name: &OsStr) -> Result<(), Errno> {
+        if !self.as_root {
+            return Ok(());
+        }
+        let pst = sys::fstat(parent.raw()).map_err(errno)?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 { pst.st_gid } else { req.gid() };
+        let c = sys::cstr(name).map_err(errno)?;
+        let fd = sys::open_path(dir.raw(), &c).map_err(errno)?;
+        sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
+    }
+
+    fn check_writable(&self) -> Result<(), Errno> {
+        if self.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn new_entry(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry, make: impl FnOnce(&Inode, &std::ffi::CStr) -> io::Result<()>) {
+        let r = (|| {
+            self.check_writable()?;
+            let p = self.inode(parent)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            make(&p, &c).map_err(errno)?;
+            if let Err(e) = self.chown_new(req, &p, &p, name) {
+                let _ = sys::unlinkat(p.raw(), &c, 0).or_else(|_| sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR));
+                return Err(e);
+            }
+            self.lookup_name(&p, name)
+        })();
+        match r {
+            Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Flushes every open file (unmount).
+    pub fn flush_all(&self) {
+        for inode in self.inodes.all() {
+            if let Some(of) = inode.open.lock().unwrap().as_mut() {
+                if let Err(e) = of.container.fsync() {
+                    error!("{}: flush at unmount failed: {e}", Self::describe(&inode));
+                }
+            }
+        }
+    }
+}
+
+impl Filesystem for SqueezeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        if !self.read_only {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let have = config.capabilities();
+        let _ = config.add_capabilities(want & have);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.flush_all();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.inode(parent).and_then(|p| self.lookup_name(&p, name)) {
+            Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.inode(ino).and_then(|i| self.attr(ino.0, &i)) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = (|| {
+            self.check_writable()?;
+            let inode = self.inode(ino)?;
+            if let Some(m) = mode {
+                sys::chmod(inode.raw(), m & 0o7777).map_err(errno)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                sys::chown(inode.raw(), uid, gid).map_err(errno)?;
+            }
+            if let Some(s) = size {
+                if !inode.is_reg {
+                    return Err(if inode.is_dir { Errno::EISDIR } else { Errno::EINVAL });
+                }
+                self.with_container(&inode, |c| c.set_size(s), "truncate")?;
+                // The backing file's mtime/ctime follow a size change like a kernel
+                // filesystem's do (the kernel may also send explicit times).
+                if mtime.is_none() {
+                    let now = timespec(Some(TimeOrNow::Now));
+                    sys::utimens(inode.raw(), false, timespec(None), now).map_err(errno)?;
+                }
+            }
+            if atime.is_some() || mtime.is_some() {
+                sys::utimens(inode.raw(), inode.is_symlink, timespec(atime), timespec(mtime)).map_err(errno)?;
+            }
+            self.attr(ino.0, &inode)
+        })();
+        match r {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.inode(ino).and_then(|i| sys::readlink(i.raw()).map_err(errno)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let mode = mode & !umask;
+        if mode & libc::S_IFMT == libc::S_IFREG {
+            // A regular file made by mknod is an empty container, like any other.
+            return self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p.raw(), c, mode, 0));
+        }
+        self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p.raw(), c, mode, rdev as u64));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.new_entry(req, parent, name, reply, |p, c| sys::mkdirat(p.raw(), c, mode & !umask));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let p = self.inode(parent)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            sys::unlinkat(p.raw(), &c, 0).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let p = self.inode(parent)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let t = match sys::cstr(target.as_os_str()) {
+            Ok(t) => t,
+            Err(e) => return reply.error(errno(e)),
+        };
+        self.new_entry(req, parent, link_name, reply, |p, c| sys::symlinkat(&t, p.raw(), c));
+    }
+
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let p = self.inode(parent)?;
+            let np = self.inode(newparent)?;
+            let a = sys::cstr(name).map_err(errno)?;
+            let b = sys::cstr(newname).map_err(errno)?;
+            sys::renameat2(p.raw(), &a, np.raw(), &b, flags.bits()).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            self.check_writable()?;
+            let inode = self.inode(ino)?;
+            let np = self.inode(newparent)?;
+            let c = sys::cstr(newname).map_err(errno)?;
+            sys::linkat(inode.raw(), np.raw(), &c).map_err(errno)?;
+            self.lookup_name(&np, newname)
+        })();
+        match r {
+            Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let inode = self.inode(ino)?;
+            if !inode.is_reg {
+                return Err(Errno::EINVAL);
+            }
+            let acc = flags.0 & libc::O_ACCMODE;
+            if self.read_only && acc != libc::O_RDONLY {
+                return Err(Errno::EROFS);
+            }
+            let mut open = inode.open.lock().unwrap();
+            match open.as_mut() {
+                Some(of) => of.handles += 1,
+                None => {
+                    let c = self.open_container(&inode)?;
+                    *open = Some(OpenFile { container: c, handles: 1 });
+                }
+            }
+            if flags.0 & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
+                let of = open.as_mut().expect("just opened");
+                of.container.set_size(0).map_err(|e| Self::container_error(&inode, "truncate", e))?;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyData) {
+        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.read(offset, size as usize), "read"));
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyWrite) {
+        let r = (|| {
+            self.check_writable()?;
+            let i = self.inode(ino)?;
+            self.with_container(&i, |c| c.write(offset, data), "write")
+        })();
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.flush(), "flush"));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lo: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let r = (|| {
+            let inode = self.inode(ino)?;
+            let mut open = inode.open.lock().unwrap();
+            let Some(of) = open.as_mut() else {
+                return Ok(());
+            };
+            of.handles -= 1;
+            if of.handles > 0 {
+                return Ok(());
+            }
+            // Last handle: write everything out and drop the state (and its memory).
+            let res = of.container.flush();
+            *inode.size_cache.lock().unwrap() = of.container.size().ok();
+            *open = None;
+            res.map_err(|e| Self::container_error(&inode, "flush at close", e))
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.fsync(), "fsync"));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = (|| {
+            let inode = self.inode(ino)?;
+            let entries = sys::read_dir(inode.raw()).map_err(errno)?;
+            let list: Vec<(Vec<u8>, FileType)> = entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
+            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.dirs.lock().unwrap().insert(fh, Arc::new(list));
+            Ok(fh)
+        })();
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        // Offsets: 1 = ".", 2 = "..", 3.. = entries.
+        let mut off = offset;
+        while off < 2 {
+            let name = if off == 0 { "." } else { ".." };
+            if reply.add(ino, off + 1, FileType::Directory, name) {
+                return reply.ok();
+            }
+            off += 1;
+        }
+        for (i, (name, kind)) in list.iter().enumerate().skip((off - 2) as usize) {
+            // The inode number in a readdir entry is informational; lookup gives the real one.
+            if reply.add(INodeNo(u64::MAX), i as u64 + 3, *kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        match self.inode(ino).and_then(|i| sys::fsync_path(i.raw(), datasync).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.inode(INodeNo(1)).and_then(|r| sys::statvfs(r.raw()).map_err(errno)) {
+            Ok(s) => reply.statfs(s.f_blocks, s.f_bfree, s.f_bavail, s.f_files, s.f_ffree, s.f_bsize as u32, s.f_namemax as u32, s.f_frsize as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let i = self.inode(ino)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            sys::xattr_set(i.raw(), &c, value, flags).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = (|| {
+            let i = self.inode(ino)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            if size == 0 {
+                return sys::xattr_get(i.raw(), &c, 0).map(|v| Err(v.len())).or_else(|_| {
+                    // Size query: ask with a buffer large enough for any value.
+                    let v = sys::xattr_get(i.raw(), &c, 65536)?;
+                    Ok(Err(v.len()))
+                }).map_err(errno);
+            }
+            sys::xattr_get(i.raw(), &c, size as usize).map(Ok).map_err(errno)
+        })();
+        match r {
+            Ok(Ok(v)) => reply.data(&v),
+            Ok(Err(n)) => reply.size(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.inode(ino).and_then(|i| sys::xattr_list(i.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno));
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let i = self.inode(ino)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            sys::xattr_remove(i.raw(), &c).map_err(errno)
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (default_permissions); existence is ours.
+        match self.inode(ino) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let r = (|| {
+            self.check_writable()?;
+            let p = self.inode(parent)?;
+            let c = sys::cstr(name).map_err(errno)?;
+            let excl = flags & libc::O_EXCL != 0;
+            let mode = (mode & !umask) & 0o7777;
+            match sys::mknodat(p.raw(), &c, libc::S_IFREG | mode, 0) {
+                Ok(()) => self.chown_new(req, &p, &p, name)?,
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {}
+                Err(e) => return Err(errno(e)),
+            }
+            let (ino, attr) = self.lookup_name(&p, name)?;
+            let inode = self.inodes.get(ino).ok_or(Errno::ESTALE)?;
+            if !inode.is_reg {
+                self.inodes.forget(ino, 1);
+                return Err(Errno::EISDIR);
+            }
+            let mut open = inode.open.lock().unwrap();
+            match open.as_mut() {
+                Some(of) => of.handles += 1,
+                None => {
+                    let c = self.open_container(&inode)?;
+                    *open = Some(OpenFile { container: c, handles: 1 });
+                }
+            }
+            if flags & libc::O_TRUNC != 0 {
+                let of = open.as_mut().expect("open");
+                of.container.set_size(0).map_err(|e| Self::container_error(&inode, "truncate", e))?;
+            }
+            drop(open);
+            let attr = self.attr(ino, &inode).unwrap_or(attr);
+            Ok(attr)
+        })();
+        match r {
+            Ok(attr) => reply.created(&TTL, &attr, Generation(0), FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let r = (|| {
+            self.check_writable()?;
+            let i = self.inode(ino)?;
+            let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+            let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+            let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+            let zero = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+            let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+            if mode & !known != 0 || (punch && !keep) || (punch && zero) {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            self.with_container(&i, |c| {
+                if punch || zero {
+                    c.punch_hole(offset, length)?;
+                }
+                // Plain allocation reserves nothing (extents are allocated when written,
+                // compressed); it only grows the file unless KEEP_SIZE.
+                if !keep && end > c.size()? {
+                    c.set_size(end)?;
+                }
+                Ok(())
+            }, "fallocate")
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let r = (|| {
+            let i = self.inode(ino)?;
+            if offset < 0 {
+                return Err(Errno::EINVAL);
+            }
+            let off = offset as u64;
+            let found = match whence {
+                libc::SEEK_DATA => self.with_container(&i, |c| c.seek_data(off), "lseek")?,
+                libc::SEEK_HOLE => self.with_container(&i, |c| c.seek_hole(off), "lseek")?,
+                _ => return Err(Errno::EINVAL),
+            };
+            found.map(|o| o as i64).ok_or(Errno::ENXIO)
+        })();
+        match r {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(e),
+        }
+    }
+}
