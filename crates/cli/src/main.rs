@@ -68,7 +68,10 @@ fn main() -> ExitCode {
             }
             if !backing.exists() {
                 if let Err(e) = std::fs::create_dir_all(&backing) {
-                    eprintln!("squeezefs: cannot create backing directory {}: {e}", backing.display());
+                    eprintln!(
+                        "squeezefs: cannot create backing directory {}: {e}",
+                        backing.display()
+                    );
                     return ExitCode::FAILURE;
                 }
             }
@@ -79,7 +82,11 @@ fn main() -> ExitCode {
 
 fn run_mount(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) -> ExitCode {
     let fail = |e: std::io::Error| {
-        eprintln!("squeezefs: mounting {} at {} failed: {e}", backing.display(), mountpoint.display());
+        eprintln!(
+            "squeezefs: mounting {} at {} failed: {e}",
+            backing.display(),
+            mountpoint.display()
+        );
         ExitCode::FAILURE
     };
     if !daemon {

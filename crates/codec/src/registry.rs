@@ -13,13 +13,7 @@ pub trait Codec: Send + Sync {
     /// Returns `Ok(false)` when the result would not fit in `limit` bytes: the caller then
     /// stores the data raw. Implementations stop early instead of producing more than
     /// `limit` bytes where the library allows it.
-    fn compress(
-        &self,
-        level: i32,
-        src: &[u8],
-        dst: &mut Vec<u8>,
-        limit: usize,
-    ) -> Result<bool, CodecError>;
+    fn compress(&self, level: i32, src: &[u8], dst: &mut Vec<u8>, limit: usize) -> Result<bool, CodecError>;
 
     /// Decompresses `src` into exactly `dst.len()` bytes. Input that does not decode to
     /// exactly that many bytes is [`CodecError::Corrupt`]; nothing is allocated from
@@ -45,12 +39,7 @@ pub fn codec(alg: Algorithm) -> &'static dyn Codec {
 }
 
 /// Compresses with `spec`; see [`Codec::compress`].
-pub fn compress(
-    spec: CodecSpec,
-    src: &[u8],
-    dst: &mut Vec<u8>,
-    limit: usize,
-) -> Result<bool, CodecError> {
+pub fn compress(spec: CodecSpec, src: &[u8], dst: &mut Vec<u8>, limit: usize) -> Result<bool, CodecError> {
     codec(spec.alg).compress(spec.level, src, dst, limit)
 }
 
@@ -116,8 +105,7 @@ mod tests {
                 assert!(fits, "{spec} input {i}: did not fit in a generous bound");
                 assert!(out.len() <= limit);
                 let mut back = vec![0xAAu8; input.len()];
-                decompress(spec.alg, &out, &mut back)
-                    .unwrap_or_else(|e| panic!("{spec} input {i}: {e}"));
+                decompress(spec.alg, &out, &mut back).unwrap_or_else(|e| panic!("{spec} input {i}: {e}"));
                 assert!(back == *input, "{spec} input {i}: round trip differs");
             }
         }
@@ -135,7 +123,10 @@ mod tests {
         // Source text saves more than the 12.5 % the container asks for, with every real codec.
         let text = &corpus[4];
         // (zstd-fast:100 and beyond trade almost all ratio for speed, so they are left out.)
-        for spec in every_spec().into_iter().filter(|s| s.alg != Algorithm::None && s.level >= -10) {
+        for spec in every_spec()
+            .into_iter()
+            .filter(|s| s.alg != Algorithm::None && s.level >= -10)
+        {
             let mut out = Vec::new();
             let limit = text.len() * 7 / 8;
             assert!(compress(spec, text, &mut out, limit).unwrap(), "{spec}");
@@ -157,7 +148,10 @@ mod tests {
             // Truncated payload.
             if !out.is_empty() {
                 let mut dst = vec![0u8; text.len()];
-                assert!(decompress(spec.alg, &out[..out.len() / 2], &mut dst).is_err(), "{spec}: truncated");
+                assert!(
+                    decompress(spec.alg, &out[..out.len() / 2], &mut dst).is_err(),
+                    "{spec}: truncated"
+                );
             }
             // Flipped bytes: must not panic; may or may not be detected (the container's
             // checksum is what detects corruption).

@@ -57,7 +57,9 @@ impl Codec for ZlibCodec {
                 alg: Algorithm::Zlib,
                 detail,
             };
-            let n = d.zlib_decompress(src, dst).map_err(|e| corrupt(format!("{e:?}")))?;
+            let n = d
+                .zlib_decompress(src, dst)
+                .map_err(|e| corrupt(format!("{e:?}")))?;
             if n != dst.len() {
                 return Err(corrupt(format!("decoded {n} bytes, expected {}", dst.len())));
             }

@@ -51,6 +51,9 @@ const MAX_DIRTY_BYTES: usize = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
 const MAX_SIZE: u64 = 1 << 50;
 
+/// A verified copy of an extent: its header and payload.
+type Copy = (ExtentHeader, Vec<u8>);
+
 /// What is known about an extent's two halves on disk.
 #[derive(Clone, Copy, Debug, Default)]
 struct DiskState {
@@ -402,7 +405,11 @@ impl<S: Storage> Container<S> {
             if want_data && !p.is_known(idx) && !p.is_stale(idx) {
                 // Let the host skip its holes: the next extent with anything on disk, or
                 // the next one in memory, whichever comes first.
-                let in_memory = p.exts.range(idx..).find(|(_, e)| e.data.is_some()).map(|(i, _)| *i);
+                let in_memory = p
+                    .exts
+                    .range(idx..)
+                    .find(|(_, e)| e.data.is_some())
+                    .map(|(i, _)| *i);
                 let on_disk = self
                     .storage
                     .next_data(half_offset(p.shift, idx, 0))?
@@ -504,7 +511,7 @@ impl Packed {
 
     /// Reads both halves of extent `idx` and picks the newest fully valid copy.
     /// Returns the disk state and, when there is a copy, its header and payload.
-    fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<(ExtentHeader, Vec<u8>)>)> {
+    fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<Copy>)> {
         let mut candidates = Vec::new();
         let mut state = DiskState::default();
         let mut damage = Vec::new();
@@ -531,7 +538,11 @@ impl Packed {
         let mut chosen = None;
         for (half, h) in candidates.iter() {
             let mut payload = vec![0u8; h.stored_len as usize];
-            let n = read_full(st, &mut payload, half_offset(self.shift, idx, *half) + EXTENT_HEADER_LEN as u64)?;
+            let n = read_full(
+                st,
+                &mut payload,
+                half_offset(self.shift, idx, *half) + EXTENT_HEADER_LEN as u64,
+            )?;
             if n == payload.len() && payload_ok(h, &payload) {
                 chosen = Some((*half, *h, payload));
                 break;
@@ -618,7 +629,7 @@ impl Packed {
     fn grow<S: Storage>(&mut self, st: &S, new_size: u64) -> Result<()> {
         let old = self.size;
         let e = self.extent_len() as u64;
-        if old % e != 0 {
+        if !old.is_multiple_of(e) {
             // The old tail extent may hold garbage past the old end on disk: load it
             // (masked at the old size) and rewrite it.
             let idx = old / e;
@@ -640,7 +651,7 @@ impl Packed {
         if keep < self.stale_from.unwrap_or(u64::MAX) {
             self.stale_from = Some(keep);
         }
-        if new_size % e != 0 {
+        if !new_size.is_multiple_of(e) {
             if let Some(ext) = self.exts.get_mut(&(new_size / e)) {
                 if let Some(d) = ext.data.as_mut() {
                     d[(new_size % e) as usize..].fill(0);
@@ -909,7 +920,12 @@ impl Packed {
                 }
             }
         }
-        let dirty: Vec<u64> = self.exts.iter().filter(|(_, x)| x.dirty).map(|(i, _)| *i).collect();
+        let dirty: Vec<u64> = self
+            .exts
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect();
         if !dirty.is_empty() {
             self.write_extents(st, &dirty)?;
             wrote = true;
@@ -962,7 +978,12 @@ impl Packed {
 
     /// Writes the superblock to the half that does not hold the last durable copy, then
     /// removes extents past what it describes once it is durable.
-    fn write_superblock<S: Storage>(&mut self, st: &S, inline: Option<(Algorithm, Vec<u8>)>, synced: bool) -> Result<()> {
+    fn write_superblock<S: Storage>(
+        &mut self,
+        st: &S,
+        inline: Option<(Algorithm, Vec<u8>)>,
+        synced: bool,
+    ) -> Result<()> {
         if !synced && self.sb_unknown {
             st.sync_data()?;
             self.synced(st)?;
@@ -991,7 +1012,11 @@ impl Packed {
         self.sb_inline = is_inline;
         // Extents past the end (or all of them, for an inline file) go once the
         // superblock that no longer needs them is durable.
-        let needed = if is_inline { DATA_START } else { half_offset(self.shift, self.extent_count(), 0) };
+        let needed = if is_inline {
+            DATA_START
+        } else {
+            half_offset(self.shift, self.extent_count(), 0)
+        };
         if st.len()? > needed {
             st.sync_data()?;
             self.synced(st)?;
@@ -1010,11 +1035,10 @@ impl Packed {
         let shift = self.shift;
         for (idx, e) in self.exts.iter_mut() {
             if let Some(d) = e.disk.as_mut() {
-                if d.cur.is_some() {
+                if let Some((h, _)) = d.cur {
                     d.durable = true;
                     d.ambiguous = false;
                     if d.other_dirty {
-                        let (h, _) = d.cur.expect("checked");
                         st.punch(half_offset(shift, *idx, 1 - h), slot_size(shift))?;
                         d.other_dirty = false;
                     }

@@ -10,7 +10,9 @@ use crate::format::{ExtentHeader, BLOCK, EXTENT_HEADER_LEN};
 /// compressed size could (tiny extents are stored raw).
 pub fn compressed_limit(logical: usize) -> Option<usize> {
     let raw_on_disk = (EXTENT_HEADER_LEN + logical).div_ceil(BLOCK as usize) * BLOCK as usize;
-    let block_rule = raw_on_disk.checked_sub(BLOCK as usize)?.checked_sub(EXTENT_HEADER_LEN)?;
+    let block_rule = raw_on_disk
+        .checked_sub(BLOCK as usize)?
+        .checked_sub(EXTENT_HEADER_LEN)?;
     let ratio_rule = logical - logical / 8;
     let limit = block_rule.min(ratio_rule);
     (limit > 0).then_some(limit)
@@ -115,7 +117,12 @@ mod tests {
 
     #[test]
     fn text_is_compressed() {
-        let data: Vec<u8> = b"squeezefs compresses text. ".iter().cycle().take(131072).copied().collect();
+        let data: Vec<u8> = b"squeezefs compresses text. "
+            .iter()
+            .cycle()
+            .take(131072)
+            .copied()
+            .collect();
         let half = encode_half(CodecSpec::DEFAULT, 0, 1, &data);
         assert!(half.len() < 4096);
         let h = ExtentHeader::decode(&half[..EXTENT_HEADER_LEN], 0, 17).unwrap();

@@ -300,11 +300,22 @@ mod tests {
         };
         let b = h.encode();
         assert_eq!(ExtentHeader::decode(&b, 42, 17).unwrap(), h);
-        assert_eq!(ExtentHeader::decode(&b, 43, 17), Err(FormatError::Field("extent index")));
+        assert_eq!(
+            ExtentHeader::decode(&b, 43, 17),
+            Err(FormatError::Field("extent index"))
+        );
         // A header claiming a 4 GiB extent is refused before any allocation.
-        let huge = ExtentHeader { logical_len: u32::MAX, ..h }.encode();
+        let huge = ExtentHeader {
+            logical_len: u32::MAX,
+            ..h
+        }
+        .encode();
         assert!(ExtentHeader::decode(&huge, 42, 17).is_err());
-        let huge = ExtentHeader { stored_len: u32::MAX, ..h }.encode();
+        let huge = ExtentHeader {
+            stored_len: u32::MAX,
+            ..h
+        }
+        .encode();
         assert!(ExtentHeader::decode(&huge, 42, 17).is_err());
         for i in 0..b.len() {
             let mut bad = b;

@@ -21,11 +21,7 @@ pub enum Error {
     Io(#[from] io::Error),
     /// An extent's header or payload failed validation and no valid copy is left.
     #[error("extent {index} (file offset {offset}) is damaged: {detail}")]
-    CorruptExtent {
-        index: u64,
-        offset: u64,
-        detail: String,
-    },
+    CorruptExtent { index: u64, offset: u64, detail: String },
     /// Neither superblock copy is valid.
     #[error("container superblock is damaged: {0}")]
     CorruptSuperblock(String),

@@ -53,7 +53,7 @@ pub struct MemDisk {
 }
 
 fn crashed() -> io::Error {
-    io::Error::new(io::ErrorKind::Other, "simulated crash")
+    io::Error::other("simulated crash")
 }
 
 impl MemDisk {
@@ -87,7 +87,7 @@ impl MemDisk {
         let g = self.inner.lock().unwrap();
         let mut data = g.durable.clone();
         for op in &g.pending {
-            if rand() % 2 == 0 {
+            if rand().is_multiple_of(2) {
                 apply(&mut data, op);
             }
         }
@@ -98,7 +98,7 @@ impl MemDisk {
                     apply(&mut data, &Op::Write(*off, buf[..cut].to_vec()));
                 }
                 other => {
-                    if rand() % 2 == 0 {
+                    if rand().is_multiple_of(2) {
                         apply(&mut data, other);
                     }
                 }
@@ -198,7 +198,9 @@ mod tests {
         let mut x = 1u64;
         for _ in 0..200 {
             let r = d.reboot(|| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 x >> 33
             });
             seen.insert(r.contents());
@@ -206,9 +208,9 @@ mod tests {
         for s in &seen {
             assert!(s.starts_with(b"hel") || s.starts_with(b"Jel"), "{s:?}");
         }
-        assert!(seen.contains(&b"hello".to_vec()));
-        assert!(seen.contains(&b"Jello".to_vec()));
-        assert!(seen.contains(&b"Jelxx".to_vec()));
-        assert!(seen.contains(&b"helxo".to_vec()));
+        assert!(seen.contains(b"hello".as_slice()));
+        assert!(seen.contains(b"Jello".as_slice()));
+        assert!(seen.contains(b"Jelxx".as_slice()));
+        assert!(seen.contains(b"helxo".as_slice()));
     }
 }

@@ -9,6 +9,7 @@ use std::os::unix::io::AsRawFd;
 
 /// Positioned I/O on one backing file. Methods take `&self` so extents can be written from
 /// several threads at once (pwrite is safe to call concurrently on distinct ranges).
+#[allow(clippy::len_without_is_empty)] // a file length, not a collection
 pub trait Storage: Send + Sync {
     /// Reads up to `buf.len()` bytes at `off`; returns the bytes read, short only at EOF.
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize>;

@@ -9,10 +9,21 @@ use squeezefs_container::{Container, Error, Options};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { off: u64, len: usize, kind: u8, seed: u8 },
-    Read { off: u64, len: usize },
+    Write {
+        off: u64,
+        len: usize,
+        kind: u8,
+        seed: u8,
+    },
+    Read {
+        off: u64,
+        len: usize,
+    },
     SetSize(u64),
-    Punch { off: u64, len: u64 },
+    Punch {
+        off: u64,
+        len: u64,
+    },
     Flush,
     Fsync,
     Reopen,
@@ -90,7 +101,12 @@ fn apply_model(model: &mut Vec<u8>, op: &Op) {
 }
 
 /// Runs `op` on the container; `Ok(Some(bytes))` for reads.
-fn apply_container(c: &mut Container<MemDisk>, disk: &MemDisk, opts: Options, op: &Op) -> Result<Option<Vec<u8>>, Error> {
+fn apply_container(
+    c: &mut Container<MemDisk>,
+    disk: &MemDisk,
+    opts: Options,
+    op: &Op,
+) -> Result<Option<Vec<u8>>, Error> {
     match op {
         Op::Write { off, len, kind, seed } => c.write(*off, &payload(*len, *kind, *seed)).map(|_| None),
         Op::Read { off, len } => c.read(*off, *len).map(Some),
@@ -256,7 +272,10 @@ proptest! {
 fn fsynced_content_survives_every_crash_point() {
     for crash_at in 0..40u64 {
         let disk = MemDisk::new();
-        let opts = Options { codec: "zstd:1".parse().unwrap(), extent_shift: 12 };
+        let opts = Options {
+            codec: "zstd:1".parse().unwrap(),
+            extent_shift: 12,
+        };
         let mut c = Container::open(disk.clone(), opts).unwrap();
         let a = payload(20_000, 0, 1);
         c.write(0, &a).unwrap();
@@ -270,7 +289,12 @@ fn fsynced_content_survives_every_crash_point() {
         let _ = c.flush();
         for seed in 1..20u64 {
             let mut r = seed;
-            let d2 = disk.reboot(|| { r ^= r << 13; r ^= r >> 7; r ^= r << 17; r });
+            let d2 = disk.reboot(|| {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                r
+            });
             let mut c2 = Container::open(d2, opts).unwrap();
             let size = c2.size().unwrap();
             assert!([20_000, 30_000, 7000].contains(&size), "size {size}");
@@ -322,7 +346,10 @@ fn plain_files_are_served_as_they_are() {
 fn corrupt_payload_is_an_error_naming_the_extent_and_others_still_read() {
     use squeezefs_container::Storage;
     let disk = MemDisk::new();
-    let opts = Options { codec: "zstd:3".parse().unwrap(), extent_shift: 12 };
+    let opts = Options {
+        codec: "zstd:3".parse().unwrap(),
+        extent_shift: 12,
+    };
     let mut c = Container::open(disk.clone(), opts).unwrap();
     let data = payload(4 * 4096, 0, 9);
     c.write(0, &data).unwrap();
@@ -330,14 +357,22 @@ fn corrupt_payload_is_an_error_naming_the_extent_and_others_still_read() {
     // Flip a payload byte of extent 2's current half.
     let off = squeezefs_container::format::half_offset(12, 2, 0);
     let contents = disk.contents();
-    let half = if contents[off as usize..off as usize + 4] == *b"SQZE" { 0 } else { 1 };
+    let half = if contents[off as usize..off as usize + 4] == *b"SQZE" {
+        0
+    } else {
+        1
+    };
     let off = squeezefs_container::format::half_offset(12, 2, half) + 50;
     let mut b = [0u8; 1];
     disk.read_at(&mut b, off).unwrap();
     disk.write_at(&[b[0] ^ 0xff], off).unwrap();
     let mut c = Container::open(disk, opts).unwrap();
     match c.read(2 * 4096, 10) {
-        Err(Error::CorruptExtent { index: 2, offset: 8192, .. }) => {}
+        Err(Error::CorruptExtent {
+            index: 2,
+            offset: 8192,
+            ..
+        }) => {}
         other => panic!("expected a corruption error for extent 2, got {other:?}"),
     }
     assert_eq!(c.read(0, 8192).unwrap(), &data[..8192]);

@@ -88,7 +88,9 @@ impl MountConfig {
                     self.codec = CodecSpec::DEFAULT;
                     self.force = false;
                 }
-                ("extent_size", Some(v)) | ("extent-size", Some(v)) => self.extent_shift = parse_extent_size(v)?,
+                ("extent_size", Some(v)) | ("extent-size", Some(v)) => {
+                    self.extent_shift = parse_extent_size(v)?
+                }
                 ("allow_other", None) => self.allow_other = true,
                 ("default_permissions", None) => self.default_permissions = true,
                 ("ro", None) => self.read_only = true,
@@ -116,7 +118,8 @@ impl MountConfig {
 
     fn fuse_config(&self, backing: &Path) -> Config {
         let mut c = Config::default();
-        c.mount_options.push(MountOption::FSName(format!("squeezefs:{}", backing.display())));
+        c.mount_options
+            .push(MountOption::FSName(format!("squeezefs:{}", backing.display())));
         c.mount_options.push(MountOption::Subtype("squeezefs".into()));
         if self.default_permissions {
             c.mount_options.push(MountOption::DefaultPermissions);
@@ -136,7 +139,11 @@ impl MountConfig {
                 _ => MountOption::CUSTOM(o.clone()),
             });
         }
-        c.acl = if self.allow_other { SessionACL::All } else { SessionACL::Owner };
+        c.acl = if self.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
         c.n_threads = Some(std::thread::available_parallelism().map_or(2, |n| n.get()).max(2) * 2);
         c.clone_fd = true;
         c
@@ -149,11 +156,18 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
     let meta = std::fs::metadata(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
     if !meta.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a directory", backing.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a directory", backing.display()),
+        ));
     }
     let probe = backing.join(format!(".squeezefs-probe-{}", std::process::id()));
     let result = (|| {
-        let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&probe)?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&probe)?;
         use std::os::unix::fs::FileExt;
         f.write_all_at(&[1u8; 16384], 0)?;
         let s = squeezefs_container::FileStorage::new(f);
@@ -173,12 +187,47 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
     })
 }
 
+/// One O_PATH fd is held per inode the kernel remembers, so the soft limit on open files
+/// (often 1024) is raised to the hard limit, as libfuse's passthrough_hp does.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            // Root may raise the hard limit too, up to fs.nr_open.
+            if libc::geteuid() == 0 {
+                let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(1 << 20);
+                lim.rlim_max = lim.rlim_max.max(nr_open.min(1 << 20) as libc::rlim_t);
+            }
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                log::warn!(
+                    "could not raise the open-file limit: {}",
+                    io::Error::last_os_error()
+                );
+            }
+        }
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < 65536 {
+            log::warn!(
+                "open-file limit is {}: large trees may hit EMFILE (raise `ulimit -n`)",
+                lim.rlim_cur
+            );
+        }
+    }
+}
+
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
 pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
     if !cfg.read_only {
         check_backing(&backing)?;
     }
+    raise_fd_limit();
     let fs = SqueezeFs::new(&backing, cfg.container_options(), cfg.read_only)?;
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
     let mut unmounter = session.unmount_callable();
@@ -209,14 +258,18 @@ mod tests {
     #[test]
     fn options_parse() {
         let mut c = MountConfig::default();
-        c.apply_options("compress=zstd:9,extent_size=1M,allow_other,noatime,defaults").unwrap();
+        c.apply_options("compress=zstd:9,extent_size=1M,allow_other,noatime,defaults")
+            .unwrap();
         assert_eq!(c.codec, "zstd:9".parse().unwrap());
         assert_eq!(c.extent_shift, 20);
         assert!(c.allow_other && !c.force);
         assert_eq!(c.other, vec!["noatime".to_string()]);
         c.apply_options("compress-force=lz4,ro").unwrap();
         assert!(c.force && c.read_only);
-        assert!(c.apply_options("compress=zstd:99").unwrap_err().contains("accepted"));
+        assert!(c
+            .apply_options("compress=zstd:99")
+            .unwrap_err()
+            .contains("accepted"));
         assert!(c.apply_options("extent_size=3000").is_err());
         assert!(c.apply_options("extent_size=2M").is_err());
         assert_eq!(parse_extent_size("4K").unwrap(), 12);

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options};
@@ -23,12 +23,15 @@ use crate::sys;
 
 const TTL: Duration = Duration::from_secs(1);
 
+/// A directory's entries as read at opendir: name and type.
+type DirList = Vec<(Vec<u8>, FileType)>;
+
 pub struct SqueezeFs {
     inodes: Inodes,
     opts: Options,
     read_only: bool,
     /// Directory handles: a snapshot of the entries taken at opendir.
-    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<(Vec<u8>, FileType)>>>>,
+    dirs: Mutex<std::collections::HashMap<u64, Arc<DirList>>>,
     next_fh: AtomicU64,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
@@ -94,13 +97,18 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
                     (s, n)
                 }
             };
-            libc::timespec { tv_sec: sec, tv_nsec: nsec }
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            }
         }
     }
 }
 
 impl SqueezeFs {
     pub fn new(backing: &Path, opts: Options, read_only: bool) -> io::Result<SqueezeFs> {
+        // Modes arrive already masked with the caller's umask; ours must not mask again.
+        unsafe { libc::umask(0) };
         let root = sys::open_root(backing)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root))?;
         Ok(SqueezeFs {
@@ -138,12 +146,15 @@ impl SqueezeFs {
             sys::reopen(inode.raw(), libc::O_RDONLY)
         } else {
             sys::reopen(inode.raw(), libc::O_RDWR).or_else(|e| match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => sys::reopen(inode.raw(), libc::O_RDONLY),
+                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
+                    sys::reopen(inode.raw(), libc::O_RDONLY)
+                }
                 _ => Err(e),
             })
         }
         .map_err(errno)?;
-        Container::open(FileStorage::new(file), self.opts).map_err(|e| Self::container_error(inode, "open", e))
+        Container::open(FileStorage::new(file), self.opts)
+            .map_err(|e| Self::container_error(inode, "open", e))
     }
 
     /// Runs `f` on the file's container: the shared open one, or a temporary one that is
@@ -168,7 +179,10 @@ impl SqueezeFs {
 
     fn logical_size(&self, inode: &Inode) -> Result<u64, Errno> {
         if let Some(of) = inode.open.lock().unwrap().as_ref() {
-            return of.container.size().map_err(|e| Self::container_error(inode, "size", e));
+            return of
+                .container
+                .size()
+                .map_err(|e| Self::container_error(inode, "size", e));
         }
         if let Some(s) = *inode.size_cache.lock().unwrap() {
             return Ok(s);
@@ -181,7 +195,11 @@ impl SqueezeFs {
 
     fn attr(&self, ino: u64, inode: &Inode) -> Result<FileAttr, Errno> {
         let st = sys::fstat(inode.raw()).map_err(errno)?;
-        let size = if inode.is_reg { self.logical_size(inode)? } else { st.st_size as u64 };
+        let size = if inode.is_reg {
+            self.logical_size(inode)?
+        } else {
+            st.st_size as u64
+        };
         Ok(FileAttr {
             ino: INodeNo(ino),
             size,
@@ -221,7 +239,11 @@ impl SqueezeFs {
             return Ok(());
         }
         let pst = sys::fstat(parent.raw()).map_err(errno)?;
-        let gid = if pst.st_mode & libc::S_ISGID != 0 { pst.st_gid } else { req.gid() };
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            pst.st_gid
+        } else {
+            req.gid()
+        };
         let c = sys::cstr(name).map_err(errno)?;
         let fd = sys::open_path(dir.raw(), &c).map_err(errno)?;
         sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
@@ -235,14 +257,22 @@ impl SqueezeFs {
         }
     }
 
-    fn new_entry(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry, make: impl FnOnce(&Inode, &std::ffi::CStr) -> io::Result<()>) {
+    fn new_entry(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEntry,
+        make: impl FnOnce(&Inode, &std::ffi::CStr) -> io::Result<()>,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::cstr(name).map_err(errno)?;
             make(&p, &c).map_err(errno)?;
             if let Err(e) = self.chown_new(req, &p, &p, name) {
-                let _ = sys::unlinkat(p.raw(), &c, 0).or_else(|_| sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR));
+                let _ =
+                    sys::unlinkat(p.raw(), &c, 0).or_else(|_| sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR));
                 return Err(e);
             }
             self.lookup_name(&p, name)
@@ -329,18 +359,22 @@ impl Filesystem for SqueezeFs {
             }
             if let Some(s) = size {
                 if !inode.is_reg {
-                    return Err(if inode.is_dir { Errno::EISDIR } else { Errno::EINVAL });
+                    return Err(if inode.is_dir {
+                        Errno::EISDIR
+                    } else {
+                        Errno::EINVAL
+                    });
                 }
                 self.with_container(&inode, |c| c.set_size(s), "truncate")?;
                 // The backing file's mtime/ctime follow a size change like a kernel
                 // filesystem's do (the kernel may also send explicit times).
                 if mtime.is_none() {
                     let now = timespec(Some(TimeOrNow::Now));
-                    sys::utimens(inode.raw(), false, timespec(None), now).map_err(errno)?;
+                    sys::utimens(inode.raw(), timespec(None), now).map_err(errno)?;
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                sys::utimens(inode.raw(), inode.is_symlink, timespec(atime), timespec(mtime)).map_err(errno)?;
+                sys::utimens(inode.raw(), timespec(atime), timespec(mtime)).map_err(errno)?;
             }
             self.attr(ino.0, &inode)
         })();
@@ -351,23 +385,39 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.inode(ino).and_then(|i| sys::readlink(i.raw()).map_err(errno)) {
+        match self
+            .inode(ino)
+            .and_then(|i| sys::readlink(i.raw()).map_err(errno))
+        {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
         let mode = mode & !umask;
         if mode & libc::S_IFMT == libc::S_IFREG {
             // A regular file made by mknod is an empty container, like any other.
             return self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p.raw(), c, mode, 0));
         }
-        self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p.raw(), c, mode, rdev as u64));
+        self.new_entry(req, parent, name, reply, |p, c| {
+            sys::mknodat(p.raw(), c, mode, rdev as u64)
+        });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.new_entry(req, parent, name, reply, |p, c| sys::mkdirat(p.raw(), c, mode & !umask));
+        self.new_entry(req, parent, name, reply, |p, c| {
+            sys::mkdirat(p.raw(), c, mode & !umask)
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -401,10 +451,21 @@ impl Filesystem for SqueezeFs {
             Ok(t) => t,
             Err(e) => return reply.error(errno(e)),
         };
-        self.new_entry(req, parent, link_name, reply, |p, c| sys::symlinkat(&t, p.raw(), c));
+        self.new_entry(req, parent, link_name, reply, |p, c| {
+            sys::symlinkat(&t, p.raw(), c)
+        });
     }
 
-    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
@@ -449,12 +510,17 @@ impl Filesystem for SqueezeFs {
                 Some(of) => of.handles += 1,
                 None => {
                     let c = self.open_container(&inode)?;
-                    *open = Some(OpenFile { container: c, handles: 1 });
+                    *open = Some(OpenFile {
+                        container: c,
+                        handles: 1,
+                    });
                 }
             }
             if flags.0 & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
                 let of = open.as_mut().expect("just opened");
-                of.container.set_size(0).map_err(|e| Self::container_error(&inode, "truncate", e))?;
+                of.container
+                    .set_size(0)
+                    .map_err(|e| Self::container_error(&inode, "truncate", e))?;
             }
             Ok(())
         })();
@@ -464,15 +530,38 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyData) {
-        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.read(offset, size as usize), "read"));
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self
+            .inode(ino)
+            .and_then(|i| self.with_container(&i, |c| c.read(offset, size as usize), "read"));
         match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
         }
     }
 
-    fn write(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: WriteFlags,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
@@ -485,14 +574,25 @@ impl Filesystem for SqueezeFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
-        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.flush(), "flush"));
+        let r = self
+            .inode(ino)
+            .and_then(|i| self.with_container(&i, |c| c.flush(), "flush"));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
-    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lo: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let r = (|| {
             let inode = self.inode(ino)?;
             let mut open = inode.open.lock().unwrap();
@@ -516,7 +616,9 @@ impl Filesystem for SqueezeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let r = self.inode(ino).and_then(|i| self.with_container(&i, |c| c.fsync(), "fsync"));
+        let r = self
+            .inode(ino)
+            .and_then(|i| self.with_container(&i, |c| c.fsync(), "fsync"));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -527,7 +629,8 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             let inode = self.inode(ino)?;
             let entries = sys::read_dir(inode.raw()).map_err(errno)?;
-            let list: Vec<(Vec<u8>, FileType)> = entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
+            let list: Vec<(Vec<u8>, FileType)> =
+                entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
             self.dirs.lock().unwrap().insert(fh, Arc::new(list));
             Ok(fh)
@@ -560,26 +663,57 @@ impl Filesystem for SqueezeFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.dirs.lock().unwrap().remove(&fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        match self.inode(ino).and_then(|i| sys::fsync_path(i.raw(), datasync).map_err(errno)) {
+        match self
+            .inode(ino)
+            .and_then(|i| sys::fsync_path(i.raw(), datasync).map_err(errno))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.inode(INodeNo(1)).and_then(|r| sys::statvfs(r.raw()).map_err(errno)) {
-            Ok(s) => reply.statfs(s.f_blocks, s.f_bfree, s.f_bavail, s.f_files, s.f_ffree, s.f_bsize as u32, s.f_namemax as u32, s.f_frsize as u32),
+        match self
+            .inode(INodeNo(1))
+            .and_then(|r| sys::statvfs(r.raw()).map_err(errno))
+        {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
             Err(e) => reply.error(e),
         }
     }
 
-    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
@@ -597,11 +731,14 @@ impl Filesystem for SqueezeFs {
             let i = self.inode(ino)?;
             let c = sys::cstr(name).map_err(errno)?;
             if size == 0 {
-                return sys::xattr_get(i.raw(), &c, 0).map(|v| Err(v.len())).or_else(|_| {
-                    // Size query: ask with a buffer large enough for any value.
-                    let v = sys::xattr_get(i.raw(), &c, 65536)?;
-                    Ok(Err(v.len()))
-                }).map_err(errno);
+                return sys::xattr_get(i.raw(), &c, 0)
+                    .map(|v| Err(v.len()))
+                    .or_else(|_| {
+                        // Size query: ask with a buffer large enough for any value.
+                        let v = sys::xattr_get(i.raw(), &c, 65536)?;
+                        Ok(Err(v.len()))
+                    })
+                    .map_err(errno);
             }
             sys::xattr_get(i.raw(), &c, size as usize).map(Ok).map_err(errno)
         })();
@@ -613,7 +750,9 @@ impl Filesystem for SqueezeFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.inode(ino).and_then(|i| sys::xattr_list(i.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno));
+        let r = self.inode(ino).and_then(|i| {
+            sys::xattr_list(i.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno)
+        });
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) => reply.data(&v),
@@ -642,7 +781,16 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
@@ -665,12 +813,17 @@ impl Filesystem for SqueezeFs {
                 Some(of) => of.handles += 1,
                 None => {
                     let c = self.open_container(&inode)?;
-                    *open = Some(OpenFile { container: c, handles: 1 });
+                    *open = Some(OpenFile {
+                        container: c,
+                        handles: 1,
+                    });
                 }
             }
             if flags & libc::O_TRUNC != 0 {
                 let of = open.as_mut().expect("open");
-                of.container.set_size(0).map_err(|e| Self::container_error(&inode, "truncate", e))?;
+                of.container
+                    .set_size(0)
+                    .map_err(|e| Self::container_error(&inode, "truncate", e))?;
             }
             drop(open);
             let attr = self.attr(ino, &inode).unwrap_or(attr);
@@ -682,7 +835,16 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
@@ -694,17 +856,21 @@ impl Filesystem for SqueezeFs {
             if mode & !known != 0 || (punch && !keep) || (punch && zero) {
                 return Err(Errno::EOPNOTSUPP);
             }
-            self.with_container(&i, |c| {
-                if punch || zero {
-                    c.punch_hole(offset, length)?;
-                }
-                // Plain allocation reserves nothing (extents are allocated when written,
-                // compressed); it only grows the file unless KEEP_SIZE.
-                if !keep && end > c.size()? {
-                    c.set_size(end)?;
-                }
-                Ok(())
-            }, "fallocate")
+            self.with_container(
+                &i,
+                |c| {
+                    if punch || zero {
+                        c.punch_hole(offset, length)?;
+                    }
+                    // Plain allocation reserves nothing (extents are allocated when written,
+                    // compressed); it only grows the file unless KEEP_SIZE.
+                    if !keep && end > c.size()? {
+                        c.set_size(end)?;
+                    }
+                    Ok(())
+                },
+                "fallocate",
+            )
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -712,7 +878,15 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         let r = (|| {
             let i = self.inode(ino)?;
             if offset < 0 {

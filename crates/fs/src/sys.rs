@@ -27,12 +27,19 @@ pub fn proc_path(fd: RawFd) -> CString {
 }
 
 pub fn open_path(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
-    let fd = cvt(unsafe { libc::openat(dir, name.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) })?;
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 pub fn open_root(path: &std::path::Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c =
+        CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -46,7 +53,14 @@ pub fn reopen(fd: RawFd, flags: i32) -> io::Result<std::fs::File> {
 
 pub fn fstat(fd: RawFd) -> io::Result<Stat> {
     let mut st: Stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstatat(fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) })?;
+    cvt(unsafe {
+        libc::fstatat(
+            fd,
+            c"".as_ptr(),
+            &mut st,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
     Ok(st)
 }
 
@@ -83,7 +97,16 @@ pub fn renameat2(od: RawFd, on: &CStr, nd: RawFd, nn: &CStr, flags: u32) -> io::
 /// Hard link to the file behind an O_PATH fd.
 pub fn linkat(fd: RawFd, dir: RawFd, name: &CStr) -> io::Result<()> {
     let p = proc_path(fd);
-    cvt(unsafe { libc::linkat(libc::AT_FDCWD, p.as_ptr(), dir, name.as_ptr(), libc::AT_SYMLINK_FOLLOW) }).map(drop)
+    cvt(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            dir,
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
 }
 
 pub fn chmod(fd: RawFd, mode: u32) -> io::Result<()> {
@@ -94,17 +117,32 @@ pub fn chmod(fd: RawFd, mode: u32) -> io::Result<()> {
 pub fn chown(fd: RawFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     let u = uid.unwrap_or(u32::MAX);
     let g = gid.unwrap_or(u32::MAX);
-    cvt(unsafe { libc::fchownat(fd, c"".as_ptr(), u, g, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
+    cvt(unsafe {
+        libc::fchownat(
+            fd,
+            c"".as_ptr(),
+            u,
+            g,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
 }
 
-/// Sets times on the file behind an O_PATH fd (not on symlinks: Linux cannot do that
-/// through a magic link, and answers EOPNOTSUPP here).
-pub fn utimens(fd: RawFd, is_symlink: bool, atime: libc::timespec, mtime: libc::timespec) -> io::Result<()> {
-    if is_symlink {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+/// Sets times on the file behind an O_PATH fd, symlinks included (`AT_EMPTY_PATH` on
+/// the fd itself, which Linux accepts for utimensat since 5.8; older kernels fall back to
+/// the `/proc/self/fd` path, which cannot reach a symlink).
+pub fn utimens(fd: RawFd, atime: libc::timespec, mtime: libc::timespec) -> io::Result<()> {
+    let t = [atime, mtime];
+    let r = unsafe { libc::utimensat(fd, c"".as_ptr(), t.as_ptr(), libc::AT_EMPTY_PATH) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
     }
     let p = proc_path(fd);
-    let t = [atime, mtime];
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), t.as_ptr(), 0) }).map(drop)
 }
 
@@ -150,7 +188,14 @@ pub fn read_dir(fd: RawFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
 pub fn xattr_get(fd: RawFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
     let p = proc_path(fd);
     let mut buf = vec![0u8; size];
-    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr() as *mut libc::c_void, size) };
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            size,
+        )
+    };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -171,7 +216,16 @@ pub fn xattr_list(fd: RawFd, size: usize) -> io::Result<Vec<u8>> {
 
 pub fn xattr_set(fd: RawFd, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
     let p = proc_path(fd);
-    cvt(unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr() as *const libc::c_void, value.len(), flags) }).map(drop)
+    cvt(unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr() as *const libc::c_void,
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
 }
 
 pub fn xattr_remove(fd: RawFd, name: &CStr) -> io::Result<()> {

@@ -1,0 +1,506 @@
+//! Tests on a real FUSE mount of the built `squeezefs` binary. They need /dev/fuse and
+//! fusermount3 (`.ci/run` and `scripts/test` install them) and fail, not skip, without.
+//!
+//! Each test mounts its own backing directory under a fresh temporary directory.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: these tests need FUSE (modprobe fuse)"
+    );
+    let ok = Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "fusermount3 is missing: install Debian's fuse3 package (scripts/test does)"
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let base = std::env::var_os("SQUEEZEFS_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let d = base.join(format!("squeezefs-test-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(d.join("backing")).unwrap();
+    fs::create_dir_all(d.join("mnt")).unwrap();
+    d
+}
+
+fn is_mounted(mnt: &Path) -> bool {
+    let canon = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap()))
+}
+
+struct Mount {
+    mnt: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mount {
+    fn new(dir: &Path, opts: &str) -> Mount {
+        require_fuse();
+        let mnt = dir.join("mnt");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_squeezefs"));
+        cmd.arg("mount").arg(dir.join("backing")).arg(&mnt);
+        if !opts.is_empty() {
+            cmd.arg("-o").arg(opts);
+        }
+        let log = fs::File::create(dir.join("daemon.log")).unwrap();
+        let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let start = Instant::now();
+        while !is_mounted(&mnt) {
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!(
+                    "squeezefs exited with {st}: {}",
+                    fs::read_to_string(dir.join("daemon.log")).unwrap()
+                );
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mount {
+            mnt,
+            child: Some(child),
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.mnt.join(p)
+    }
+
+    /// Unmounts and checks the daemon exits cleanly.
+    fn unmount(mut self) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status()
+            .unwrap();
+        assert!(st.success(), "fusermount3 -u failed");
+        let st = self.child.take().unwrap().wait().unwrap();
+        assert!(st.success(), "daemon exited with {st}");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn du_bytes(path: &Path) -> u64 {
+    let mut total = 0;
+    let m = fs::symlink_metadata(path).unwrap();
+    total += m.blocks() * 512;
+    if m.is_dir() {
+        for e in fs::read_dir(path).unwrap() {
+            total += du_bytes(&e.unwrap().path());
+        }
+    }
+    total
+}
+
+/// Regular files from the machine, by kind, up to `budget` bytes each. Files under 2 KiB
+/// are left out so the tree stays under ~12,000 files: the daemon holds one fd per inode
+/// the kernel remembers, and some sandboxes cap open files at 20,000 (docs/ARCHITECTURE.md).
+fn pick_files(roots: &[&str], budget: u64, out: &mut Vec<PathBuf>) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = roots.iter().map(PathBuf::from).collect();
+    while let Some(p) = stack.pop() {
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if m.is_dir() {
+            let Ok(rd) = fs::read_dir(&p) else { continue };
+            let mut kids: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            kids.sort();
+            stack.extend(kids.into_iter().rev());
+        } else if m.is_file() && m.len() >= 2048 && fs::File::open(&p).is_ok() {
+            if total + m.len() > budget {
+                continue;
+            }
+            total += m.len();
+            out.push(p);
+        }
+    }
+    total
+}
+
+/// ≥ 100 MB of varied real files: shared libraries, text (headers, docs), already
+/// compressed files (gzip'ed man pages); copied in, remounted, compared byte for byte.
+#[test]
+fn real_tree_round_trips_through_remount() {
+    for codec in ["zstd:1", "zstd:3"] {
+        let dir = scratch(&format!("tree-{}", codec.replace(':', "")));
+        let mut files = Vec::new();
+        let mut logical = 0;
+        logical += pick_files(&["/usr/lib/x86_64-linux-gnu", "/usr/lib"], 45 << 20, &mut files);
+        logical += pick_files(
+            &[
+                "/usr/include",
+                "/usr/share/doc",
+                "/usr/share/perl5",
+                "/usr/share/common-licenses",
+            ],
+            40 << 20,
+            &mut files,
+        );
+        logical += pick_files(&["/usr/share/man", "/usr/share/info"], 25 << 20, &mut files);
+        assert!(
+            logical >= 100 << 20,
+            "only {logical} bytes of test files found on this machine"
+        );
+
+        let m = Mount::new(&dir, &format!("compress={codec}"));
+        let t = Instant::now();
+        for (i, src) in files.iter().enumerate() {
+            let rel = src.strip_prefix("/").unwrap();
+            let dst = m.path("tree").join(rel);
+            fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            fs::copy(src, &dst).unwrap_or_else(|e| panic!("copy {} #{i}: {e}", src.display()));
+        }
+        let st = Command::new("sync")
+            .arg("-f")
+            .arg(m.path("tree"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let write_s = t.elapsed().as_secs_f64();
+        m.unmount();
+
+        let disk = du_bytes(&dir.join("backing"));
+        let m = Mount::new(&dir, "");
+        let t = Instant::now();
+        let mut buf_a = Vec::new();
+        let mut buf_b = Vec::new();
+        for src in &files {
+            let dst = m.path("tree").join(src.strip_prefix("/").unwrap());
+            buf_a.clear();
+            buf_b.clear();
+            fs::File::open(src).unwrap().read_to_end(&mut buf_a).unwrap();
+            fs::File::open(&dst).unwrap().read_to_end(&mut buf_b).unwrap();
+            assert!(buf_a == buf_b, "{} differs after remount", dst.display());
+            assert_eq!(
+                fs::metadata(&dst).unwrap().len(),
+                buf_a.len() as u64,
+                "st_size is the logical size"
+            );
+        }
+        let read_s = t.elapsed().as_secs_f64();
+        let mb = logical as f64 / 1e6;
+        println!(
+            "FIGURES {codec}: {} files, {:.1} MB logical, {:.1} MB on disk, ratio {:.2}, copy-in {:.1} MB/s, read-back {:.1} MB/s",
+            files.len(),
+            mb,
+            disk as f64 / 1e6,
+            logical as f64 / disk as f64,
+            mb / write_s,
+            mb / read_s
+        );
+        assert!(
+            disk < logical,
+            "compression saved nothing: {disk} on disk for {logical}"
+        );
+        // `du` through the mount shows the compressed size too (st_blocks of the backing file).
+        let through = du_bytes(&m.path("tree"));
+        assert!(through < logical);
+        m.unmount();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn posix_surface_on_a_real_mount() {
+    let dir = scratch("posix");
+    // A plain file already in the backing directory is served as it is (adoption).
+    fs::write(dir.join("backing/plain.txt"), b"I was here before squeezefs").unwrap();
+    let m = Mount::new(&dir, "compress=zstd:3,extent_size=64K");
+    assert_eq!(
+        fs::read(m.path("plain.txt")).unwrap(),
+        b"I was here before squeezefs"
+    );
+
+    // Deep paths work (relative to directory fds, never by building long paths).
+    let mut deep = m.path("deep");
+    for i in 0..60 {
+        deep = deep.join(format!("level-{i:02}-{}", "x".repeat(50)));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("leaf"), b"deep").unwrap();
+    assert_eq!(fs::read(deep.join("leaf")).unwrap(), b"deep");
+
+    // Sparse files stay sparse; SEEK_DATA/SEEK_HOLE see the holes.
+    let sparse = m.path("sparse");
+    {
+        let f = fs::File::create(&sparse).unwrap();
+        f.set_len(64 << 20).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"tail", (64 << 20) - 4).unwrap();
+        f.write_all_at(&[7u8; 1000], 1 << 20).unwrap();
+    }
+    let backing_sparse = dir.join("backing/sparse");
+    assert!(
+        fs::metadata(&backing_sparse).unwrap().blocks() * 512 < 1 << 20,
+        "holes are not stored"
+    );
+    {
+        let f = fs::File::open(&sparse).unwrap();
+        use std::os::fd::AsRawFd;
+        let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+        assert_eq!(data, 1 << 20, "first data at 1 MiB");
+        let hole = unsafe { libc::lseek(f.as_raw_fd(), 1 << 20, libc::SEEK_HOLE) };
+        assert_eq!(hole, (1 << 20) + (64 << 10));
+        let mut buf = vec![0u8; 8];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut buf, 5 << 20).unwrap();
+        assert_eq!(buf, [0; 8]);
+    }
+    // fallocate PUNCH_HOLE.
+    {
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&sparse)
+            .unwrap();
+        use std::os::fd::AsRawFd;
+        let r = unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                1 << 20,
+                4096,
+            )
+        };
+        assert_eq!(r, 0);
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![1u8; 1000];
+        f.read_exact_at(&mut buf, 1 << 20).unwrap();
+        assert_eq!(buf, vec![0u8; 1000]);
+        assert_eq!(f.metadata().unwrap().len(), 64 << 20);
+    }
+
+    // st_blocks reports real disk use: text compresses.
+    let text: Vec<u8> = b"compressible line of text number "
+        .iter()
+        .cycle()
+        .take(4 << 20)
+        .copied()
+        .collect();
+    fs::write(m.path("text"), &text).unwrap();
+    let md = fs::metadata(m.path("text")).unwrap();
+    assert_eq!(md.len(), 4 << 20);
+    assert!(
+        md.blocks() * 512 < (1 << 20),
+        "st_blocks {} not compressed",
+        md.blocks()
+    );
+
+    // Small files are inline: one block in the backing directory.
+    fs::write(m.path("small"), b"hello").unwrap();
+    assert!(fs::metadata(dir.join("backing/small")).unwrap().len() <= 4096);
+
+    // Rename: plain, NOREPLACE, EXCHANGE.
+    fs::write(m.path("a"), b"A").unwrap();
+    fs::write(m.path("b"), b"B").unwrap();
+    let c = |p: PathBuf| CString::new(p.as_os_str().as_bytes()).unwrap();
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c(m.path("a")).as_ptr(),
+            libc::AT_FDCWD,
+            c(m.path("b")).as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c(m.path("a")).as_ptr(),
+            libc::AT_FDCWD,
+            c(m.path("b")).as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0);
+    assert_eq!(fs::read(m.path("a")).unwrap(), b"B");
+    assert_eq!(fs::read(m.path("b")).unwrap(), b"A");
+    fs::rename(m.path("a"), m.path("deep/a-moved")).unwrap();
+    assert_eq!(fs::read(m.path("deep/a-moved")).unwrap(), b"B");
+
+    // Hard links share content; symlinks; fifos; sockets; xattrs.
+    fs::hard_link(m.path("b"), m.path("b-link")).unwrap();
+    fs::write(m.path("b"), b"changed through one name").unwrap();
+    assert_eq!(fs::read(m.path("b-link")).unwrap(), b"changed through one name");
+    assert_eq!(fs::metadata(m.path("b")).unwrap().nlink(), 2);
+    std::os::unix::fs::symlink("b", m.path("sym")).unwrap();
+    assert_eq!(fs::read_link(m.path("sym")).unwrap(), Path::new("b"));
+    assert_eq!(fs::read(m.path("sym")).unwrap(), b"changed through one name");
+    let r = unsafe { libc::mkfifo(c(m.path("fifo")).as_ptr(), 0o644) };
+    assert_eq!(r, 0);
+    assert!(fs::metadata(m.path("fifo")).unwrap().file_type().is_fifo());
+    let sock = std::os::unix::net::UnixListener::bind(m.path("sock")).unwrap();
+    assert!(fs::symlink_metadata(m.path("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    drop(sock);
+    let name = CString::new("user.note").unwrap();
+    let r = unsafe {
+        libc::setxattr(
+            c(m.path("b")).as_ptr(),
+            name.as_ptr(),
+            b"v1".as_ptr() as *const _,
+            2,
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    let mut buf = [0u8; 16];
+    let n = unsafe {
+        libc::getxattr(
+            c(m.path("b")).as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut _,
+            16,
+        )
+    };
+    assert_eq!(&buf[..n as usize], b"v1");
+
+    // Truncate and append.
+    let mut f = fs::OpenOptions::new().append(true).open(m.path("text")).unwrap();
+    f.write_all(b"appended").unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(m.path("text")).unwrap().len(), (4 << 20) + 8);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("text"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    assert_eq!(fs::read(m.path("text")).unwrap(), &text[..100]);
+
+    // statfs answers.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c(m.path("")).as_ptr(), &mut sv) }, 0);
+    assert!(sv.f_blocks > 0);
+
+    // Everything survives a remount.
+    let sparse_len = fs::metadata(&sparse).unwrap().len();
+    m.unmount();
+    let m = Mount::new(&dir, "");
+    assert_eq!(fs::read(deep.join("leaf")).unwrap(), b"deep");
+    assert_eq!(fs::metadata(m.path("sparse")).unwrap().len(), sparse_len);
+    assert_eq!(fs::read(m.path("b-link")).unwrap(), b"changed through one name");
+    assert_eq!(fs::read(m.path("text")).unwrap(), &text[..100]);
+    assert_eq!(
+        fs::read(m.path("plain.txt")).unwrap(),
+        b"I was here before squeezefs"
+    );
+    assert_eq!(fs::read(m.path("small")).unwrap(), b"hello");
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_mount_options_are_refused_with_a_clear_message() {
+    let dir = scratch("badopts");
+    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .args([
+            "mount",
+            dir.join("backing").to_str().unwrap(),
+            dir.join("mnt").to_str().unwrap(),
+            "-o",
+            "compress=zstd:42",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("zstd:1 … zstd:19"), "{err}");
+    assert!(!is_mounted(&dir.join("mnt")));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// fsx (crates.io) for 100,000 operations with every operation enabled (tests/fsx.toml:
+/// truncate, punch hole, fallocate, mmap, copy_file_range, close/open, fsync).
+#[test]
+fn fsx_100k_operations() {
+    let dir = scratch("fsx");
+    let m = Mount::new(&dir, "");
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fsx.toml");
+    let out = Command::new("fsx")
+        .args([
+            "-f",
+            cfg.to_str().unwrap(),
+            "-N",
+            "100000",
+            "-S",
+            "20261121",
+            "-P",
+        ])
+        .arg(&dir)
+        .arg(m.path("fsx.data"))
+        .output()
+        .expect("fsx is missing: cargo install fsx (scripts/test does)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("All operations completed A-OK"),
+        "fsx failed:\n{text}"
+    );
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// pjdfstest (crates.io), all of it, as root with allow_other (it switches users).
+/// Expected failures, if any, are listed with their reasons in tests/pjdfstest.toml.
+#[test]
+fn pjdfstest_posix_suite() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "pjdfstest needs root (it switches users); run the suite as root"
+    );
+    let dir = scratch("pjd");
+    let m = Mount::new(&dir, "allow_other");
+    let root = m.path("pjd");
+    fs::create_dir(&root).unwrap();
+    fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/pjdfstest.toml");
+    let out = Command::new("pjdfstest")
+        .arg("-c")
+        .arg(&cfg)
+        .arg("-p")
+        .arg(&root)
+        .output()
+        .expect("pjdfstest is missing: cargo install pjdfstest (scripts/test does)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or("no summary");
+    println!("pjdfstest {summary}");
+    assert!(
+        out.status.success() && summary.contains(" 0 failed"),
+        "pjdfstest failed:\n{text}"
+    );
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
