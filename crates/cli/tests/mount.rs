@@ -106,6 +106,13 @@ impl Drop for Mount {
     }
 }
 
+/// renameat2(2) with `flags`; returns its result (0 or -1, errno set).
+fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> libc::c_int {
+    let a = CString::new(from.as_os_str().as_bytes()).unwrap();
+    let b = CString::new(to.as_os_str().as_bytes()).unwrap();
+    unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) }
+}
+
 fn du_bytes(path: &Path) -> u64 {
     let mut total = 0;
     let m = fs::symlink_metadata(path).unwrap();
@@ -319,26 +326,10 @@ fn posix_surface_on_a_real_mount() {
     fs::write(m.path("a"), b"A").unwrap();
     fs::write(m.path("b"), b"B").unwrap();
     let c = |p: PathBuf| CString::new(p.as_os_str().as_bytes()).unwrap();
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            c(m.path("a")).as_ptr(),
-            libc::AT_FDCWD,
-            c(m.path("b")).as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
+    let r = rename2(&m.path("a"), &m.path("b"), libc::RENAME_NOREPLACE);
     assert_eq!(r, -1);
     assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            c(m.path("a")).as_ptr(),
-            libc::AT_FDCWD,
-            c(m.path("b")).as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
+    let r = rename2(&m.path("a"), &m.path("b"), libc::RENAME_EXCHANGE);
     assert_eq!(r, 0);
     assert_eq!(fs::read(m.path("a")).unwrap(), b"B");
     assert_eq!(fs::read(m.path("b")).unwrap(), b"A");

@@ -90,6 +90,19 @@ struct Ext {
     last_use: u64,
 }
 
+impl Ext {
+    /// Both halves were just punched: clean, a hole on disk, and later copies must still
+    /// outrank the generations seen before.
+    fn punched(&mut self) {
+        self.dirty = false;
+        let max_gen = self.disk.map_or(0, |d| d.max_gen);
+        self.disk = Some(DiskState {
+            max_gen,
+            ..DiskState::default()
+        });
+    }
+}
+
 #[derive(Debug)]
 struct Packed {
     shift: u8,
@@ -242,9 +255,7 @@ impl<S: Storage> Container<S> {
     /// Sets the codec used for extents written from now on.
     pub fn set_codec(&mut self, codec: CodecSpec) {
         if let Mode::Packed(p) = &mut self.mode {
-            if p.codec != codec {
-                p.codec = codec;
-            }
+            p.codec = codec;
         }
     }
 
@@ -713,12 +724,7 @@ impl Packed {
         for i in gone {
             let e = self.exts.get_mut(&i).expect("listed");
             e.data = None;
-            e.dirty = false;
-            let max_gen = e.disk.map_or(0, |d| d.max_gen);
-            e.disk = Some(DiskState {
-                max_gen,
-                ..DiskState::default()
-            });
+            e.punched();
         }
         Ok(())
     }
@@ -842,13 +848,8 @@ impl Packed {
             let start = half_offset(self.shift, idx, 0);
             st.punch(start, 2 * slot_size(self.shift))?;
             let e = self.exts.get_mut(&idx).expect("hole");
-            e.dirty = false;
+            e.punched();
             e.written = true;
-            let max_gen = e.disk.map_or(0, |d| d.max_gen);
-            e.disk = Some(DiskState {
-                max_gen,
-                ..DiskState::default()
-            });
         }
         Ok(())
     }

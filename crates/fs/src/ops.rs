@@ -53,6 +53,14 @@ fn kind_of(mode: u32) -> FileType {
     }
 }
 
+/// Answers a request that returns nothing but success or an error.
+fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn dtype_kind(d: u8) -> FileType {
     match d {
         libc::DT_DIR => FileType::Directory,
@@ -234,7 +242,7 @@ impl SqueezeFs {
     }
 
     /// Gives a newly created entry to the caller (the daemon creates as itself).
-    fn chown_new(&self, req: &Request, parent: &Inode, dir: &Inode, name: &OsStr) -> Result<(), Errno> {
+    fn chown_new(&self, req: &Request, parent: &Inode, name: &OsStr) -> Result<(), Errno> {
         if !self.as_root {
             return Ok(());
         }
@@ -245,7 +253,7 @@ impl SqueezeFs {
             req.gid()
         };
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(dir.raw(), &c).map_err(errno)?;
+        let fd = sys::open_path(parent.raw(), &c).map_err(errno)?;
         sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
     }
 
@@ -270,7 +278,7 @@ impl SqueezeFs {
             let p = self.inode(parent)?;
             let c = sys::cstr(name).map_err(errno)?;
             make(&p, &c).map_err(errno)?;
-            if let Err(e) = self.chown_new(req, &p, &p, name) {
+            if let Err(e) = self.chown_new(req, &p, name) {
                 let _ =
                     sys::unlinkat(p.raw(), &c, 0).or_else(|_| sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR));
                 return Err(e);
@@ -281,6 +289,28 @@ impl SqueezeFs {
             Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// A new handle on a regular file: shares the open container (opening it for the first
+    /// handle) and truncates it for O_TRUNC.
+    fn attach(&self, inode: &Inode, truncate: bool) -> Result<(), Errno> {
+        let mut open = inode.open.lock().unwrap();
+        let of = match open.as_mut() {
+            Some(of) => {
+                of.handles += 1;
+                of
+            }
+            None => open.insert(OpenFile {
+                container: self.open_container(inode)?,
+                handles: 1,
+            }),
+        };
+        if truncate {
+            of.container
+                .set_size(0)
+                .map_err(|e| Self::container_error(inode, "truncate", e))?;
+        }
+        Ok(())
     }
 
     /// Flushes every open file (unmount).
@@ -427,10 +457,7 @@ impl Filesystem for SqueezeFs {
             let c = sys::cstr(name).map_err(errno)?;
             sys::unlinkat(p.raw(), &c, 0).map_err(errno)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -440,10 +467,7 @@ impl Filesystem for SqueezeFs {
             let c = sys::cstr(name).map_err(errno)?;
             sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -474,10 +498,7 @@ impl Filesystem for SqueezeFs {
             let b = sys::cstr(newname).map_err(errno)?;
             sys::renameat2(p.raw(), &a, np.raw(), &b, flags.bits()).map_err(errno)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -505,23 +526,7 @@ impl Filesystem for SqueezeFs {
             if self.read_only && acc != libc::O_RDONLY {
                 return Err(Errno::EROFS);
             }
-            let mut open = inode.open.lock().unwrap();
-            match open.as_mut() {
-                Some(of) => of.handles += 1,
-                None => {
-                    let c = self.open_container(&inode)?;
-                    *open = Some(OpenFile {
-                        container: c,
-                        handles: 1,
-                    });
-                }
-            }
-            if flags.0 & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
-                let of = open.as_mut().expect("just opened");
-                of.container
-                    .set_size(0)
-                    .map_err(|e| Self::container_error(&inode, "truncate", e))?;
-            }
+            self.attach(&inode, flags.0 & libc::O_TRUNC != 0 && acc != libc::O_RDONLY)?;
             Ok(())
         })();
         match r {
@@ -577,10 +582,7 @@ impl Filesystem for SqueezeFs {
         let r = self
             .inode(ino)
             .and_then(|i| self.with_container(&i, |c| c.flush(), "flush"));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn release(
@@ -609,20 +611,14 @@ impl Filesystem for SqueezeFs {
             *open = None;
             res.map_err(|e| Self::container_error(&inode, "flush at close", e))
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let r = self
             .inode(ino)
             .and_then(|i| self.with_container(&i, |c| c.fsync(), "fsync"));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -720,10 +716,7 @@ impl Filesystem for SqueezeFs {
             let c = sys::cstr(name).map_err(errno)?;
             sys::xattr_set(i.raw(), &c, value, flags).map_err(errno)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -767,10 +760,7 @@ impl Filesystem for SqueezeFs {
             let c = sys::cstr(name).map_err(errno)?;
             sys::xattr_remove(i.raw(), &c).map_err(errno)
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -798,7 +788,7 @@ impl Filesystem for SqueezeFs {
             let excl = flags & libc::O_EXCL != 0;
             let mode = (mode & !umask) & 0o7777;
             match sys::mknodat(p.raw(), &c, libc::S_IFREG | mode, 0) {
-                Ok(()) => self.chown_new(req, &p, &p, name)?,
+                Ok(()) => self.chown_new(req, &p, name)?,
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {}
                 Err(e) => return Err(errno(e)),
             }
@@ -808,24 +798,7 @@ impl Filesystem for SqueezeFs {
                 self.inodes.forget(ino, 1);
                 return Err(Errno::EISDIR);
             }
-            let mut open = inode.open.lock().unwrap();
-            match open.as_mut() {
-                Some(of) => of.handles += 1,
-                None => {
-                    let c = self.open_container(&inode)?;
-                    *open = Some(OpenFile {
-                        container: c,
-                        handles: 1,
-                    });
-                }
-            }
-            if flags & libc::O_TRUNC != 0 {
-                let of = open.as_mut().expect("open");
-                of.container
-                    .set_size(0)
-                    .map_err(|e| Self::container_error(&inode, "truncate", e))?;
-            }
-            drop(open);
+            self.attach(&inode, flags & libc::O_TRUNC != 0)?;
             let attr = self.attr(ino, &inode).unwrap_or(attr);
             Ok(attr)
         })();
@@ -872,10 +845,7 @@ impl Filesystem for SqueezeFs {
                 "fallocate",
             )
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r)
     }
 
     fn lseek(
