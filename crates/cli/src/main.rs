@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
+mod bench;
+
 #[derive(Parser)]
 #[command(
     name = "squeezefs",
@@ -47,6 +49,9 @@ enum Cmd {
         #[arg(long)]
         daemon: bool,
     },
+    /// Measure codecs and filesystems on your own data.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +82,13 @@ fn main() -> ExitCode {
             }
             run_mount(backing, mountpoint, cfg, daemon)
         }
+        Cmd::Bench(b) => match bench::main(b) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

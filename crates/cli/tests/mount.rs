@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,12 +53,33 @@ struct Mount {
 
 impl Mount {
     fn new(dir: &Path, opts: &str) -> Mount {
+        Mount::spawn(dir, opts, None)
+    }
+
+    /// Mounts with the daemon's open-file limit (soft and hard) set to `fd_limit`.
+    fn spawn(dir: &Path, opts: &str, fd_limit: Option<u64>) -> Mount {
         require_fuse();
         let mnt = dir.join("mnt");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_squeezefs"));
         cmd.arg("mount").arg(dir.join("backing")).arg(&mnt);
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
+        }
+        if let Some(n) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let log = fs::File::create(dir.join("daemon.log")).unwrap();
         let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
@@ -406,6 +427,47 @@ fn posix_surface_on_a_real_mount() {
         b"I was here before squeezefs"
     );
     assert_eq!(fs::read(m.path("small")).unwrap(), b"hello");
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tree with many more files than the daemon may hold open (the kernel remembers every
+/// inode it looked up): inode fds are cached and reopened by handle, never exhausted.
+#[test]
+fn more_files_than_the_daemon_may_open() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test needs root: reopening files by handle needs CAP_DAC_READ_SEARCH (CI runs as root)"
+    );
+    let dir = scratch("fdlimit");
+    let m = Mount::spawn(&dir, "", Some(256));
+    let content = |d: usize, f: usize| format!("dir {d} file {f}\n").repeat(1 + f % 700).into_bytes();
+    for d in 0..4 {
+        fs::create_dir(m.path(&format!("d{d}"))).unwrap();
+        for f in 0..600 {
+            fs::write(m.path(&format!("d{d}/f{f}")), content(d, f)).unwrap();
+        }
+    }
+    // Everything looked up stays known to the kernel: 2,400 inodes against 256 fds.
+    let held: Vec<fs::Metadata> = (0..4)
+        .flat_map(|d| (0..600).map(move |f| (d, f)))
+        .map(|(d, f)| fs::metadata(m.path(&format!("d{d}/f{f}"))).unwrap())
+        .collect();
+    assert_eq!(held.len(), 2400);
+    for d in 0..4 {
+        for f in (0..600).rev() {
+            let p = m.path(&format!("d{d}/f{f}"));
+            assert_eq!(fs::read(&p).unwrap(), content(d, f), "{}", p.display());
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o600 + (f as u32 % 2) * 0o40)).unwrap();
+        }
+    }
+    fs::rename(m.path("d0/f1"), m.path("d3/moved")).unwrap();
+    m.unmount();
+    let m = Mount::new(&dir, "");
+    assert_eq!(fs::read(m.path("d3/moved")).unwrap(), content(0, 1));
+    assert_eq!(fs::metadata(m.path("d2/f7")).unwrap().mode() & 0o777, 0o640);
+    assert_eq!(fs::read_dir(m.path("d1")).unwrap().count(), 600);
     m.unmount();
     fs::remove_dir_all(&dir).unwrap();
 }

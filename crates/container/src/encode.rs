@@ -64,6 +64,21 @@ pub fn decode_payload(h: &ExtentHeader, payload: &[u8], dst: &mut [u8]) -> Resul
     decompress(h.codec, payload, &mut dst[..n]).map_err(|e| e.to_string())
 }
 
+/// Decodes a whole half (`header ‖ payload`) of extent `index` into `dst`, verifying both
+/// checksums: the read path's steps, in one call (used by `squeezefs bench` and `check`).
+/// Returns the logical length.
+pub fn decode_half(half: &[u8], index: u64, extent_shift: u8, dst: &mut [u8]) -> Result<usize, String> {
+    let h = ExtentHeader::decode(half, index, extent_shift).map_err(|e| format!("header {e}"))?;
+    let payload = half
+        .get(EXTENT_HEADER_LEN..EXTENT_HEADER_LEN + h.stored_len as usize)
+        .ok_or("payload is truncated")?;
+    if !payload_ok(&h, payload) {
+        return Err("payload checksum mismatch".into());
+    }
+    decode_payload(&h, payload, dst)?;
+    Ok(h.logical_len as usize)
+}
+
 /// Encodes a whole small file for the superblock's inline area: compressed when it fits in
 /// `max`, raw when the raw bytes fit, `None` when neither does.
 pub fn encode_inline(codec: CodecSpec, data: &[u8], max: usize) -> Option<(Algorithm, Vec<u8>)> {

@@ -4,7 +4,7 @@
 //! [`Storage`], so every property is testable on the crash-simulating [`sim::MemDisk`].
 
 mod container;
-mod encode;
+pub mod encode;
 pub mod format;
 pub mod sim;
 mod storage;

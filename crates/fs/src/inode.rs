@@ -1,12 +1,27 @@
-//! The inode table: one O_PATH fd per inode the kernel knows, keyed by the backing file's
-//! (device, inode) so hard links share one FUSE inode; lookup counts released on FORGET.
-//! Open regular files share one container state, whatever the number of handles.
+//! The inode table: every inode the kernel knows, keyed by the backing file's (device,
+//! inode) so hard links share one FUSE inode; lookup counts released on FORGET. Open
+//! regular files share one container state, whatever the number of handles.
+//!
+//! Each inode is reached through an `O_PATH` fd. When the daemon may open files by handle
+//! (root: CAP_DAC_READ_SEARCH), an inode keeps its kernel file handle and its fd is only
+//! cached: at most [`FD_CACHE`] such fds are held, the oldest closed first and reopened
+//! with `open_by_handle_at` when needed again (as virtiofsd does), so a tree of any size
+//! fits under the open-file limit. Otherwise (or for an inode on another filesystem
+//! mounted inside the backing directory) the fd is held for as long as the inode is known.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use squeezefs_container::{Container, FileStorage};
+
+use crate::sys;
+
+/// Most `O_PATH` fds kept open for inodes that can be reopened by handle (lowered to a
+/// quarter of the open-file limit when that is smaller).
+pub const FD_CACHE: usize = 4096;
 
 /// The state all handles of one open regular file share.
 pub struct OpenFile {
@@ -14,8 +29,20 @@ pub struct OpenFile {
     pub handles: u32,
 }
 
+/// An `O_PATH` fd borrowed for one operation.
+#[derive(Clone)]
+pub struct PathFd(Arc<OwnedFd>);
+
+impl PathFd {
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 pub struct Inode {
-    pub fd: OwnedFd,
+    /// The kernel's handle, when the fd can be dropped and reopened from it.
+    handle: Option<Box<[u8]>>,
+    fd: Mutex<Option<Arc<OwnedFd>>>,
     pub key: (u64, u64),
     pub is_dir: bool,
     pub is_reg: bool,
@@ -23,12 +50,6 @@ pub struct Inode {
     pub open: Mutex<Option<OpenFile>>,
     /// Logical size of a closed container, remembered (we are the only writer).
     pub size_cache: Mutex<Option<u64>>,
-}
-
-impl Inode {
-    pub fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
 }
 
 #[derive(Default)]
@@ -40,13 +61,31 @@ struct Table {
 
 pub struct Inodes {
     t: RwLock<Table>,
+    /// The backing root opened for reading: `open_by_handle_at` refuses `O_PATH` fds.
+    mount_fd: Option<std::fs::File>,
+    /// Reopen by handle works here (root's mount id), or `None`.
+    mount_id: Option<i32>,
+    /// Inodes whose fd is cached, oldest first.
+    cached: Mutex<VecDeque<Weak<Inode>>>,
+    budget: AtomicUsize,
 }
 
 impl Inodes {
     pub fn new(root: OwnedFd, st: &libc::stat) -> Inodes {
         let key = (st.st_dev, st.st_ino);
-        let root = Arc::new(Inode {
-            fd: root,
+        let raw = root.as_raw_fd();
+        let root = Arc::new(root);
+        // Handles are used only if one round trip through them works here.
+        let mount_fd = sys::reopen(raw, libc::O_RDONLY | libc::O_DIRECTORY).ok();
+        let mount_id = mount_fd.as_ref().and_then(|m| {
+            sys::file_handle(raw)
+                .and_then(|(id, h)| sys::open_handle(m.as_raw_fd(), &h).map(|_| id))
+                .ok()
+        });
+        let mount_fd = mount_id.and(mount_fd);
+        let root_inode = Arc::new(Inode {
+            handle: None,
+            fd: Mutex::new(Some(root.clone())),
             key,
             is_dir: true,
             is_reg: false,
@@ -58,28 +97,100 @@ impl Inodes {
             next: 2,
             ..Table::default()
         };
-        t.by_ino.insert(1, root);
+        t.by_ino.insert(1, root_inode);
         t.by_key.insert(key, 1);
-        Inodes { t: RwLock::new(t) }
+        Inodes {
+            t: RwLock::new(t),
+            mount_fd,
+            mount_id,
+            cached: Mutex::new(VecDeque::new()),
+            budget: AtomicUsize::new(FD_CACHE),
+        }
+    }
+
+    /// Fits the fd cache to the process's open-file limit.
+    pub fn fit_fd_cache(&self, fd_limit: u64) {
+        let n = (fd_limit / 4).clamp(16, FD_CACHE as u64) as usize;
+        self.budget.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether fds are cached and reopened by handle (false: one fd per known inode).
+    pub fn uses_handles(&self) -> bool {
+        self.mount_id.is_some()
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Inode>> {
         self.t.read().unwrap().by_ino.get(&ino).cloned()
     }
 
+    /// The inode's `O_PATH` fd, reopened from its handle if it was closed.
+    pub fn fd(&self, inode: &Arc<Inode>) -> io::Result<PathFd> {
+        let mut slot = inode.fd.lock().unwrap();
+        if let Some(fd) = slot.as_ref() {
+            return Ok(PathFd(fd.clone()));
+        }
+        let stale = || io::Error::from_raw_os_error(libc::ESTALE);
+        let handle = inode.handle.as_ref().ok_or_else(stale)?;
+        let mount_fd = self.mount_fd.as_ref().ok_or_else(stale)?;
+        let fd = Arc::new(sys::open_handle(mount_fd.as_raw_fd(), handle)?);
+        *slot = Some(fd.clone());
+        drop(slot);
+        self.remember(inode);
+        Ok(PathFd(fd))
+    }
+
+    /// Notes a newly cached fd; closes the oldest cached fds beyond the budget. An open
+    /// file's fd is kept (an unlinked open file may have no handle to come back by).
+    fn remember(&self, inode: &Arc<Inode>) {
+        let mut q = self.cached.lock().unwrap();
+        q.push_back(Arc::downgrade(inode));
+        let mut spins = q.len();
+        let budget = self.budget.load(Ordering::Relaxed);
+        while q.len() > budget && spins > 0 {
+            spins -= 1;
+            let Some(w) = q.pop_front() else { break };
+            let Some(old) = w.upgrade() else { continue };
+            let busy = old.open.try_lock().map_or(true, |o| o.is_some());
+            if busy {
+                q.push_back(w);
+                continue;
+            }
+            *old.fd.lock().unwrap() = None;
+        }
+    }
+
     /// Registers a looked-up file (one more lookup reference) and returns its number.
-    /// `fd` is dropped when the file is already known.
+    /// `fd` replaces a closed cached fd of a known file, or is dropped.
     pub fn insert(&self, fd: OwnedFd, st: &libc::stat) -> (u64, Arc<Inode>) {
         let key = (st.st_dev, st.st_ino);
         let mut t = self.t.write().unwrap();
         if let Some(&ino) = t.by_key.get(&key) {
             let inode = t.by_ino[&ino].clone();
             *inode.lookups.lock().unwrap() += 1;
+            drop(t);
+            let mut slot = inode.fd.lock().unwrap();
+            let refill = slot.is_none() && inode.handle.is_some();
+            if refill {
+                *slot = Some(Arc::new(fd));
+            }
+            drop(slot);
+            if refill {
+                self.remember(&inode);
+            }
             return (ino, inode);
         }
+        let handle = match self.mount_id {
+            Some(root_mount) => sys::file_handle(fd.as_raw_fd())
+                .ok()
+                .filter(|(m, _)| *m == root_mount)
+                .map(|(_, h)| h),
+            None => None,
+        };
+        let cached = handle.is_some();
         let fmt = st.st_mode & libc::S_IFMT;
         let inode = Arc::new(Inode {
-            fd,
+            handle,
+            fd: Mutex::new(Some(Arc::new(fd))),
             key,
             is_dir: fmt == libc::S_IFDIR,
             is_reg: fmt == libc::S_IFREG,
@@ -91,6 +202,10 @@ impl Inodes {
         t.next += 1;
         t.by_ino.insert(ino, inode.clone());
         t.by_key.insert(key, ino);
+        drop(t);
+        if cached {
+            self.remember(&inode);
+        }
         (ino, inode)
     }
 
@@ -111,10 +226,12 @@ impl Inodes {
             if t.by_key.get(&inode.key) == Some(&ino) {
                 t.by_key.remove(&inode.key);
             }
+            // Its fd closes when the last operation using it ends.
+            *inode.fd.lock().unwrap() = None;
         }
     }
 
-    /// Every inode with open file state (for flushing at unmount).
+    /// Every known inode (for flushing at unmount).
     pub fn all(&self) -> Vec<Arc<Inode>> {
         self.t.read().unwrap().by_ino.values().cloned().collect()
     }

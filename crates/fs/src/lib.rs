@@ -44,7 +44,7 @@ impl Default for MountConfig {
     }
 }
 
-/// Parses a size such as `131072`, `128K`, `128KiB`, `1M`.
+/// Parses a size such as `131072`, `128K`, `128KiB`, `1M`, `2G`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
@@ -52,6 +52,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         (n, 1024)
     } else if let Some(n) = lower.strip_suffix("mib").or_else(|| lower.strip_suffix('m')) {
         (n, 1 << 20)
+    } else if let Some(n) = lower.strip_suffix("gib").or_else(|| lower.strip_suffix('g')) {
+        (n, 1 << 30)
     } else {
         (lower.as_str(), 1)
     };
@@ -187,9 +189,10 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
     })
 }
 
-/// One O_PATH fd is held per inode the kernel remembers, so the soft limit on open files
-/// (often 1024) is raised to the hard limit, as libfuse's passthrough_hp does.
-fn raise_fd_limit() {
+/// Raises the soft limit on open files (often 1024) to the hard limit, as libfuse's
+/// passthrough_hp does: open files and, without handles, every known inode hold an fd.
+/// Returns the limit in force.
+fn raise_fd_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -206,19 +209,17 @@ fn raise_fd_limit() {
             }
             lim.rlim_cur = lim.rlim_max;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                log::warn!(
-                    "could not raise the open-file limit: {}",
-                    io::Error::last_os_error()
-                );
+                // Keep the old limits; the hard one may be as high as we may go.
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
         }
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < 65536 {
-            log::warn!(
-                "open-file limit is {}: large trees may hit EMFILE (raise `ulimit -n`)",
-                lim.rlim_cur
-            );
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            return lim.rlim_cur as u64;
         }
     }
+    1024
 }
 
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
@@ -227,8 +228,15 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
     if !cfg.read_only {
         check_backing(&backing)?;
     }
-    raise_fd_limit();
+    let limit = raise_fd_limit();
     let fs = SqueezeFs::new(&backing, cfg.container_options(), cfg.read_only)?;
+    fs.fit_fd_limit(limit);
+    if !fs.uses_handles() && limit < 65536 {
+        log::warn!(
+            "open-file limit is {limit} and files cannot be reopened by handle (not root?): \
+             trees of more than about {limit} files may hit EMFILE (raise `ulimit -n`)"
+        );
+    }
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
     let mut unmounter = session.unmount_callable();
     // SIGINT/SIGTERM unmount cleanly, so dirty data is written.

@@ -18,7 +18,7 @@ use fuser::{
 use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options};
 
-use crate::inode::{Inode, Inodes, OpenFile};
+use crate::inode::{Inode, Inodes, OpenFile, PathFd};
 use crate::sys;
 
 const TTL: Duration = Duration::from_secs(1);
@@ -133,76 +133,92 @@ impl SqueezeFs {
         self.inodes.get(ino.0).ok_or(Errno::ESTALE)
     }
 
+    /// Whether inode fds are cached and reopened by handle (see `inode.rs`).
+    pub fn uses_handles(&self) -> bool {
+        self.inodes.uses_handles()
+    }
+
+    /// Sizes caches that hold fds to the open-file limit.
+    pub fn fit_fd_limit(&self, limit: u64) {
+        self.inodes.fit_fd_cache(limit);
+    }
+
+    fn fd(&self, inode: &Arc<Inode>) -> Result<PathFd, Errno> {
+        self.inodes.fd(inode).map_err(errno)
+    }
+
     /// A path for log lines: where the inode lives in the backing directory.
-    fn describe(inode: &Inode) -> String {
-        std::fs::read_link(format!("/proc/self/fd/{}", inode.raw()))
+    fn describe(&self, inode: &Arc<Inode>) -> String {
+        self.inodes
+            .fd(inode)
+            .and_then(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.raw())))
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
     }
 
-    fn container_error(inode: &Inode, what: &str, e: squeezefs_container::Error) -> Errno {
+    fn container_error(&self, inode: &Arc<Inode>, what: &str, e: squeezefs_container::Error) -> Errno {
         if e.is_corruption() {
-            error!("{}: {what}: {e}", Self::describe(inode));
+            error!("{}: {what}: {e}", self.describe(inode));
         } else {
-            warn!("{}: {what}: {e}", Self::describe(inode));
+            warn!("{}: {what}: {e}", self.describe(inode));
         }
         Errno::from_i32(e.errno())
     }
 
-    fn open_container(&self, inode: &Inode) -> Result<Container<FileStorage>, Errno> {
+    fn open_container(&self, inode: &Arc<Inode>) -> Result<Container<FileStorage>, Errno> {
+        let fd = self.fd(inode)?;
         let file = if self.read_only {
-            sys::reopen(inode.raw(), libc::O_RDONLY)
+            sys::reopen(fd.raw(), libc::O_RDONLY)
         } else {
-            sys::reopen(inode.raw(), libc::O_RDWR).or_else(|e| match e.raw_os_error() {
+            sys::reopen(fd.raw(), libc::O_RDWR).or_else(|e| match e.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
-                    sys::reopen(inode.raw(), libc::O_RDONLY)
+                    sys::reopen(fd.raw(), libc::O_RDONLY)
                 }
                 _ => Err(e),
             })
         }
         .map_err(errno)?;
-        Container::open(FileStorage::new(file), self.opts)
-            .map_err(|e| Self::container_error(inode, "open", e))
+        Container::open(FileStorage::new(file), self.opts).map_err(|e| self.container_error(inode, "open", e))
     }
 
     /// Runs `f` on the file's container: the shared open one, or a temporary one that is
     /// flushed and closed afterwards.
     fn with_container<T>(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
         let mut open = inode.open.lock().unwrap();
         if let Some(of) = open.as_mut() {
-            return f(&mut of.container).map_err(|e| Self::container_error(inode, what, e));
+            return f(&mut of.container).map_err(|e| self.container_error(inode, what, e));
         }
         drop(open);
         let mut c = self.open_container(inode)?;
-        let r = f(&mut c).map_err(|e| Self::container_error(inode, what, e))?;
-        c.flush().map_err(|e| Self::container_error(inode, "flush", e))?;
+        let r = f(&mut c).map_err(|e| self.container_error(inode, what, e))?;
+        c.flush().map_err(|e| self.container_error(inode, "flush", e))?;
         *inode.size_cache.lock().unwrap() = c.size().ok();
         Ok(r)
     }
 
-    fn logical_size(&self, inode: &Inode) -> Result<u64, Errno> {
+    fn logical_size(&self, inode: &Arc<Inode>) -> Result<u64, Errno> {
         if let Some(of) = inode.open.lock().unwrap().as_ref() {
             return of
                 .container
                 .size()
-                .map_err(|e| Self::container_error(inode, "size", e));
+                .map_err(|e| self.container_error(inode, "size", e));
         }
         if let Some(s) = *inode.size_cache.lock().unwrap() {
             return Ok(s);
         }
         let c = self.open_container(inode)?;
-        let s = c.size().map_err(|e| Self::container_error(inode, "size", e))?;
+        let s = c.size().map_err(|e| self.container_error(inode, "size", e))?;
         *inode.size_cache.lock().unwrap() = Some(s);
         Ok(s)
     }
 
-    fn attr(&self, ino: u64, inode: &Inode) -> Result<FileAttr, Errno> {
-        let st = sys::fstat(inode.raw()).map_err(errno)?;
+    fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
+        let st = sys::fstat(self.fd(&inode)?.raw()).map_err(errno)?;
         let size = if inode.is_reg {
             self.logical_size(inode)?
         } else {
@@ -227,9 +243,9 @@ impl SqueezeFs {
         })
     }
 
-    fn lookup_name(&self, parent: &Inode, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
+    fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(parent.raw(), &c).map_err(errno)?;
+        let fd = sys::open_path(self.fd(&parent)?.raw(), &c).map_err(errno)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
         let (ino, inode) = self.inodes.insert(fd, &st);
         match self.attr(ino, &inode) {
@@ -242,18 +258,18 @@ impl SqueezeFs {
     }
 
     /// Gives a newly created entry to the caller (the daemon creates as itself).
-    fn chown_new(&self, req: &Request, parent: &Inode, name: &OsStr) -> Result<(), Errno> {
+    fn chown_new(&self, req: &Request, parent: &Arc<Inode>, name: &OsStr) -> Result<(), Errno> {
         if !self.as_root {
             return Ok(());
         }
-        let pst = sys::fstat(parent.raw()).map_err(errno)?;
+        let pst = sys::fstat(self.fd(&parent)?.raw()).map_err(errno)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
             req.gid()
         };
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(parent.raw(), &c).map_err(errno)?;
+        let fd = sys::open_path(self.fd(&parent)?.raw(), &c).map_err(errno)?;
         sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
     }
 
@@ -271,16 +287,17 @@ impl SqueezeFs {
         parent: INodeNo,
         name: &OsStr,
         reply: ReplyEntry,
-        make: impl FnOnce(&Inode, &std::ffi::CStr) -> io::Result<()>,
+        make: impl FnOnce(std::os::fd::RawFd, &std::ffi::CStr) -> io::Result<()>,
     ) {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::cstr(name).map_err(errno)?;
-            make(&p, &c).map_err(errno)?;
+            let pfd = self.fd(&p)?;
+            make(pfd.raw(), &c).map_err(errno)?;
             if let Err(e) = self.chown_new(req, &p, name) {
-                let _ =
-                    sys::unlinkat(p.raw(), &c, 0).or_else(|_| sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR));
+                let _ = sys::unlinkat(pfd.raw(), &c, 0)
+                    .or_else(|_| sys::unlinkat(pfd.raw(), &c, libc::AT_REMOVEDIR));
                 return Err(e);
             }
             self.lookup_name(&p, name)
@@ -293,7 +310,7 @@ impl SqueezeFs {
 
     /// A new handle on a regular file: shares the open container (opening it for the first
     /// handle) and truncates it for O_TRUNC.
-    fn attach(&self, inode: &Inode, truncate: bool) -> Result<(), Errno> {
+    fn attach(&self, inode: &Arc<Inode>, truncate: bool) -> Result<(), Errno> {
         let mut open = inode.open.lock().unwrap();
         let of = match open.as_mut() {
             Some(of) => {
@@ -308,7 +325,7 @@ impl SqueezeFs {
         if truncate {
             of.container
                 .set_size(0)
-                .map_err(|e| Self::container_error(inode, "truncate", e))?;
+                .map_err(|e| self.container_error(inode, "truncate", e))?;
         }
         Ok(())
     }
@@ -318,7 +335,7 @@ impl SqueezeFs {
         for inode in self.inodes.all() {
             if let Some(of) = inode.open.lock().unwrap().as_mut() {
                 if let Err(e) = of.container.fsync() {
-                    error!("{}: flush at unmount failed: {e}", Self::describe(&inode));
+                    error!("{}: flush at unmount failed: {e}", self.describe(&inode));
                 }
             }
         }
@@ -382,10 +399,10 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let inode = self.inode(ino)?;
             if let Some(m) = mode {
-                sys::chmod(inode.raw(), m & 0o7777).map_err(errno)?;
+                sys::chmod(self.fd(&inode)?.raw(), m & 0o7777).map_err(errno)?;
             }
             if uid.is_some() || gid.is_some() {
-                sys::chown(inode.raw(), uid, gid).map_err(errno)?;
+                sys::chown(self.fd(&inode)?.raw(), uid, gid).map_err(errno)?;
             }
             if let Some(s) = size {
                 if !inode.is_reg {
@@ -400,11 +417,11 @@ impl Filesystem for SqueezeFs {
                 // filesystem's do (the kernel may also send explicit times).
                 if mtime.is_none() {
                     let now = timespec(Some(TimeOrNow::Now));
-                    sys::utimens(inode.raw(), timespec(None), now).map_err(errno)?;
+                    sys::utimens(self.fd(&inode)?.raw(), timespec(None), now).map_err(errno)?;
                 }
             }
             if atime.is_some() || mtime.is_some() {
-                sys::utimens(inode.raw(), timespec(atime), timespec(mtime)).map_err(errno)?;
+                sys::utimens(self.fd(&inode)?.raw(), timespec(atime), timespec(mtime)).map_err(errno)?;
             }
             self.attr(ino.0, &inode)
         })();
@@ -417,7 +434,7 @@ impl Filesystem for SqueezeFs {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self
             .inode(ino)
-            .and_then(|i| sys::readlink(i.raw()).map_err(errno))
+            .and_then(|i| sys::readlink(self.fd(&i)?.raw()).map_err(errno))
         {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -437,17 +454,15 @@ impl Filesystem for SqueezeFs {
         let mode = mode & !umask;
         if mode & libc::S_IFMT == libc::S_IFREG {
             // A regular file made by mknod is an empty container, like any other.
-            return self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p.raw(), c, mode, 0));
+            return self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p, c, mode, 0));
         }
         self.new_entry(req, parent, name, reply, |p, c| {
-            sys::mknodat(p.raw(), c, mode, rdev as u64)
+            sys::mknodat(p, c, mode, rdev as u64)
         });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.new_entry(req, parent, name, reply, |p, c| {
-            sys::mkdirat(p.raw(), c, mode & !umask)
-        });
+        self.new_entry(req, parent, name, reply, |p, c| sys::mkdirat(p, c, mode & !umask));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -455,7 +470,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::cstr(name).map_err(errno)?;
-            sys::unlinkat(p.raw(), &c, 0).map_err(errno)
+            sys::unlinkat(self.fd(&p)?.raw(), &c, 0).map_err(errno)
         })();
         reply_empty(reply, r)
     }
@@ -465,7 +480,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::cstr(name).map_err(errno)?;
-            sys::unlinkat(p.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
+            sys::unlinkat(self.fd(&p)?.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
         })();
         reply_empty(reply, r)
     }
@@ -475,9 +490,7 @@ impl Filesystem for SqueezeFs {
             Ok(t) => t,
             Err(e) => return reply.error(errno(e)),
         };
-        self.new_entry(req, parent, link_name, reply, |p, c| {
-            sys::symlinkat(&t, p.raw(), c)
-        });
+        self.new_entry(req, parent, link_name, reply, |p, c| sys::symlinkat(&t, p, c));
     }
 
     fn rename(
@@ -496,7 +509,7 @@ impl Filesystem for SqueezeFs {
             let np = self.inode(newparent)?;
             let a = sys::cstr(name).map_err(errno)?;
             let b = sys::cstr(newname).map_err(errno)?;
-            sys::renameat2(p.raw(), &a, np.raw(), &b, flags.bits()).map_err(errno)
+            sys::renameat2(self.fd(&p)?.raw(), &a, self.fd(&np)?.raw(), &b, flags.bits()).map_err(errno)
         })();
         reply_empty(reply, r)
     }
@@ -507,7 +520,7 @@ impl Filesystem for SqueezeFs {
             let inode = self.inode(ino)?;
             let np = self.inode(newparent)?;
             let c = sys::cstr(newname).map_err(errno)?;
-            sys::linkat(inode.raw(), np.raw(), &c).map_err(errno)?;
+            sys::linkat(self.fd(&inode)?.raw(), self.fd(&np)?.raw(), &c).map_err(errno)?;
             self.lookup_name(&np, newname)
         })();
         match r {
@@ -609,7 +622,7 @@ impl Filesystem for SqueezeFs {
             let res = of.container.flush();
             *inode.size_cache.lock().unwrap() = of.container.size().ok();
             *open = None;
-            res.map_err(|e| Self::container_error(&inode, "flush at close", e))
+            res.map_err(|e| self.container_error(&inode, "flush at close", e))
         })();
         reply_empty(reply, r)
     }
@@ -624,7 +637,7 @@ impl Filesystem for SqueezeFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let inode = self.inode(ino)?;
-            let entries = sys::read_dir(inode.raw()).map_err(errno)?;
+            let entries = sys::read_dir(self.fd(&inode)?.raw()).map_err(errno)?;
             let list: Vec<(Vec<u8>, FileType)> =
                 entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -674,7 +687,7 @@ impl Filesystem for SqueezeFs {
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         match self
             .inode(ino)
-            .and_then(|i| sys::fsync_path(i.raw(), datasync).map_err(errno))
+            .and_then(|i| sys::fsync_path(self.fd(&i)?.raw(), datasync).map_err(errno))
         {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -684,7 +697,7 @@ impl Filesystem for SqueezeFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self
             .inode(INodeNo(1))
-            .and_then(|r| sys::statvfs(r.raw()).map_err(errno))
+            .and_then(|r| sys::statvfs(self.fd(&r)?.raw()).map_err(errno))
         {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -714,7 +727,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let i = self.inode(ino)?;
             let c = sys::cstr(name).map_err(errno)?;
-            sys::xattr_set(i.raw(), &c, value, flags).map_err(errno)
+            sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)
         })();
         reply_empty(reply, r)
     }
@@ -722,18 +735,19 @@ impl Filesystem for SqueezeFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let r = (|| {
             let i = self.inode(ino)?;
+            let fd = self.fd(&i)?;
             let c = sys::cstr(name).map_err(errno)?;
             if size == 0 {
-                return sys::xattr_get(i.raw(), &c, 0)
+                return sys::xattr_get(fd.raw(), &c, 0)
                     .map(|v| Err(v.len()))
                     .or_else(|_| {
                         // Size query: ask with a buffer large enough for any value.
-                        let v = sys::xattr_get(i.raw(), &c, 65536)?;
+                        let v = sys::xattr_get(fd.raw(), &c, 65536)?;
                         Ok(Err(v.len()))
                     })
                     .map_err(errno);
             }
-            sys::xattr_get(i.raw(), &c, size as usize).map(Ok).map_err(errno)
+            sys::xattr_get(fd.raw(), &c, size as usize).map(Ok).map_err(errno)
         })();
         match r {
             Ok(Ok(v)) => reply.data(&v),
@@ -744,7 +758,7 @@ impl Filesystem for SqueezeFs {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let r = self.inode(ino).and_then(|i| {
-            sys::xattr_list(i.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno)
+            sys::xattr_list(self.fd(&i)?.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno)
         });
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
@@ -758,7 +772,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let i = self.inode(ino)?;
             let c = sys::cstr(name).map_err(errno)?;
-            sys::xattr_remove(i.raw(), &c).map_err(errno)
+            sys::xattr_remove(self.fd(&i)?.raw(), &c).map_err(errno)
         })();
         reply_empty(reply, r)
     }
@@ -787,7 +801,7 @@ impl Filesystem for SqueezeFs {
             let c = sys::cstr(name).map_err(errno)?;
             let excl = flags & libc::O_EXCL != 0;
             let mode = (mode & !umask) & 0o7777;
-            match sys::mknodat(p.raw(), &c, libc::S_IFREG | mode, 0) {
+            match sys::mknodat(self.fd(&p)?.raw(), &c, libc::S_IFREG | mode, 0) {
                 Ok(()) => self.chown_new(req, &p, name)?,
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {}
                 Err(e) => return Err(errno(e)),
