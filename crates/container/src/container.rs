@@ -21,7 +21,8 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 use crate::encode::{decode_payload, encode_half, encode_inline, payload_ok};
 use crate::format::{
     half_offset, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK, DATA_START,
-    DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAGIC, SB_FLAG_INLINE,
+    DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAGIC, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
+    SB_FLAG_INLINE,
 };
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
@@ -122,6 +123,13 @@ struct Packed {
     stale_from: Option<u64>,
     exts: BTreeMap<u64, Ext>,
     clock: u64,
+    /// Extent writes or punches not yet covered by a sync.
+    unsynced: bool,
+    /// Counts changes (writes, size changes, punches), so a deferred superblock is only
+    /// committed for exactly the state that was written back.
+    epoch: u64,
+    /// `write_back` left the superblock to write after a sync, at this epoch.
+    pending: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -157,6 +165,18 @@ impl<S: Storage> Container<S> {
         let mut blocks = vec![0u8; 2 * BLOCK as usize];
         let n = read_full(&storage, &mut blocks, 0)?;
         if n < MAGIC.len() || blocks[..MAGIC.len()] != MAGIC {
+            if blocks[..n].iter().all(|&b| b == 0) && has_extent_header(&storage)? {
+                // A new container whose first superblock never reached the disk (a crash
+                // or kill between writing its extents and committing it): nothing of it
+                // was ever durable, so it is empty. Its extents go at the first flush.
+                warn!("container without a superblock (never committed before a crash): empty");
+                let mut p = Packed::new(opts.extent_shift, opts.codec, 0);
+                p.stale_from = Some(0);
+                return Ok(Container {
+                    storage,
+                    mode: Mode::Packed(Box::new(p)),
+                });
+            }
             return Ok(Container {
                 storage,
                 mode: Mode::Plain,
@@ -256,6 +276,7 @@ impl<S: Storage> Container<S> {
     pub fn set_codec(&mut self, codec: CodecSpec) {
         if let Mode::Packed(p) = &mut self.mode {
             p.codec = codec;
+            p.epoch += 1;
         }
     }
 
@@ -311,6 +332,7 @@ impl<S: Storage> Container<S> {
                 if data.is_empty() {
                     return Ok(());
                 }
+                p.epoch += 1;
                 if end > p.size {
                     p.grow(&self.storage, end)?;
                 }
@@ -351,6 +373,7 @@ impl<S: Storage> Container<S> {
                 if size > MAX_SIZE {
                     return Err(Error::TooLarge);
                 }
+                p.epoch += 1;
                 if size > p.size {
                     p.grow(&self.storage, size)
                 } else {
@@ -371,6 +394,7 @@ impl<S: Storage> Container<S> {
                 if off >= end {
                     return Ok(());
                 }
+                p.epoch += 1;
                 let e = p.extent_len() as u64;
                 let first_whole = off.div_ceil(e);
                 let end_whole = end / e;
@@ -448,7 +472,55 @@ impl<S: Storage> Container<S> {
     pub fn flush(&mut self) -> Result<()> {
         match &mut self.mode {
             Mode::Plain => Ok(()),
-            Mode::Packed(p) => p.flush(&self.storage),
+            Mode::Packed(p) => {
+                p.flush(&self.storage, false)?;
+                p.pending = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Container::flush`] without waiting for the disk: everything dirty is written, but
+    /// a superblock that must follow a sync is left pending. Returns true when one is:
+    /// the caller makes the writes durable (`sync_data`, or one `syncfs` for many files —
+    /// a group commit) and then calls [`Container::commit_after_sync`]. Until then the file
+    /// on disk is still the previous version (or empty, for a new one).
+    pub fn write_back(&mut self) -> Result<bool> {
+        match &mut self.mode {
+            Mode::Plain => Ok(false),
+            Mode::Packed(p) => {
+                let pending = p.flush(&self.storage, true)?;
+                p.pending = pending.then_some(p.epoch);
+                Ok(pending)
+            }
+        }
+    }
+
+    /// Writes the superblock `write_back` left pending. Call only once every write made
+    /// before it is durable. Returns false, doing nothing, when nothing is pending or the
+    /// file changed since (then `write_back` again).
+    pub fn commit_after_sync(&mut self) -> Result<bool> {
+        match &mut self.mode {
+            Mode::Packed(p) if p.pending.is_some() && p.pending == Some(p.epoch) => {
+                p.pending = None;
+                p.synced(&self.storage)?;
+                p.write_superblock(&self.storage, None, true)?;
+                p.stale_from = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether a superblock is waiting for [`Container::commit_after_sync`].
+    pub fn commit_pending(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.pending.is_some())
+    }
+
+    /// Drops every clean cached extent (memory of a file nobody has open).
+    pub fn drop_cache(&mut self) {
+        if let Mode::Packed(p) = &mut self.mode {
+            p.trim_cache_to(0);
         }
     }
 
@@ -486,6 +558,9 @@ impl Packed {
             stale_from: None,
             exts: BTreeMap::new(),
             clock: 0,
+            unsynced: false,
+            epoch: 0,
+            pending: None,
         }
     }
 
@@ -720,6 +795,7 @@ impl Packed {
         let start = half_offset(self.shift, range.start, 0);
         let end = half_offset(self.shift, range.end, 0);
         st.punch(start, end - start)?;
+        self.unsynced = true;
         let gone: Vec<u64> = self.exts.range(range).map(|(i, _)| *i).collect();
         for i in gone {
             let e = self.exts.get_mut(&i).expect("listed");
@@ -820,6 +896,7 @@ impl Packed {
             })
             .collect();
         drop(jobs);
+        self.unsynced = true;
         let mut first_err = None;
         for ((idx, half, gen, other_dirty), res) in plans.into_iter().zip(results) {
             match res {
@@ -844,6 +921,7 @@ impl Packed {
             return Err(err.into());
         }
         // 4. All-zero extents become holes.
+        self.unsynced |= !holes.is_empty();
         for idx in holes {
             let start = half_offset(self.shift, idx, 0);
             st.punch(start, 2 * slot_size(self.shift))?;
@@ -856,6 +934,10 @@ impl Packed {
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.
     fn trim_cache(&mut self) {
+        self.trim_cache_to(CACHE_EXTENTS);
+    }
+
+    fn trim_cache_to(&mut self, keep: usize) {
         // Extents at or past `stale_from` exist only in memory (an inline file's content):
         // they are never evicted.
         let clean: Vec<(u64, u64)> = self
@@ -864,13 +946,13 @@ impl Packed {
             .filter(|(i, e)| !e.dirty && e.data.is_some() && !self.is_stale(**i))
             .map(|(i, e)| (e.last_use, *i))
             .collect();
-        if clean.len() <= CACHE_EXTENTS {
+        if clean.len() <= keep {
             return;
         }
         let mut clean = clean;
         clean.sort_unstable();
         let stale_from = self.stale_from.unwrap_or(u64::MAX);
-        for (_, i) in &clean[..clean.len() - CACHE_EXTENTS] {
+        for (_, i) in &clean[..clean.len() - keep] {
             let e = self.exts.get_mut(i).expect("listed");
             e.data = None;
             // Entries in the stale range remember that they were written; others can be
@@ -881,11 +963,13 @@ impl Packed {
         }
     }
 
-    fn flush<S: Storage>(&mut self, st: &S) -> Result<()> {
+    /// Writes everything out; with `defer`, stops before a superblock that needs a sync
+    /// first and returns true.
+    fn flush<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
         let e = self.extent_len() as u64;
         let count = self.extent_count();
         if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {
-            return Ok(());
+            return Ok(false);
         }
         // Decide inline: the whole file in the superblock.
         let mut inline = None;
@@ -910,7 +994,8 @@ impl Packed {
                 x.written = false;
             }
             self.stale_from = Some(0);
-            return self.write_superblock(st, Some((alg, payload)), false);
+            self.write_superblock(st, Some((alg, payload)), false)?;
+            return Ok(false);
         }
         // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
         //    content of a file that was inline) are written too.
@@ -947,6 +1032,7 @@ impl Packed {
                     if a < st.len()? {
                         st.punch(a, b - a)?;
                         wrote = true;
+                        self.unsynced = true;
                     }
                 }
                 run_start = i + 1;
@@ -965,16 +1051,21 @@ impl Packed {
                 st.set_len(needed)?;
             }
             self.stale_from = None;
-            return Ok(());
+            return Ok(false);
         }
-        // 3. The superblock must not reach the disk before the extents it describes.
-        if wrote || self.sb_unknown {
+        // 3. The superblock must not reach the disk before the extents it describes (also
+        //    those an earlier deferred write-back left unsynced).
+        debug_assert!(!wrote || self.unsynced);
+        if self.unsynced || self.sb_unknown {
+            if defer {
+                return Ok(true);
+            }
             st.sync_data()?;
             self.synced(st)?;
         }
         self.write_superblock(st, None, true)?;
         self.stale_from = None;
-        Ok(())
+        Ok(false)
     }
 
     /// Writes the superblock to the half that does not hold the last durable copy, then
@@ -1029,6 +1120,7 @@ impl Packed {
     /// Bookkeeping after a successful `sync_data`: everything written is durable, so old
     /// halves can go.
     fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
+        self.unsynced = false;
         if self.sb_slot.is_some() {
             self.sb_durable = true;
             self.sb_unknown = false;
@@ -1048,6 +1140,31 @@ impl Packed {
         }
         Ok(())
     }
+}
+
+/// Whether the first data past the superblocks is a valid extent header (of any extent
+/// size): what a container looks like before its first superblock lands. A plain file
+/// cannot pass by chance: the header carries a magic, its index and an XXH3 of itself.
+fn has_extent_header<S: Storage>(st: &S) -> Result<bool> {
+    let Some(at) = st.next_data(DATA_START)? else {
+        return Ok(false);
+    };
+    let mut hb = [0u8; EXTENT_HEADER_LEN];
+    // SEEK_DATA answers at block granularity: the header is at the start of a slot.
+    for shift in MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT {
+        let slot = slot_size(shift);
+        let rel = at - DATA_START;
+        // The first slot at or after `at` that could hold a half.
+        let k = rel.div_ceil(slot);
+        let off = DATA_START + k * slot;
+        if read_full(st, &mut hb, off)? < EXTENT_HEADER_LEN {
+            continue;
+        }
+        if ExtentHeader::decode(&hb, k / 2, shift).is_ok() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn half_name(h: u8) -> &'static str {

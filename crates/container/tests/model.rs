@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{Container, Error, Options};
+use squeezefs_container::{Container, Error, Options, Storage};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -27,6 +27,10 @@ enum Op {
     Flush,
     Fsync,
     Reopen,
+    /// `write_back` (the superblock may stay pending).
+    WriteBack,
+    /// A sync of the whole disk, then `commit_after_sync` (a group commit).
+    Commit,
 }
 
 /// Bytes that compress (text-like), don't (noise), or are zeros: all three paths.
@@ -57,6 +61,8 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         1 => Just(Op::Fsync),
         1 => Just(Op::Reopen),
+        1 => Just(Op::WriteBack),
+        1 => Just(Op::Commit),
     ]
 }
 
@@ -114,6 +120,11 @@ fn apply_container(
         Op::Punch { off, len } => c.punch_hole(*off, *len).map(|_| None),
         Op::Flush => c.flush().map(|_| None),
         Op::Fsync => c.fsync().map(|_| None),
+        Op::WriteBack => c.write_back().map(|_| None),
+        Op::Commit => {
+            disk.sync_data()?;
+            c.commit_after_sync().map(|_| None)
+        }
         Op::Reopen => {
             c.flush()?;
             *c = Container::open(disk.clone(), opts)?;
@@ -377,4 +388,66 @@ fn corrupt_payload_is_an_error_naming_the_extent_and_others_still_read() {
     }
     assert_eq!(c.read(0, 8192).unwrap(), &data[..8192]);
     assert_eq!(c.read(3 * 4096, 4096).unwrap(), &data[3 * 4096..]);
+}
+
+/// A new file written back (extents on disk, synced) whose first superblock never landed,
+/// as after a crash or kill -9 between write-back and the group commit: it opens as an
+/// empty container, never as a plain file of zeros and extent bytes, and keeps working.
+#[test]
+fn a_container_whose_first_superblock_never_landed_opens_empty() {
+    for shift in [12u8, 17, 20] {
+        let disk = MemDisk::new();
+        let opts = Options {
+            codec: "zstd:1".parse().unwrap(),
+            extent_shift: shift,
+        };
+        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let data = payload(300_000, 1, 9);
+        c.write(0, &data).unwrap();
+        assert!(c.write_back().unwrap(), "superblock left pending");
+        assert!(c.commit_pending());
+        disk.sync_data().unwrap();
+        let disk2 = disk.reboot(|| 0);
+        let mut c = Container::open(disk2.clone(), opts).unwrap();
+        assert!(!c.is_plain(), "extent {shift}: opened as a plain file");
+        assert_eq!(c.size().unwrap(), 0);
+        c.write(0, b"again").unwrap();
+        c.fsync().unwrap();
+        let mut c = Container::open(disk2.clone(), opts).unwrap();
+        assert_eq!(c.read(0, 100).unwrap(), b"again");
+        assert!(
+            disk2.contents().len() < 3 * 4096,
+            "old extents cut: {}",
+            disk2.contents().len()
+        );
+    }
+}
+
+/// The group commit path: write-back, one sync, commit; a change in between defers the
+/// commit to the next write-back.
+#[test]
+fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
+    let disk = MemDisk::new();
+    let opts = Options::default();
+    let mut c = Container::open(disk.clone(), opts).unwrap();
+    let data = payload(400_000, 1, 3);
+    c.write(0, &data).unwrap();
+    let syncs = disk.syncs();
+    assert!(c.write_back().unwrap());
+    assert_eq!(disk.syncs(), syncs, "write_back does not sync");
+    c.write(10, b"later").unwrap();
+    disk.sync_data().unwrap();
+    assert!(
+        !c.commit_after_sync().unwrap(),
+        "changed since write-back: no commit"
+    );
+    assert!(c.write_back().unwrap());
+    disk.sync_data().unwrap();
+    assert!(c.commit_after_sync().unwrap());
+    assert!(!c.commit_pending());
+    disk.sync_data().unwrap();
+    let mut want = data.clone();
+    want[10..15].copy_from_slice(b"later");
+    let mut c = Container::open(disk.reboot(|| 0), opts).unwrap();
+    assert_eq!(c.read(0, want.len()).unwrap(), want);
 }

@@ -61,8 +61,9 @@ struct Table {
 
 pub struct Inodes {
     t: RwLock<Table>,
-    /// The backing root opened for reading: `open_by_handle_at` refuses `O_PATH` fds.
-    mount_fd: Option<std::fs::File>,
+    /// The backing root opened for reading (`open_by_handle_at` and `syncfs` refuse
+    /// `O_PATH` fds).
+    pub root_dir: std::fs::File,
     /// Reopen by handle works here (root's mount id), or `None`.
     mount_id: Option<i32>,
     /// Inodes whose fd is cached, oldest first.
@@ -71,18 +72,14 @@ pub struct Inodes {
 }
 
 impl Inodes {
-    pub fn new(root: OwnedFd, st: &libc::stat) -> Inodes {
+    pub fn new(root: OwnedFd, root_dir: std::fs::File, st: &libc::stat) -> Inodes {
         let key = (st.st_dev, st.st_ino);
         let raw = root.as_raw_fd();
         let root = Arc::new(root);
         // Handles are used only if one round trip through them works here.
-        let mount_fd = sys::reopen(raw, libc::O_RDONLY | libc::O_DIRECTORY).ok();
-        let mount_id = mount_fd.as_ref().and_then(|m| {
-            sys::file_handle(raw)
-                .and_then(|(id, h)| sys::open_handle(m.as_raw_fd(), &h).map(|_| id))
-                .ok()
-        });
-        let mount_fd = mount_id.and(mount_fd);
+        let mount_id = sys::file_handle(raw)
+            .and_then(|(id, h)| sys::open_handle(root_dir.as_raw_fd(), &h).map(|_| id))
+            .ok();
         let root_inode = Arc::new(Inode {
             handle: None,
             fd: Mutex::new(Some(root.clone())),
@@ -101,7 +98,7 @@ impl Inodes {
         t.by_key.insert(key, 1);
         Inodes {
             t: RwLock::new(t),
-            mount_fd,
+            root_dir,
             mount_id,
             cached: Mutex::new(VecDeque::new()),
             budget: AtomicUsize::new(FD_CACHE),
@@ -131,8 +128,7 @@ impl Inodes {
         }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
         let handle = inode.handle.as_ref().ok_or_else(stale)?;
-        let mount_fd = self.mount_fd.as_ref().ok_or_else(stale)?;
-        let fd = Arc::new(sys::open_handle(mount_fd.as_raw_fd(), handle)?);
+        let fd = Arc::new(sys::open_handle(self.root_dir.as_raw_fd(), handle)?);
         *slot = Some(fd.clone());
         drop(slot);
         self.remember(inode);

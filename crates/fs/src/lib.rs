@@ -1,6 +1,7 @@
 //! squeezefs as a FUSE filesystem: a stacked filesystem over a backing directory where
 //! every regular file is a container (see `squeezefs-container`).
 
+mod commit;
 mod inode;
 mod ops;
 mod sys;

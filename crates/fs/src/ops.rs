@@ -18,6 +18,7 @@ use fuser::{
 use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options};
 
+use crate::commit::Committer;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
 use crate::sys;
 
@@ -27,7 +28,9 @@ const TTL: Duration = Duration::from_secs(1);
 type DirList = Vec<(Vec<u8>, FileType)>;
 
 pub struct SqueezeFs {
-    inodes: Inodes,
+    inodes: Arc<Inodes>,
+    committer: Arc<Committer>,
+    commit_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     opts: Options,
     read_only: bool,
     /// Directory handles: a snapshot of the entries taken at opendir.
@@ -118,9 +121,13 @@ impl SqueezeFs {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         unsafe { libc::umask(0) };
         let root = sys::open_root(backing)?;
-        let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&root))?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&root);
+        let st = sys::fstat(raw)?;
+        let root_dir = sys::reopen(raw, libc::O_RDONLY | libc::O_DIRECTORY)?;
         Ok(SqueezeFs {
-            inodes: Inodes::new(root, &st),
+            inodes: Arc::new(Inodes::new(root, root_dir, &st)),
+            committer: Committer::new(),
+            commit_thread: Mutex::new(None),
             opts,
             read_only,
             dirs: Mutex::new(Default::default()),
@@ -141,6 +148,7 @@ impl SqueezeFs {
     /// Sizes caches that hold fds to the open-file limit.
     pub fn fit_fd_limit(&self, limit: u64) {
         self.inodes.fit_fd_cache(limit);
+        self.committer.fit_fd_limit(limit);
     }
 
     fn fd(&self, inode: &Arc<Inode>) -> Result<PathFd, Errno> {
@@ -149,11 +157,7 @@ impl SqueezeFs {
 
     /// A path for log lines: where the inode lives in the backing directory.
     fn describe(&self, inode: &Arc<Inode>) -> String {
-        self.inodes
-            .fd(inode)
-            .and_then(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.raw())))
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
+        self.inodes.describe(inode)
     }
 
     fn container_error(&self, inode: &Arc<Inode>, what: &str, e: squeezefs_container::Error) -> Errno {
@@ -330,14 +334,22 @@ impl SqueezeFs {
         Ok(())
     }
 
-    /// Flushes every open file (unmount).
+    /// Commits what waits, then writes out every file still open and makes it all durable
+    /// (unmount).
     pub fn flush_all(&self) {
+        self.committer.stop();
+        if let Some(t) = self.commit_thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
         for inode in self.inodes.all() {
             if let Some(of) = inode.open.lock().unwrap().as_mut() {
                 if let Err(e) = of.container.fsync() {
                     error!("{}: flush at unmount failed: {e}", self.describe(&inode));
                 }
             }
+        }
+        if let Err(e) = self.inodes.syncfs() {
+            error!("syncfs of the backing filesystem at unmount failed: {e}");
         }
     }
 }
@@ -352,6 +364,11 @@ impl Filesystem for SqueezeFs {
         }
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
+        let (c, i) = (self.committer.clone(), self.inodes.clone());
+        let t = std::thread::Builder::new()
+            .name("squeezefs-commit".into())
+            .spawn(move || c.run(&i))?;
+        *self.commit_thread.lock().unwrap() = Some(t);
         Ok(())
     }
 
@@ -592,9 +609,11 @@ impl Filesystem for SqueezeFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        // close(2): write the data out (errors reach the caller); the superblock follows
+        // in the next group commit.
         let r = self
             .inode(ino)
-            .and_then(|i| self.with_container(&i, |c| c.flush(), "flush"));
+            .and_then(|i| self.with_container(&i, |c| c.write_back().map(|_| ()), "flush"));
         reply_empty(reply, r)
     }
 
@@ -618,11 +637,22 @@ impl Filesystem for SqueezeFs {
             if of.handles > 0 {
                 return Ok(());
             }
-            // Last handle: write everything out and drop the state (and its memory).
-            let res = of.container.flush();
-            *inode.size_cache.lock().unwrap() = of.container.size().ok();
-            *open = None;
-            res.map_err(|e| self.container_error(&inode, "flush at close", e))
+            // Last handle: write everything out and drop the state (and its memory), or
+            // keep it, cache emptied, until the group commit writes its superblock.
+            match of.container.write_back() {
+                Ok(true) => {
+                    of.container.drop_cache();
+                    drop(open);
+                    self.committer.push(ino.0, inode.clone());
+                    Ok(())
+                }
+                res => {
+                    *inode.size_cache.lock().unwrap() = of.container.size().ok();
+                    *open = None;
+                    res.map(|_| ())
+                        .map_err(|e| self.container_error(&inode, "flush at close", e))
+                }
+            }
         })();
         reply_empty(reply, r)
     }

@@ -1,0 +1,164 @@
+//! Group commit of superblocks. Closing a file writes its extents at once (errors reach
+//! `close`), but a container's superblock may only be written once those extents are
+//! durable. Instead of one `fdatasync` per closed file, closed files wait here and one
+//! `syncfs` of the backing filesystem covers a whole batch; then each superblock is
+//! written (it becomes durable with the next batch's sync, or at unmount). A file is
+//! committed within [`INTERVAL`] of its close, or sooner when [`Committer::max_pending`]
+//! files wait (each holds an open fd).
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use log::error;
+
+use crate::inode::{Inode, Inodes};
+
+/// How long a closed file may wait for its superblock.
+pub const INTERVAL: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct Queue {
+    items: Vec<(u64, Arc<Inode>)>,
+    since: Option<Instant>,
+    stop: bool,
+}
+
+pub struct Committer {
+    q: Mutex<Queue>,
+    cv: Condvar,
+    max_pending: AtomicUsize,
+    /// Commits done and syncs issued (for tests and statistics).
+    pub commits: AtomicUsize,
+    pub syncs: AtomicUsize,
+}
+
+impl Committer {
+    pub fn new() -> Arc<Committer> {
+        Arc::new(Committer {
+            q: Mutex::new(Queue::default()),
+            cv: Condvar::new(),
+            max_pending: AtomicUsize::new(1024),
+            commits: AtomicUsize::new(0),
+            syncs: AtomicUsize::new(0),
+        })
+    }
+
+    /// Fits the batch size to the open-file limit (a waiting file holds one fd).
+    pub fn fit_fd_limit(&self, limit: u64) {
+        self.max_pending
+            .store((limit / 4).clamp(16, 1024) as usize, Ordering::Relaxed);
+    }
+
+    /// Queues a closed file whose superblock waits for a sync.
+    pub fn push(&self, ino: u64, inode: Arc<Inode>) {
+        let mut q = self.q.lock().unwrap();
+        q.items.push((ino, inode));
+        q.since.get_or_insert_with(Instant::now);
+        if q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
+            self.cv.notify_all();
+        } else if q.items.len() == 1 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// The commit thread: waits for a batch (full, old enough, or stop), commits it.
+    pub fn run(&self, inodes: &Inodes) {
+        loop {
+            let batch = {
+                let mut q = self.q.lock().unwrap();
+                loop {
+                    if q.stop || q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match q.since {
+                        Some(t) if t.elapsed() >= INTERVAL => break,
+                        Some(t) => q = self.cv.wait_timeout(q, INTERVAL - t.elapsed()).unwrap().0,
+                        None => q = self.cv.wait(q).unwrap(),
+                    }
+                }
+                if q.stop && q.items.is_empty() {
+                    return;
+                }
+                q.since = None;
+                std::mem::take(&mut q.items)
+            };
+            self.commit(inodes, batch);
+        }
+    }
+
+    /// Commits everything queued now (unmount), and stops the thread.
+    pub fn stop(&self) {
+        self.q.lock().unwrap().stop = true;
+        self.cv.notify_all();
+    }
+
+    fn commit(&self, inodes: &Inodes, batch: Vec<(u64, Arc<Inode>)>) {
+        let synced = inodes.syncfs();
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = &synced {
+            error!("syncfs of the backing filesystem failed: {e}; syncing files one by one");
+        }
+        let mut again = Vec::new();
+        for (ino, inode) in batch {
+            let mut open = inode.open.lock().unwrap();
+            let Some(of) = open.as_mut() else { continue };
+            let r = if synced.is_ok() {
+                of.container.commit_after_sync()
+            } else {
+                of.container.fsync().map(|()| true)
+            };
+            match r {
+                Ok(true) => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(false) => {
+                    // Changed since its write-back (or committed by an fsync meanwhile):
+                    // a closed file is written back again and waits for the next batch.
+                    if of.handles == 0 {
+                        match of.container.write_back() {
+                            Ok(true) => {
+                                again.push((ino, inode.clone()));
+                                continue;
+                            }
+                            Ok(false) => {}
+                            Err(e) => error!("{}: write-back failed: {e}", inodes.describe(&inode)),
+                        }
+                    }
+                }
+                Err(e) => error!(
+                    "{}: committing the superblock failed: {e}",
+                    inodes.describe(&inode)
+                ),
+            }
+            if of.handles == 0 {
+                *inode.size_cache.lock().unwrap() = of.container.size().ok();
+                *open = None;
+                drop(open);
+                inodes.forget(ino, 0);
+            }
+        }
+        for (ino, inode) in again {
+            self.push(ino, inode);
+        }
+    }
+}
+
+impl Inodes {
+    /// `syncfs` of the backing filesystem.
+    pub fn syncfs(&self) -> std::io::Result<()> {
+        if unsafe { libc::syncfs(self.root_dir.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// A path for log lines: where the inode lives in the backing directory.
+    pub fn describe(&self, inode: &Arc<Inode>) -> String {
+        self.fd(inode)
+            .and_then(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.raw())))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
+    }
+}
