@@ -56,9 +56,8 @@ impl Committer {
         let mut q = self.q.lock().unwrap();
         q.items.push((ino, inode));
         q.since.get_or_insert_with(Instant::now);
-        if q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
-            self.cv.notify_all();
-        } else if q.items.len() == 1 {
+        // The thread wakes to start the interval (first item) or for a full batch.
+        if q.items.len() == 1 || q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
             self.cv.notify_all();
         }
     }

@@ -217,7 +217,7 @@ fn raise_fd_limit() -> u64 {
             }
         }
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            return lim.rlim_cur as u64;
+            return lim.rlim_cur;
         }
     }
     1024

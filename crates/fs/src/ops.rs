@@ -222,7 +222,7 @@ impl SqueezeFs {
     }
 
     fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
-        let st = sys::fstat(self.fd(&inode)?.raw()).map_err(errno)?;
+        let st = sys::fstat(self.fd(inode)?.raw()).map_err(errno)?;
         let size = if inode.is_reg {
             self.logical_size(inode)?
         } else {
@@ -249,7 +249,7 @@ impl SqueezeFs {
 
     fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(self.fd(&parent)?.raw(), &c).map_err(errno)?;
+        let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
         let (ino, inode) = self.inodes.insert(fd, &st);
         match self.attr(ino, &inode) {
@@ -266,14 +266,14 @@ impl SqueezeFs {
         if !self.as_root {
             return Ok(());
         }
-        let pst = sys::fstat(self.fd(&parent)?.raw()).map_err(errno)?;
+        let pst = sys::fstat(self.fd(parent)?.raw()).map_err(errno)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
             req.gid()
         };
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(self.fd(&parent)?.raw(), &c).map_err(errno)?;
+        let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
     }
 

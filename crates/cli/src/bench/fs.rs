@@ -424,7 +424,7 @@ pub fn main(args: FsArgs) -> Result<(), String> {
         None => None,
     };
     let corpus_bytes = match &args.corpus {
-        Some(c) => walk(&[c.clone()])?
+        Some(c) => walk(std::slice::from_ref(c))?
             .iter()
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
