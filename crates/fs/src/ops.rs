@@ -22,7 +22,9 @@ use crate::commit::Committer;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
 use crate::sys;
 
-const TTL: Duration = Duration::from_secs(1);
+/// Entry and attribute timeout: long, since this daemon is the only writer of the backing
+/// directory (the kernel invalidates what its own changes affect).
+const TTL: Duration = Duration::from_secs(60);
 
 /// A directory's entries as read at opendir: name and type.
 type DirList = Vec<(Vec<u8>, FileType)>;

@@ -74,16 +74,15 @@ fn panel(
     for r in rows {
         let c = color(&r.method);
         let p = (x(r), r.ratio);
-        chart
-            .draw_series(std::iter::once(Circle::new(p, 5, c.filled())))
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(std::iter::once(Text::new(
+        // The label sits beside the point, not on it.
+        let point = EmptyElement::at(p)
+            + Circle::new((0, 0), 5, c.filled())
+            + Text::new(
                 r.method.clone(),
-                p,
+                (8, -6),
                 ("sans-serif", 13).into_font().color(&c),
-            )))
-            .map_err(|e| err(&e))?;
+            );
+        chart.draw_series(std::iter::once(point)).map_err(|e| err(&e))?;
     }
     Ok(())
 }
