@@ -12,7 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use squeezefs_container::{Container, FileStorage};
@@ -50,6 +50,8 @@ pub struct Inode {
     pub open: Mutex<Option<OpenFile>>,
     /// Logical size of a closed container, remembered (we are the only writer).
     pub size_cache: Mutex<Option<u64>>,
+    /// Known to have no `security.capability` xattr (the kernel asks before every write).
+    pub no_caps: AtomicBool,
 }
 
 #[derive(Default)]
@@ -89,6 +91,7 @@ impl Inodes {
             lookups: Mutex::new(u64::MAX / 2),
             open: Mutex::new(None),
             size_cache: Mutex::new(None),
+            no_caps: AtomicBool::new(false),
         });
         let mut t = Table {
             next: 2,
@@ -116,6 +119,15 @@ impl Inodes {
         self.mount_id.is_some()
     }
 
+    /// The number of a known inode.
+    pub fn number(&self, inode: &Arc<Inode>) -> Option<u64> {
+        let t = self.t.read().unwrap();
+        t.by_key
+            .get(&inode.key)
+            .copied()
+            .filter(|i| t.by_ino.get(i).is_some_and(|x| Arc::ptr_eq(x, inode)))
+    }
+
     pub fn get(&self, ino: u64) -> Option<Arc<Inode>> {
         self.t.read().unwrap().by_ino.get(&ino).cloned()
     }
@@ -133,6 +145,17 @@ impl Inodes {
         drop(slot);
         self.remember(inode);
         Ok(PathFd(fd))
+    }
+
+    /// Opens the inode's file for I/O with `flags`: by handle where possible (no path walk
+    /// through `/proc/self/fd`), else by reopening its `O_PATH` fd.
+    pub fn reopen(&self, inode: &Arc<Inode>, flags: i32) -> io::Result<std::fs::File> {
+        if let (Some(h), Some(_)) = (&inode.handle, self.mount_id) {
+            if let Ok(fd) = sys::open_handle_with(self.root_dir.as_raw_fd(), h, flags) {
+                return Ok(std::fs::File::from(fd));
+            }
+        }
+        sys::reopen(self.fd(inode)?.raw(), flags)
     }
 
     /// Notes a newly cached fd; closes the oldest cached fds beyond the budget. An open
@@ -193,6 +216,7 @@ impl Inodes {
             lookups: Mutex::new(1),
             open: Mutex::new(None),
             size_cache: Mutex::new(None),
+            no_caps: AtomicBool::new(false),
         });
         let ino = t.next;
         t.next += 1;

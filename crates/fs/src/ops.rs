@@ -26,6 +26,9 @@ use crate::sys;
 /// directory (the kernel invalidates what its own changes affect).
 const TTL: Duration = Duration::from_secs(60);
 
+/// Most containers kept open without a handle after a lookup.
+const IDLE_MAX: usize = 128;
+
 /// A directory's entries as read at opendir: name and type.
 type DirList = Vec<(Vec<u8>, FileType)>;
 
@@ -37,6 +40,9 @@ pub struct SqueezeFs {
     read_only: bool,
     /// Directory handles: a snapshot of the entries taken at opendir.
     dirs: Mutex<std::collections::HashMap<u64, Arc<DirList>>>,
+    /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
+    /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
+    idle: Mutex<std::collections::VecDeque<(u64, std::sync::Weak<Inode>)>>,
     next_fh: AtomicU64,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
@@ -133,6 +139,7 @@ impl SqueezeFs {
             opts,
             read_only,
             dirs: Mutex::new(Default::default()),
+            idle: Mutex::new(Default::default()),
             next_fh: AtomicU64::new(1),
             as_root: unsafe { libc::geteuid() } == 0,
         })
@@ -172,16 +179,17 @@ impl SqueezeFs {
     }
 
     fn open_container(&self, inode: &Arc<Inode>) -> Result<Container<FileStorage>, Errno> {
-        let fd = self.fd(inode)?;
         let file = if self.read_only {
-            sys::reopen(fd.raw(), libc::O_RDONLY)
+            self.inodes.reopen(inode, libc::O_RDONLY)
         } else {
-            sys::reopen(fd.raw(), libc::O_RDWR).or_else(|e| match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
-                    sys::reopen(fd.raw(), libc::O_RDONLY)
-                }
-                _ => Err(e),
-            })
+            self.inodes
+                .reopen(inode, libc::O_RDWR)
+                .or_else(|e| match e.raw_os_error() {
+                    Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
+                        self.inodes.reopen(inode, libc::O_RDONLY)
+                    }
+                    _ => Err(e),
+                })
         }
         .map_err(errno)?;
         Container::open(FileStorage::new(file), self.opts).map_err(|e| self.container_error(inode, "open", e))
@@ -197,7 +205,23 @@ impl SqueezeFs {
     ) -> Result<T, Errno> {
         let mut open = inode.open.lock().unwrap();
         if let Some(of) = open.as_mut() {
-            return f(&mut of.container).map_err(|e| self.container_error(inode, what, e));
+            let r = f(&mut of.container).map_err(|e| self.container_error(inode, what, e))?;
+            // Nobody has it open (kept after a lookup, or waiting for its commit): a change
+            // is written back now, like a change to a closed file.
+            if of.handles == 0 && !of.container.commit_pending() {
+                let pending = of
+                    .container
+                    .write_back()
+                    .map_err(|e| self.container_error(inode, "flush", e))?;
+                if pending {
+                    of.container.drop_cache();
+                    drop(open);
+                    if let Some(ino) = self.inodes.number(inode) {
+                        self.committer.push(ino, inode.clone());
+                    }
+                }
+            }
+            return Ok(r);
         }
         drop(open);
         let mut c = self.open_container(inode)?;
@@ -207,7 +231,7 @@ impl SqueezeFs {
         Ok(r)
     }
 
-    fn logical_size(&self, inode: &Arc<Inode>) -> Result<u64, Errno> {
+    fn logical_size(&self, ino: u64, inode: &Arc<Inode>) -> Result<u64, Errno> {
         if let Some(of) = inode.open.lock().unwrap().as_ref() {
             return of
                 .container
@@ -220,13 +244,47 @@ impl SqueezeFs {
         let c = self.open_container(inode)?;
         let s = c.size().map_err(|e| self.container_error(inode, "size", e))?;
         *inode.size_cache.lock().unwrap() = Some(s);
+        self.keep_idle(ino, inode, c);
         Ok(s)
+    }
+
+    /// Keeps a container opened for a lookup, closing the oldest kept one beyond
+    /// [`IDLE_MAX`] (unless it was opened or waits for its commit meanwhile).
+    fn keep_idle(&self, ino: u64, inode: &Arc<Inode>, c: Container<FileStorage>) {
+        {
+            let mut open = inode.open.lock().unwrap();
+            if open.is_some() {
+                return;
+            }
+            *open = Some(OpenFile {
+                container: c,
+                handles: 0,
+            });
+        }
+        let mut q = self.idle.lock().unwrap();
+        q.push_back((ino, Arc::downgrade(inode)));
+        while q.len() > IDLE_MAX {
+            let Some((old_ino, w)) = q.pop_front() else { break };
+            let Some(old) = w.upgrade() else { continue };
+            let Ok(mut open) = old.open.try_lock() else {
+                // Busy right now: look again next time.
+                q.push_front((old_ino, w));
+                break;
+            };
+            if open.as_ref().is_some_and(|of| {
+                of.handles == 0 && !of.container.commit_pending() && of.container.dirty_bytes() == 0
+            }) {
+                *open = None;
+                drop(open);
+                self.inodes.forget(old_ino, 0);
+            }
+        }
     }
 
     fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
         let st = sys::fstat(self.fd(inode)?.raw()).map_err(errno)?;
         let size = if inode.is_reg {
-            self.logical_size(inode)?
+            self.logical_size(ino, inode)?
         } else {
             st.st_size as u64
         };
@@ -268,15 +326,73 @@ impl SqueezeFs {
         if !self.as_root {
             return Ok(());
         }
+        let c = sys::cstr(name).map_err(errno)?;
+        let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
+        self.give_to_caller(req, parent, std::os::fd::AsRawFd::as_raw_fd(&fd))
+    }
+
+    /// Chowns the new entry open as `fd` to the caller (group: the parent's when setgid).
+    fn give_to_caller(
+        &self,
+        req: &Request,
+        parent: &Arc<Inode>,
+        fd: std::os::fd::RawFd,
+    ) -> Result<(), Errno> {
         let pst = sys::fstat(self.fd(parent)?.raw()).map_err(errno)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
             req.gid()
         };
+        sys::chown(fd, Some(req.uid()), Some(gid)).map_err(errno)
+    }
+
+    /// A new regular file: created and opened for I/O in one `openat`, given to the caller,
+    /// registered, and its (empty) container attached without reading anything back.
+    fn create_new(
+        &self,
+        req: &Request,
+        p: &Arc<Inode>,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<(u64, FileAttr), Errno> {
         let c = sys::cstr(name).map_err(errno)?;
-        let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
-        sys::chown(std::os::fd::AsRawFd::as_raw_fd(&fd), Some(req.uid()), Some(gid)).map_err(errno)
+        let pfd = self.fd(p)?;
+        let file = sys::create_rw(pfd.raw(), &c, mode).map_err(errno)?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let made = (|| {
+            if self.as_root {
+                self.give_to_caller(req, p, raw)?;
+            }
+            let path = sys::open_path(pfd.raw(), &c).map_err(errno)?;
+            let st = sys::fstat(raw).map_err(errno)?;
+            Ok((path, st))
+        })();
+        let (path, st) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = sys::unlinkat(pfd.raw(), &c, 0);
+                return Err(e);
+            }
+        };
+        let (ino, inode) = self.inodes.insert(path, &st);
+        inode.no_caps.store(true, Ordering::Relaxed);
+        let container = Container::open(FileStorage::new(file), self.opts)
+            .map_err(|e| self.container_error(&inode, "create", e))?;
+        {
+            let mut open = inode.open.lock().unwrap();
+            match open.as_mut() {
+                Some(of) => of.handles += 1,
+                None => {
+                    *open = Some(OpenFile {
+                        container,
+                        handles: 1,
+                    })
+                }
+            }
+        }
+        let attr = self.attr(ino, &inode)?;
+        Ok((ino, attr))
     }
 
     fn check_writable(&self) -> Result<(), Errno> {
@@ -353,6 +469,26 @@ impl SqueezeFs {
         if let Err(e) = self.inodes.syncfs() {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
         }
+    }
+
+    /// getxattr on an inode's fd: `Ok(Ok(value))`, or `Ok(Err(len))` for a size query.
+    fn getxattr_at(
+        &self,
+        fd: &PathFd,
+        c: &std::ffi::CStr,
+        size: u32,
+    ) -> Result<Result<Vec<u8>, usize>, Errno> {
+        if size == 0 {
+            return sys::xattr_get(fd.raw(), c, 0)
+                .map(|v| Err(v.len()))
+                .or_else(|_| {
+                    // Size query: ask with a buffer large enough for any value.
+                    let v = sys::xattr_get(fd.raw(), c, 65536)?;
+                    Ok(Err(v.len()))
+                })
+                .map_err(errno);
+        }
+        sys::xattr_get(fd.raw(), c, size as usize).map(Ok).map_err(errno)
     }
 }
 
@@ -759,6 +895,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let i = self.inode(ino)?;
             let c = sys::cstr(name).map_err(errno)?;
+            i.no_caps.store(false, Ordering::Relaxed);
             sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)
         })();
         reply_empty(reply, r)
@@ -767,19 +904,17 @@ impl Filesystem for SqueezeFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let r = (|| {
             let i = self.inode(ino)?;
+            let caps = name.as_bytes() == b"security.capability";
+            if caps && i.no_caps.load(Ordering::Relaxed) {
+                return Err(Errno::ENODATA);
+            }
             let fd = self.fd(&i)?;
             let c = sys::cstr(name).map_err(errno)?;
-            if size == 0 {
-                return sys::xattr_get(fd.raw(), &c, 0)
-                    .map(|v| Err(v.len()))
-                    .or_else(|_| {
-                        // Size query: ask with a buffer large enough for any value.
-                        let v = sys::xattr_get(fd.raw(), &c, 65536)?;
-                        Ok(Err(v.len()))
-                    })
-                    .map_err(errno);
+            let r = self.getxattr_at(&fd, &c, size);
+            if caps && matches!(r, Err(e) if e == Errno::ENODATA) {
+                i.no_caps.store(true, Ordering::Relaxed);
             }
-            sys::xattr_get(fd.raw(), &c, size as usize).map(Ok).map_err(errno)
+            r
         })();
         match r {
             Ok(Ok(v)) => reply.data(&v),
@@ -830,14 +965,14 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
-            let c = sys::cstr(name).map_err(errno)?;
             let excl = flags & libc::O_EXCL != 0;
             let mode = (mode & !umask) & 0o7777;
-            match sys::mknodat(self.fd(&p)?.raw(), &c, libc::S_IFREG | mode, 0) {
-                Ok(()) => self.chown_new(req, &p, name)?,
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !excl => {}
-                Err(e) => return Err(errno(e)),
+            match self.create_new(req, &p, name, mode) {
+                Ok((_, attr)) => return Ok(attr),
+                Err(e) if e == Errno::EEXIST && !excl => {}
+                Err(e) => return Err(e),
             }
+            // It exists: open it like any other.
             let (ino, attr) = self.lookup_name(&p, name)?;
             let inode = self.inodes.get(ino).ok_or(Errno::ESTALE)?;
             if !inode.is_reg {

@@ -51,6 +51,19 @@ pub fn reopen(fd: RawFd, flags: i32) -> io::Result<std::fs::File> {
     Ok(unsafe { std::fs::File::from_raw_fd(r) })
 }
 
+/// Creates and opens a regular file `name` in `dir` for reading and writing (`O_EXCL`).
+pub fn create_rw(dir: RawFd, name: &CStr, mode: u32) -> io::Result<std::fs::File> {
+    let r = cvt(unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
+    Ok(unsafe { std::fs::File::from_raw_fd(r) })
+}
+
 pub fn fstat(fd: RawFd) -> io::Result<Stat> {
     let mut st: Stat = unsafe { std::mem::zeroed() };
     cvt(unsafe {
@@ -282,6 +295,12 @@ pub fn file_handle(fd: RawFd) -> io::Result<(i32, Box<[u8]>)> {
 /// CAP_DAC_READ_SEARCH), as an `O_PATH` fd. `mount_fd` must be a real open file on the same
 /// filesystem, not an `O_PATH` one.
 pub fn open_handle(mount_fd: RawFd, handle: &[u8]) -> io::Result<OwnedFd> {
+    open_handle_with(mount_fd, handle, libc::O_PATH | libc::O_NOFOLLOW)
+}
+
+/// [`open_handle`] with other open flags (`O_RDWR` to open a file for I/O without going
+/// through `/proc/self/fd`).
+pub fn open_handle_with(mount_fd: RawFd, handle: &[u8], flags: i32) -> io::Result<OwnedFd> {
     if handle.len() < 4 || handle.len() > 4 + 128 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -294,7 +313,7 @@ pub fn open_handle(mount_fd: RawFd, handle: &[u8]) -> io::Result<OwnedFd> {
             libc::SYS_open_by_handle_at,
             mount_fd,
             buf.as_mut_ptr(),
-            libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            flags | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
