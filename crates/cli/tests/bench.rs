@@ -149,11 +149,19 @@ fn filesystem_table_beside_btrfs_and_the_host() {
                 .as_f64()
                 .unwrap()
         };
-        assert!(
-            ratio("squeezefs zstd:1") > 1.5,
-            "{w}: {}",
-            ratio("squeezefs zstd:1")
+        let host = sel
+            .iter()
+            .find(|r| r["method"].as_str().unwrap().ends_with("(host)"))
+            .unwrap()["ratio"]
+            .as_f64()
+            .unwrap();
+        // Small text files: compression must beat storing them plainly on the host.
+        let sq = ratio("squeezefs zstd:1");
+        println!(
+            "{w}: squeezefs zstd:1 ratio {sq:.3}, host {host:.3}, btrfs zstd:1 {:.3}",
+            ratio("btrfs zstd:1")
         );
+        assert!(sq > 1.2 * host, "{w}: {sq} vs host {host}");
         assert!(ratio("btrfs zstd:1") > ratio("btrfs (no compression)"));
         let sq = sel.iter().find(|r| r["method"] == "squeezefs zstd:1").unwrap();
         assert!(sq["daemon_peak_rss"].as_u64().unwrap() > 0);
