@@ -472,6 +472,68 @@ fn more_files_than_the_daemon_may_open() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Whether the first page of `path` is in the page cache (mincore).
+fn first_page_cached(path: &Path) -> bool {
+    let f = fs::File::open(path).unwrap();
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let mut v = [0u8; 1];
+        assert_eq!(libc::mincore(p, 4096, v.as_mut_ptr()), 0);
+        libc::munmap(p, 4096);
+        v[0] & 1 == 1
+    }
+}
+
+/// Opening a directory starts reading its files ahead (cold trees are latency-bound).
+#[test]
+fn opening_a_directory_reads_its_files_ahead() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test needs root to drop the page cache"
+    );
+    let dir = scratch("prefetch");
+    let m = Mount::new(&dir, "");
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..50 {
+        fs::write(m.path(&format!("d/f{i}")), format!("file {i} ").repeat(3000)).unwrap();
+    }
+    m.unmount();
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let backing = dir.join("backing/d");
+    let cached = |n: usize| {
+        (0..n)
+            .filter(|i| first_page_cached(&backing.join(format!("f{i}"))))
+            .count()
+    };
+    assert!(cached(50) < 10, "caches were dropped");
+    let m = Mount::new(&dir, "");
+    let names = fs::read_dir(m.path("d")).unwrap().count();
+    assert_eq!(names, 50);
+    let start = Instant::now();
+    while cached(50) < 50 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(cached(50), 50, "files read ahead after opendir");
+    for i in 0..50 {
+        assert_eq!(
+            fs::read(m.path(&format!("d/f{i}"))).unwrap(),
+            format!("file {i} ").repeat(3000).into_bytes()
+        );
+    }
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bad_mount_options_are_refused_with_a_clear_message() {
     let dir = scratch("badopts");

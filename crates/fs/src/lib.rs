@@ -4,6 +4,7 @@
 mod commit;
 mod inode;
 mod ops;
+mod prefetch;
 mod sys;
 
 use std::io;

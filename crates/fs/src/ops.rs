@@ -20,6 +20,7 @@ use squeezefs_container::{Container, FileStorage, Options};
 
 use crate::commit::Committer;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
+use crate::prefetch::{self, Prefetcher};
 use crate::sys;
 
 /// Entry and attribute timeout: long, since this daemon is the only writer of the backing
@@ -43,6 +44,7 @@ pub struct SqueezeFs {
     /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
     /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
     idle: Mutex<std::collections::VecDeque<(u64, std::sync::Weak<Inode>)>>,
+    prefetch: Prefetcher,
     next_fh: AtomicU64,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
@@ -140,6 +142,7 @@ impl SqueezeFs {
             read_only,
             dirs: Mutex::new(Default::default()),
             idle: Mutex::new(Default::default()),
+            prefetch: Prefetcher::start()?,
             next_fh: AtomicU64::new(1),
             as_root: unsafe { libc::geteuid() } == 0,
         })
@@ -805,7 +808,16 @@ impl Filesystem for SqueezeFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let inode = self.inode(ino)?;
-            let entries = sys::read_dir(self.fd(&inode)?.raw()).map_err(errno)?;
+            let dfd = self.fd(&inode)?;
+            let entries = sys::read_dir(dfd.raw()).map_err(errno)?;
+            // A reader is about to walk this directory: start reading its files.
+            let files: Vec<std::ffi::CString> = entries
+                .iter()
+                .filter(|(_, _, t)| *t == libc::DT_REG)
+                .take(prefetch::FILES)
+                .filter_map(|(n, _, _)| std::ffi::CString::new(n.clone()).ok())
+                .collect();
+            self.prefetch.directory(dfd, files);
             let list: Vec<(Vec<u8>, FileType)> =
                 entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
