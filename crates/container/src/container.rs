@@ -888,13 +888,16 @@ impl Packed {
             })
             .collect();
         // 3. Compress and write in parallel; each job writes its own half.
-        let results: Vec<std::io::Result<()>> = jobs
-            .par_iter()
-            .map(|j| {
-                let half = encode_half(codec, j.idx, j.gen, j.data);
-                st.write_at(&half, half_offset(shift, j.idx, j.half))
-            })
-            .collect();
+        let run = |j: &Job<'_>| {
+            let half = encode_half(codec, j.idx, j.gen, j.data);
+            st.write_at(&half, half_offset(shift, j.idx, j.half))
+        };
+        // One extent (most closes of small files): no thread hand-off.
+        let results: Vec<std::io::Result<()>> = if jobs.len() == 1 {
+            jobs.iter().map(run).collect()
+        } else {
+            jobs.par_iter().map(run).collect()
+        };
         drop(jobs);
         self.unsynced = true;
         let mut first_err = None;
