@@ -39,12 +39,23 @@ pub fn walk(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
 }
 
 impl Corpus {
+    /// Reads the files under `paths`; past `max_bytes` in all, a sample spread evenly over
+    /// the whole tree (systematic, by size), so every kind of file is represented.
     pub fn load(paths: &[PathBuf], max_bytes: u64) -> Result<Corpus, String> {
+        let all: Vec<(PathBuf, u64)> = walk(paths)?
+            .into_iter()
+            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let total: u64 = all.iter().map(|(_, n)| n).sum();
         let mut files = Vec::new();
-        let mut total = 0u64;
-        for p in walk(paths)? {
-            if total >= max_bytes {
-                break;
+        let (mut seen, mut taken) = (0u64, 0u64);
+        for (p, n) in all {
+            seen += n;
+            // Take a file while the sample is behind its share of what was walked so far.
+            let share = (seen as u128 * max_bytes as u128 / total.max(1) as u128) as u64;
+            if taken >= max_bytes || (total > max_bytes && taken >= share) {
+                continue;
             }
             let mut data = Vec::new();
             let f = match std::fs::File::open(&p) {
@@ -55,11 +66,11 @@ impl Corpus {
                     continue;
                 }
             };
-            f.take(max_bytes - total)
+            f.take(max_bytes - taken)
                 .read_to_end(&mut data)
                 .map_err(|e| format!("{}: {e}", p.display()))?;
             if !data.is_empty() {
-                total += data.len() as u64;
+                taken += data.len() as u64;
                 files.push(data);
             }
         }
