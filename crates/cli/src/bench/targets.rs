@@ -241,17 +241,24 @@ impl Target {
                 syncfs(self.store.parent().expect("image in a directory"))
             }
             Kind::Squeezefs(_) => {
-                self.peak_rss = self.peak_rss.max(self.daemon_rss());
-                run(Command::new("fusermount3").arg("-u").arg(&self.mnt))?;
-                if let Some(mut c) = self.daemon.take() {
-                    let st = c.wait().map_err(|e| format!("waiting for squeezefs: {e}"))?;
-                    if !st.success() {
-                        return Err(format!("squeezefs daemon exited with {st}"));
-                    }
-                }
+                self.unmount_daemon()?;
                 syncfs(&self.store)
             }
         }
+    }
+
+    /// Unmounts squeezefs and waits for its daemon, which writes everything out first;
+    /// records the daemon's peak memory before it goes.
+    fn unmount_daemon(&mut self) -> Result<(), String> {
+        self.peak_rss = self.peak_rss.max(self.daemon_rss());
+        run(Command::new("fusermount3").arg("-u").arg(&self.mnt))?;
+        if let Some(mut c) = self.daemon.take() {
+            let st = c.wait().map_err(|e| format!("waiting for squeezefs: {e}"))?;
+            if !st.success() {
+                return Err(format!("squeezefs daemon exited with {st}"));
+            }
+        }
+        Ok(())
     }
 
     /// Mounts again after [`Target::finish_writes`] with cold caches (when root).
@@ -274,13 +281,7 @@ impl Target {
         match &self.kind {
             Kind::Host => {}
             Kind::Btrfs(_) => run(Command::new("umount").arg(&self.mnt))?,
-            Kind::Squeezefs(_) => {
-                self.peak_rss = self.peak_rss.max(self.daemon_rss());
-                run(Command::new("fusermount3").arg("-u").arg(&self.mnt))?;
-                if let Some(mut c) = self.daemon.take() {
-                    let _ = c.wait();
-                }
-            }
+            Kind::Squeezefs(_) => self.unmount_daemon()?,
         }
         let dir = self.mnt.parent().expect("target directory").to_path_buf();
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))
