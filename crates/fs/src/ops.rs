@@ -286,6 +286,11 @@ impl SqueezeFs {
 
     fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
         let st = sys::fstat(self.fd(inode)?.raw()).map_err(errno)?;
+        self.attr_with(ino, inode, &st)
+    }
+
+    /// The attributes from a `stat` the caller just took (no second `fstat`).
+    fn attr_with(&self, ino: u64, inode: &Arc<Inode>, st: &libc::stat) -> Result<FileAttr, Errno> {
         let size = if inode.is_reg {
             self.logical_size(ino, inode)?
         } else {
@@ -315,7 +320,7 @@ impl SqueezeFs {
         let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
         let (ino, inode) = self.inodes.insert(fd, &st);
-        match self.attr(ino, &inode) {
+        match self.attr_with(ino, &inode, &st) {
             Ok(a) => Ok((ino, a)),
             Err(e) => {
                 self.inodes.forget(ino, 1);
@@ -394,7 +399,7 @@ impl SqueezeFs {
                 }
             }
         }
-        let attr = self.attr(ino, &inode)?;
+        let attr = self.attr_with(ino, &inode, &st)?;
         Ok((ino, attr))
     }
 
