@@ -5,14 +5,16 @@
 //! * [`Codec`] is the one trait every algorithm implements; [`codec`] is the registry.
 //! * [`compress`] / [`decompress`] are the entry points the container uses.
 //!
-//! Compression contexts are reused per thread (see `zstd.rs`), so compressing many extents
-//! does not reallocate libzstd workspaces.
+//! * [`heuristic`] judges whether data is worth compressing without compressing it (btrfs).
+//! * [`workspace`] is the bounded, per-level pool of zstd compression contexts (btrfs).
 
+pub mod heuristic;
 mod lz4;
 mod lzo;
 mod none;
 mod registry;
 mod spec;
+pub mod workspace;
 mod zlib;
 mod zstd;
 

@@ -1,17 +1,16 @@
-//! zstd through libzstd. Compression contexts are kept per thread and per level and reused,
-//! so steady-state compression allocates nothing (issue 4 replaces this with the bounded,
-//! shared workspace pool).
+//! zstd through libzstd. Compression contexts come from the shared, bounded workspace pool
+//! (`workspace.rs`), so steady-state compression allocates nothing; decompression contexts
+//! are small and kept per thread.
 
 use std::cell::RefCell;
 
-use zstd::bulk::{Compressor, Decompressor};
+use zstd::bulk::Decompressor;
 
 use crate::{Algorithm, Codec, CodecError};
 
 pub(crate) struct ZstdCodec;
 
 thread_local! {
-    static COMPRESSORS: RefCell<Vec<(i32, Compressor<'static>)>> = const { RefCell::new(Vec::new()) };
     static DECOMPRESSOR: RefCell<Option<Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
@@ -30,36 +29,19 @@ impl Codec for ZstdCodec {
     fn compress(&self, level: i32, src: &[u8], dst: &mut Vec<u8>, limit: usize) -> Result<bool, CodecError> {
         dst.clear();
         dst.reserve(limit);
-        COMPRESSORS.with(|cell| {
-            let mut ctxs = cell.borrow_mut();
-            let idx = match ctxs.iter().position(|(l, _)| *l == level) {
-                Some(i) => i,
-                None => {
-                    let mut c = Compressor::new(level).map_err(failed)?;
-                    // The container records lengths and checksums itself.
-                    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(false))
-                        .map_err(failed)?;
-                    ctxs.push((level, c));
-                    ctxs.len() - 1
-                }
-            };
-            // libzstd writes into the Vec's spare capacity and stops when it is full, so
-            // incompressible data costs at most `capacity` bytes of work before we give up.
-            let res = ctxs[idx].1.compress_to_buffer(src, dst);
-            match res {
-                Ok(n) if n <= limit => Ok(true),
-                Ok(_) => {
-                    dst.clear();
-                    Ok(false)
-                }
-                // The only way a valid level fails on in-memory input is an output bound
-                // that is too small: report "does not fit", the caller stores raw.
-                Err(_) => {
-                    dst.clear();
-                    Ok(false)
-                }
+        let mut lease = crate::workspace::global().get(level);
+        let ctx = lease.compressor().map_err(failed)?;
+        // libzstd writes into the Vec's spare capacity and stops when it is full, so
+        // incompressible data costs at most `capacity` bytes of work before we give up.
+        match ctx.compress_to_buffer(src, dst) {
+            Ok(n) if n <= limit => Ok(true),
+            // Too big, or (the only way a valid level fails on in-memory input) an output
+            // bound that is too small: "does not fit", the caller stores raw.
+            Ok(_) | Err(_) => {
+                dst.clear();
+                Ok(false)
             }
-        })
+        }
     }
 
     fn decompress(&self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError> {
