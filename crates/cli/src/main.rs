@@ -9,11 +9,13 @@ use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
 mod bench;
+mod property;
+mod stats;
 
 #[derive(Parser)]
 #[command(
     name = "squeezefs",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (container format 1)"),
+    version = concat!(env!("CARGO_PKG_VERSION"), " (container format 2, reads 1)"),
     about = "Transparent compression for any directory, in userspace (FUSE).",
     long_about = "squeezefs stores every file under MOUNTPOINT compressed in BACKING: \
                   fixed-size extents (128 KiB by default), each compressed with zstd, lz4, lzo \
@@ -31,11 +33,14 @@ enum Cmd {
     #[command(after_help = "Options (-o, comma-separated, may be repeated):\n  \
         compress=ALG[:LEVEL]        codec for new data: none, lz4[:1-12], lzo, zlib[:1-9],\n                              \
         zstd[:1-19], zstd-fast[:1-1000] (default zstd:3)\n  \
-        compress-force=ALG[:LEVEL]  the same, skipping the compressibility heuristics\n  \
+        compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
+        incompressible-file backoff, no early abort\n  \
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only\n\n\
+        Per directory and per file: `squeezefs property set PATH compression zstd:9`.\n\
+        Live counters: `squeezefs stats --live MOUNTPOINT`.\n\n\
         Examples:\n  squeezefs mount ./backing ./mnt\n  squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon")]
     Mount {
         /// Directory that holds the compressed files (created if missing).
@@ -52,6 +57,21 @@ enum Cmd {
     /// Measure codecs and filesystems on your own data.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Get or set compression properties of files and directories (like `btrfs property`).
+    #[command(subcommand)]
+    Property(property::PropertyCmd),
+    /// What a mounted squeezefs has done: extents compressed or stored raw and why, bytes
+    /// per codec, zstd workspaces, checksum errors.
+    #[command(after_help = "Examples:\n  squeezefs stats --live /mnt\n  \
+        squeezefs stats --live /mnt --json | jq .workspaces")]
+    Stats {
+        /// Read the counters of the daemon serving MOUNTPOINT (from MOUNTPOINT/.squeezefs-stats).
+        #[arg(long, required = true)]
+        live: bool,
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +102,24 @@ fn main() -> ExitCode {
             }
             run_mount(backing, mountpoint, cfg, daemon)
         }
+        Cmd::Property(p) => match property::main(p) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs property: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::Stats {
+            live: _,
+            mountpoint,
+            json,
+        } => match stats::main(&mountpoint, json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs stats: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Bench(b) => match bench::main(b) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -232,6 +232,17 @@ pub fn estimate(level: i32, input_size: usize) -> usize {
     unsafe { ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, input_size as u64, 0)) }
 }
 
+/// The real size of a fresh context at `level` after compressing `sample` (for `squeezefs
+/// bench`: what one workspace of this level costs on this data).
+pub fn measure(level: i32, sample: &[u8]) -> usize {
+    let Some(mut ctx) = ZstdAllocator.alloc(level) else {
+        return 0;
+    };
+    let mut dst = Vec::with_capacity(zstd::zstd_safe::compress_bound(sample.len()));
+    let _ = ctx.compress_to_buffer(sample, &mut dst);
+    ctx.context_mut().sizeof()
+}
+
 impl Pool {
     /// A pool with one max-level workspace allocated and reserved.
     pub fn new(cfg: PoolConfig, clock: Arc<dyn Clock>, alloc: Box<dyn Allocator>) -> Pool {

@@ -18,22 +18,30 @@ use log::warn;
 use rayon::prelude::*;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
-use crate::encode::{decode_payload, encode_half, encode_inline, payload_ok};
+use std::sync::Arc;
+
+use crate::encode::{decode_payload, encode_extent, encode_inline, payload_ok, Outcome, Policy};
 use crate::format::{
     half_offset, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK, DATA_START,
     DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAGIC, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
-    SB_FLAG_INLINE,
+    PROP_COMPRESSION, PROP_EXTENT_SIZE, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
+use crate::stats::Stats;
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
 
-/// Settings for containers created from now on (existing ones keep their extent size).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Settings from the mount: the codec for files without their own compression property, the
+/// extent size of new containers, and whether compression is forced.
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// Codec for extents written from now on.
+    /// Codec for extents written from now on (unless the file has its own property).
     pub codec: CodecSpec,
     /// log2 of the extent size for new containers (12 = 4 KiB … 20 = 1 MiB).
     pub extent_shift: u8,
+    /// `compress-force=`: no heuristic, no backoff, no early abort.
+    pub force: bool,
+    /// Where decisions are counted (shared by all containers of a mount).
+    pub stats: Arc<Stats>,
 }
 
 impl Default for Options {
@@ -41,9 +49,17 @@ impl Default for Options {
         Options {
             codec: CodecSpec::DEFAULT,
             extent_shift: DEFAULT_EXTENT_SHIFT,
+            force: false,
+            stats: Arc::default(),
         }
     }
 }
+
+/// Consecutive extents that resist compression before a file is flagged incompressible
+/// (HAMMER2's `comp_heuristic` threshold).
+pub const BACKOFF_AFTER: u32 = 8;
+/// A flagged file still tries one extent write in this many (HAMMER2 retries every 8th).
+pub const RETRY_EVERY: u32 = 8;
 
 /// Clean decompressed extents kept per open file.
 const CACHE_EXTENTS: usize = 8;
@@ -107,7 +123,22 @@ impl Ext {
 #[derive(Debug)]
 struct Packed {
     shift: u8,
+    /// Effective codec: the file's property, or the mount's.
     codec: CodecSpec,
+    /// `codec` is the file's own property (`PROP_COMPRESSION`).
+    codec_prop: bool,
+    /// The extent size was chosen as the file's property (`PROP_EXTENT_SIZE`).
+    shift_prop: bool,
+    /// The mount's codec, used again when the file's property is removed.
+    mount_codec: CodecSpec,
+    force: bool,
+    /// `SB_FLAG_NOCOMPRESS`: writes skip compression except every `RETRY_EVERY`th.
+    nocompress: bool,
+    /// Consecutive extents that resisted compression.
+    fails: u32,
+    /// Extent writes skipped or retried while flagged (decides which one retries).
+    backoff_writes: u32,
+    stats: Arc<Stats>,
     size: u64,
     /// Superblock copy that is current on disk, its generation, and whether it is durable.
     sb_slot: Option<u8>,
@@ -153,10 +184,10 @@ fn corrupt_sb(reasons: &[String]) -> Error {
 impl<S: Storage> Container<S> {
     /// Opens the container in `storage`. An empty file becomes an empty container (its
     /// superblock is written at the first flush); a file without the magic is plain.
-    pub fn open(storage: S, opts: Options) -> Result<Container<S>> {
+    pub fn open(storage: S, opts: &Options) -> Result<Container<S>> {
         let len = storage.len()?;
         if len == 0 {
-            let p = Packed::new(opts.extent_shift, opts.codec, 0);
+            let p = Packed::new(opts.extent_shift, opts, 0);
             return Ok(Container {
                 storage,
                 mode: Mode::Packed(Box::new(p)),
@@ -170,7 +201,7 @@ impl<S: Storage> Container<S> {
                 // or kill between writing its extents and committing it): nothing of it
                 // was ever durable, so it is empty. Its extents go at the first flush.
                 warn!("container without a superblock (never committed before a crash): empty");
-                let mut p = Packed::new(opts.extent_shift, opts.codec, 0);
+                let mut p = Packed::new(opts.extent_shift, opts, 0);
                 p.stale_from = Some(0);
                 return Ok(Container {
                     storage,
@@ -196,10 +227,16 @@ impl<S: Storage> Container<S> {
                         best = Some((slot, sb));
                     }
                 }
-                Err(e @ (FormatError::Version(_) | FormatError::Flags(_))) => {
+                Err(e @ (FormatError::Version(_) | FormatError::Flags(_) | FormatError::Props(_))) => {
                     newer = Some(e.to_string());
                 }
-                Err(e) => reasons.push(format!("copy {slot}: {e}")),
+                Err(FormatError::Magic) if block.iter().all(|&b| b == 0) => {
+                    reasons.push(format!("copy {slot}: not written"))
+                }
+                Err(e) => {
+                    opts.stats.checksum_error();
+                    reasons.push(format!("copy {slot}: {e}"))
+                }
             }
         }
         let Some((slot, sb)) = best else {
@@ -208,7 +245,16 @@ impl<S: Storage> Container<S> {
                 None => corrupt_sb(&reasons),
             });
         };
-        let mut p = Packed::new(sb.extent_shift, opts.codec, sb.size);
+        let mut p = Packed::new(sb.extent_shift, opts, sb.size);
+        if sb.props & PROP_COMPRESSION != 0 {
+            p.codec = sb.codec;
+            p.codec_prop = true;
+        }
+        p.shift_prop = sb.props & PROP_EXTENT_SIZE != 0;
+        if sb.flags & SB_FLAG_NOCOMPRESS != 0 {
+            p.nocompress = true;
+            p.fails = BACKOFF_AFTER;
+        }
         p.sb_slot = Some(slot);
         p.sb_gen = sb.generation;
         p.sb_inline = sb.is_inline();
@@ -272,12 +318,84 @@ impl<S: Storage> Container<S> {
         }
     }
 
-    /// Sets the codec used for extents written from now on.
-    pub fn set_codec(&mut self, codec: CodecSpec) {
-        if let Mode::Packed(p) = &mut self.mode {
-            p.codec = codec;
-            p.epoch += 1;
+    /// The file's own compression property (`None`: it follows the mount option).
+    pub fn compression_property(&self) -> Option<CodecSpec> {
+        match &self.mode {
+            Mode::Packed(p) if p.codec_prop => Some(p.codec),
+            _ => None,
         }
+    }
+
+    /// The codec extents written now get: the file's property, else the mount's.
+    pub fn effective_codec(&self) -> Option<CodecSpec> {
+        match &self.mode {
+            Mode::Packed(p) => Some(p.codec),
+            Mode::Plain => None,
+        }
+    }
+
+    /// Sets (or with `None` removes) the file's compression property. Extents written from
+    /// now on use it; extents already written keep their codec. Recorded in the superblock
+    /// at the next flush. Plain files have no properties.
+    pub fn set_compression_property(&mut self, codec: Option<CodecSpec>) -> Result<()> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain (unconverted) file has no properties".into(),
+            ));
+        };
+        p.codec = codec.unwrap_or(p.mount_codec);
+        p.codec_prop = codec.is_some();
+        // A new codec deserves a new chance.
+        p.fails = 0;
+        p.nocompress = false;
+        p.sb_dirty = true;
+        p.epoch += 1;
+        Ok(())
+    }
+
+    /// The file's own extent-size property in bytes (`None`: it got the mount's).
+    pub fn extent_size_property(&self) -> Option<u64> {
+        match &self.mode {
+            Mode::Packed(p) if p.shift_prop => Some(1 << p.shift),
+            _ => None,
+        }
+    }
+
+    /// Sets the file's extent size (log2), or with `None` marks it as not chosen. Only an
+    /// empty file can change its extent size: every extent's place depends on it.
+    pub fn set_extent_size_property(&mut self, shift: Option<u8>) -> Result<()> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain (unconverted) file has no properties".into(),
+            ));
+        };
+        if let Some(s) = shift {
+            if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&s) {
+                return Err(Error::Invalid(format!("extent size 2^{s} is outside 4K … 1M")));
+            }
+            if s != p.shift {
+                if p.size != 0 {
+                    return Err(Error::Invalid(
+                        "the extent size of a file that holds data is fixed (set it on the directory, \
+                         or on the file while it is empty)"
+                            .into(),
+                    ));
+                }
+                // Anything left on disk was laid out for the old size: never read it.
+                p.exts.clear();
+                p.shift = s;
+                p.stale_from = Some(0);
+            }
+        }
+        p.shift_prop = shift.is_some();
+        p.sb_dirty = true;
+        p.epoch += 1;
+        Ok(())
+    }
+
+    /// Whether the file is flagged incompressible (its extents kept failing).
+    pub fn is_nocompress(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.nocompress)
     }
 
     /// Logical size.
@@ -544,10 +662,18 @@ impl<S: Storage> Container<S> {
 }
 
 impl Packed {
-    fn new(shift: u8, codec: CodecSpec, size: u64) -> Packed {
+    fn new(shift: u8, opts: &Options, size: u64) -> Packed {
         Packed {
             shift,
-            codec,
+            codec: opts.codec,
+            codec_prop: false,
+            shift_prop: false,
+            mount_codec: opts.codec,
+            force: opts.force,
+            nocompress: false,
+            fails: 0,
+            backoff_writes: 0,
+            stats: opts.stats.clone(),
             size,
             sb_slot: None,
             sb_gen: 0,
@@ -566,6 +692,40 @@ impl Packed {
 
     fn extent_len(&self) -> usize {
         1 << self.shift
+    }
+
+    /// HAMMER2's backoff: once `BACKOFF_AFTER` extents in a row resisted compression, only
+    /// every `RETRY_EVERY`th extent write tries; the others are stored raw untouched.
+    fn backoff_skips(&mut self) -> bool {
+        if self.force || self.fails < BACKOFF_AFTER {
+            return false;
+        }
+        self.backoff_writes = self.backoff_writes.wrapping_add(1);
+        !self.backoff_writes.is_multiple_of(RETRY_EVERY)
+    }
+
+    /// Updates the backoff with what one extent taught: a success clears the flag, the
+    /// `BACKOFF_AFTER`th failure in a row sets it (recorded in the superblock).
+    fn learn(&mut self, outcome: &Outcome) {
+        match outcome.failed() {
+            Some(false) => {
+                self.fails = 0;
+                if self.nocompress {
+                    self.nocompress = false;
+                    self.sb_dirty = true;
+                    self.stats.flagged(false);
+                }
+            }
+            Some(true) => {
+                self.fails = self.fails.saturating_add(1);
+                if self.fails >= BACKOFF_AFTER && !self.nocompress && !self.force {
+                    self.nocompress = true;
+                    self.sb_dirty = true;
+                    self.stats.flagged(true);
+                }
+            }
+            None => {}
+        }
     }
 
     fn extent_count(&self) -> u64 {
@@ -634,6 +794,9 @@ impl Packed {
                 break;
             }
             damage.push(format!("half {}: payload checksum mismatch", half_name(*half)));
+        }
+        for _ in 0..damage.len() {
+            self.stats.checksum_error();
         }
         match chosen {
             Some((half, h, payload)) => {
@@ -876,8 +1039,13 @@ impl Packed {
             let gen = d.max_gen + 1;
             plans.push((idx, half, gen, other_dirty));
         }
-        let codec = self.codec;
+        let policy = Policy {
+            codec: self.codec,
+            force: self.force,
+        };
         let shift = self.shift;
+        // The backoff decides, in order, which extents are not even tried.
+        let skips: Vec<bool> = plans.iter().map(|_| self.backoff_skips()).collect();
         let jobs: Vec<Job<'_>> = plans
             .iter()
             .map(|&(idx, half, gen, _)| Job {
@@ -888,22 +1056,26 @@ impl Packed {
             })
             .collect();
         // 3. Compress and write in parallel; each job writes its own half.
-        let run = |j: &Job<'_>| {
-            let half = encode_half(codec, j.idx, j.gen, j.data);
+        let run = |(j, skip): (&Job<'_>, &bool)| {
+            let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
+            self.stats
+                .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
             st.write_at(&half, half_offset(shift, j.idx, j.half))
+                .map(|()| outcome)
         };
         // One extent (most closes of small files): no thread hand-off.
-        let results: Vec<std::io::Result<()>> = if jobs.len() == 1 {
-            jobs.iter().map(run).collect()
+        let results: Vec<std::io::Result<Outcome>> = if jobs.len() == 1 {
+            jobs.iter().zip(&skips).map(run).collect()
         } else {
-            jobs.par_iter().map(run).collect()
+            jobs.par_iter().zip(&skips).map(run).collect()
         };
         drop(jobs);
         self.unsynced = true;
         let mut first_err = None;
         for ((idx, half, gen, other_dirty), res) in plans.into_iter().zip(results) {
             match res {
-                Ok(()) => {
+                Ok(outcome) => {
+                    self.learn(&outcome);
                     let e = self.exts.get_mut(&idx).expect("planned");
                     e.dirty = false;
                     e.written = true;
@@ -931,6 +1103,7 @@ impl Packed {
             let e = self.exts.get_mut(&idx).expect("hole");
             e.punched();
             e.written = true;
+            self.stats.hole();
         }
         Ok(())
     }
@@ -998,6 +1171,7 @@ impl Packed {
             }
             self.stale_from = Some(0);
             self.write_superblock(st, Some((alg, payload)), false)?;
+            self.stats.inline_file();
             return Ok(false);
         }
         // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
@@ -1090,12 +1264,24 @@ impl Packed {
         };
         let is_inline = inline.is_some();
         let (inline_codec, payload) = inline.unwrap_or((Algorithm::None, Vec::new()));
+        let mut flags = if is_inline { SB_FLAG_INLINE } else { 0 };
+        if self.nocompress {
+            flags |= SB_FLAG_NOCOMPRESS;
+        }
+        let mut props = 0;
+        if self.codec_prop {
+            props |= PROP_COMPRESSION;
+        }
+        if self.shift_prop {
+            props |= PROP_EXTENT_SIZE;
+        }
         let sb = Superblock {
-            flags: if is_inline { SB_FLAG_INLINE } else { 0 },
+            flags,
             generation: self.sb_gen + 1,
             size: self.size,
             extent_shift: self.shift,
             codec: self.codec,
+            props,
             inline_codec,
             inline: payload,
         };

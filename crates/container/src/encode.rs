@@ -1,6 +1,6 @@
 //! Turning one extent's bytes into a stored half (`header ‖ payload`) and back. Pure: no I/O.
 
-use squeezefs_codec::{compress, decompress, Algorithm, CodecSpec};
+use squeezefs_codec::{compress, decompress, heuristic, Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{ExtentHeader, BLOCK, EXTENT_HEADER_LEN};
@@ -18,22 +18,138 @@ pub fn compressed_limit(logical: usize) -> Option<usize> {
     (limit > 0).then_some(limit)
 }
 
-/// Encodes `data` (the extent's logical bytes, non-empty) as a half: compressed with `codec`
-/// when that pays, raw otherwise.
-pub fn encode_half(codec: CodecSpec, index: u64, generation: u64, data: &[u8]) -> Vec<u8> {
+/// Why an extent was stored raw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawWhy {
+    /// The codec is `none`.
+    NoCodec,
+    /// Too small for any compressed size to save a block.
+    TooSmall,
+    /// The file is flagged incompressible and this write is not a retry: not even judged.
+    Backoff,
+    /// The heuristic judged it incompressible: not compressed at all.
+    Heuristic,
+    /// Early abort: neither lz4 nor zstd-1 saved enough, so the requested level never ran.
+    EarlyAbort,
+    /// Compressed, but the result did not save 12.5 % and one block.
+    NoGain,
+}
+
+/// Which early-abort probe let the requested zstd level run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    Lz4,
+    Zstd1,
+}
+
+/// What happened to one extent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Compressed { codec: CodecSpec, probe: Option<Probe> },
+    Raw { why: RawWhy, probe: Option<Probe> },
+}
+
+impl Outcome {
+    /// For the per-file backoff: `Some(true)` the data resisted compression, `Some(false)` it
+    /// compressed, `None` nothing was learnt (not tried, or tried only out of choice).
+    pub fn failed(&self) -> Option<bool> {
+        match self {
+            Outcome::Compressed { .. } => Some(false),
+            Outcome::Raw { why, .. } => match why {
+                RawWhy::Heuristic | RawWhy::EarlyAbort | RawWhy::NoGain => Some(true),
+                RawWhy::NoCodec | RawWhy::TooSmall | RawWhy::Backoff => None,
+            },
+        }
+    }
+}
+
+/// How extents are compressed: the codec, and whether the rules that skip compression
+/// apply (`compress=`) or not (`compress-force=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub codec: CodecSpec,
+    pub force: bool,
+}
+
+/// zstd levels from this one up are probed first (ZFS `zstd_earlyabort_pass`, cutoff level 3).
+pub const EARLY_ABORT_LEVEL: i32 = 3;
+/// …for extents of at least this size (ZFS `zstd_abort_size`, 128 KiB).
+pub const EARLY_ABORT_MIN: usize = 128 << 10;
+
+/// Compresses `data` under `policy` into `payload`; the outcome says whether the payload
+/// holds the compressed bytes (else the caller stores `data` raw).
+fn compress_extent(policy: Policy, skip: bool, data: &[u8], payload: &mut Vec<u8>) -> Outcome {
+    let raw = |why| Outcome::Raw { why, probe: None };
+    let codec = policy.codec;
+    if codec.alg == Algorithm::None {
+        return raw(RawWhy::NoCodec);
+    }
+    let Some(limit) = compressed_limit(data.len()) else {
+        return raw(RawWhy::TooSmall);
+    };
+    if !policy.force {
+        if skip {
+            return raw(RawWhy::Backoff);
+        }
+        if !heuristic::judge(data).compress() {
+            return raw(RawWhy::Heuristic);
+        }
+    }
+    // ZFS early abort: a high zstd level costs many times lz4's time, so ask the cheap
+    // compressors first whether this extent compresses at all.
+    let mut probe = None;
+    if !policy.force
+        && codec.alg == Algorithm::Zstd
+        && codec.level >= EARLY_ABORT_LEVEL
+        && data.len() >= EARLY_ABORT_MIN
+    {
+        let lz4 = CodecSpec {
+            alg: Algorithm::Lz4,
+            level: 1,
+        };
+        let zstd1 = CodecSpec {
+            alg: Algorithm::Zstd,
+            level: 1,
+        };
+        probe = if compress(lz4, data, payload, limit).unwrap_or(false) {
+            Some(Probe::Lz4)
+        } else if compress(zstd1, data, payload, limit).unwrap_or(false) {
+            Some(Probe::Zstd1)
+        } else {
+            return raw(RawWhy::EarlyAbort);
+        };
+    }
+    if compress(codec, data, payload, limit).unwrap_or(false) {
+        Outcome::Compressed { codec, probe }
+    } else {
+        Outcome::Raw {
+            why: RawWhy::NoGain,
+            probe,
+        }
+    }
+}
+
+/// Encodes `data` (the extent's logical bytes, non-empty) as a half under `policy`:
+/// compressed when that pays, raw otherwise. `skip`: the file's backoff says not to try.
+pub fn encode_extent(
+    policy: Policy,
+    skip: bool,
+    index: u64,
+    generation: u64,
+    data: &[u8],
+) -> (Vec<u8>, Outcome) {
     debug_assert!(!data.is_empty());
     let mut out = Vec::with_capacity(EXTENT_HEADER_LEN + data.len());
     out.resize(EXTENT_HEADER_LEN, 0);
     let mut payload = Vec::new();
-    let compressed = codec.alg != Algorithm::None
-        && compressed_limit(data.len())
-            .is_some_and(|limit| compress(codec, data, &mut payload, limit).unwrap_or(false));
-    let (alg, level) = if compressed {
-        (codec.alg, codec.level as i16)
-    } else {
-        payload.clear();
-        payload.extend_from_slice(data);
-        (Algorithm::None, 0)
+    let outcome = compress_extent(policy, skip, data, &mut payload);
+    let (alg, level) = match outcome {
+        Outcome::Compressed { codec, .. } => (codec.alg, codec.level as i16),
+        Outcome::Raw { .. } => {
+            payload.clear();
+            payload.extend_from_slice(data);
+            (Algorithm::None, 0)
+        }
     };
     let h = ExtentHeader {
         codec: alg,
@@ -47,7 +163,13 @@ pub fn encode_half(codec: CodecSpec, index: u64, generation: u64, data: &[u8]) -
     };
     out[..EXTENT_HEADER_LEN].copy_from_slice(&h.encode());
     out.extend_from_slice(&payload);
-    out
+    (out, outcome)
+}
+
+/// Encodes with `codec` on every extent, as `compress-force=` does (no heuristic, no early
+/// abort): what `squeezefs bench codecs` measures.
+pub fn encode_half(codec: CodecSpec, index: u64, generation: u64, data: &[u8]) -> Vec<u8> {
+    encode_extent(Policy { codec, force: true }, false, index, generation, data).0
 }
 
 /// Checks a payload against its header's checksum.
@@ -128,6 +250,144 @@ mod tests {
         let mut back = vec![0; 131072];
         decode_payload(&h, payload, &mut back).unwrap();
         assert_eq!(back, data);
+    }
+
+    fn random(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn text(n: usize) -> Vec<u8> {
+        include_bytes!("encode.rs")
+            .iter()
+            .cycle()
+            .take(n)
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn each_rule_decides_as_documented() {
+        let zstd9 = CodecSpec::new(Algorithm::Zstd, 9).unwrap();
+        let zstd1 = CodecSpec::new(Algorithm::Zstd, 1).unwrap();
+        let compress =
+            |codec, force, skip, data: &[u8]| encode_extent(Policy { codec, force }, skip, 0, 1, data).1;
+        let rnd = random(131072, 5);
+        let txt = text(131072);
+        // compress=: random data never reaches a compressor.
+        assert_eq!(
+            compress(zstd9, false, false, &rnd),
+            Outcome::Raw {
+                why: RawWhy::Heuristic,
+                probe: None
+            }
+        );
+        // compress-force=: it is compressed, and fails to gain.
+        assert_eq!(
+            compress(zstd9, true, false, &rnd),
+            Outcome::Raw {
+                why: RawWhy::NoGain,
+                probe: None
+            }
+        );
+        // Backoff: not even judged, unless forced.
+        assert_eq!(
+            compress(zstd9, false, true, &txt),
+            Outcome::Raw {
+                why: RawWhy::Backoff,
+                probe: None
+            }
+        );
+        assert!(matches!(
+            compress(zstd9, true, true, &txt),
+            Outcome::Compressed { .. }
+        ));
+        // Text at zstd:9: lz4 passes the probe, then level 9 runs.
+        assert_eq!(
+            compress(zstd9, false, false, &txt),
+            Outcome::Compressed {
+                codec: zstd9,
+                probe: Some(Probe::Lz4)
+            }
+        );
+        // Below level 3 (and below 128 KiB) there is no probe.
+        assert_eq!(
+            compress(zstd1, false, false, &txt),
+            Outcome::Compressed {
+                codec: zstd1,
+                probe: None
+            }
+        );
+        assert_eq!(
+            compress(zstd9, false, false, &txt[..65536]),
+            Outcome::Compressed {
+                codec: zstd9,
+                probe: None
+            }
+        );
+        assert_eq!(
+            compress(CodecSpec::NONE, false, false, &txt),
+            Outcome::Raw {
+                why: RawWhy::NoCodec,
+                probe: None
+            }
+        );
+    }
+
+    #[test]
+    fn early_abort_stores_raw_what_passes_the_heuristic_but_not_the_probes() {
+        // Each 256 bytes: 16 zeros (all the heuristic samples, so it sees repetition),
+        // then 240 random bytes: only ~6 % is compressible, below the 12.5 % rule.
+        let rnd = random(131072, 11);
+        let data: Vec<u8> = (0..131072)
+            .map(|i| if i % 256 < 16 { 0 } else { rnd[i] })
+            .collect();
+        let v = heuristic::judge(&data);
+        let zstd9 = CodecSpec::new(Algorithm::Zstd, 9).unwrap();
+        let (_, out) = encode_extent(
+            Policy {
+                codec: zstd9,
+                force: false,
+            },
+            false,
+            0,
+            1,
+            &data,
+        );
+        let (_, forced) = encode_extent(
+            Policy {
+                codec: zstd9,
+                force: true,
+            },
+            false,
+            0,
+            1,
+            &data,
+        );
+        if v.compress()
+            && forced
+                == (Outcome::Raw {
+                    why: RawWhy::NoGain,
+                    probe: None,
+                })
+        {
+            assert_eq!(
+                out,
+                Outcome::Raw {
+                    why: RawWhy::EarlyAbort,
+                    probe: None
+                }
+            );
+        } else {
+            panic!("test data must pass the heuristic and resist zstd:9: {v:?} {forced:?}");
+        }
     }
 
     #[test]

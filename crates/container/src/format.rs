@@ -1,5 +1,6 @@
-//! On-disk structures of a container, version 1. docs/FORMAT.md describes every field;
-//! this module is the only code that knows the byte layout. All integers little-endian.
+//! On-disk structures of a container, version 2 (version 1 is read too). docs/FORMAT.md
+//! describes every field; this module is the only code that knows the byte layout. All
+//! integers little-endian.
 
 use squeezefs_codec::{Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
@@ -8,7 +9,9 @@ use xxhash_rust::xxh3::xxh3_64;
 /// and line-ending conversions are detected).
 pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
 /// The format version this code writes.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// Oldest format version this code reads.
+pub const MIN_FORMAT_VERSION: u16 = 1;
 /// Size of one superblock copy and the alignment of extent slots.
 pub const BLOCK: u64 = 4096;
 /// Offset of the first extent slot: after the two superblock copies.
@@ -24,9 +27,25 @@ pub const DEFAULT_EXTENT_SHIFT: u8 = 17;
 
 /// Superblock flag: the whole file content is in the inline area.
 pub const SB_FLAG_INLINE: u32 = 1 << 0;
-/// Superblock flag bits this version understands; a container with any other bit set is
+/// Superblock flag (version 2): the file's extents keep failing to compress, so writes skip
+/// compression except for a periodic retry (btrfs NOCOMPRESS, HAMMER2's backoff).
+pub const SB_FLAG_NOCOMPRESS: u32 = 1 << 1;
+/// Superblock flag bits each version understands; a container with any other bit set is
 /// refused (it was written by a newer squeezefs).
-pub const SB_KNOWN_FLAGS: u32 = SB_FLAG_INLINE;
+pub fn sb_known_flags(version: u16) -> u32 {
+    match version {
+        1 => SB_FLAG_INLINE,
+        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
+    }
+}
+
+/// Superblock `props` bit (version 2): `codec` is the file's own compression property
+/// (`user.squeezefs.compression`), not just the codec last used.
+pub const PROP_COMPRESSION: u8 = 1 << 0;
+/// Superblock `props` bit (version 2): `extent_shift` was chosen as the file's property
+/// (`user.squeezefs.extent_size`).
+pub const PROP_EXTENT_SIZE: u8 = 1 << 1;
+pub const PROPS_KNOWN: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
 
 /// Extent header magic.
 pub const EXTENT_MAGIC: [u8; 4] = *b"SQZE";
@@ -56,10 +75,12 @@ pub enum FormatError {
     Magic,
     #[error("header checksum mismatch")]
     Checksum,
-    #[error("format version {0} is newer than this squeezefs understands (1)")]
+    #[error("format version {0} is not one this squeezefs understands (1 … 2)")]
     Version(u16),
     #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
     Flags(u32),
+    #[error("unknown property bits {0:#x} (written by a newer squeezefs?)")]
+    Props(u8),
     #[error("invalid field: {0}")]
     Field(&'static str),
 }
@@ -83,6 +104,8 @@ pub struct Superblock {
     pub extent_shift: u8,
     /// Codec new extents of this file are written with.
     pub codec: CodecSpec,
+    /// `PROP_*` bits: which fields are the file's own properties (0 in version 1).
+    pub props: u8,
     /// Codec of the inline payload (when `SB_FLAG_INLINE`).
     pub inline_codec: Algorithm,
     /// Stored inline payload (empty unless inline).
@@ -108,7 +131,7 @@ impl Superblock {
         b[33] = self.codec.alg.id();
         b[34..36].copy_from_slice(&(self.codec.level as i16).to_le_bytes());
         b[36] = self.inline_codec.id();
-        // 37: reserved, zero
+        b[37] = self.props;
         b[38..40].copy_from_slice(&(self.inline.len() as u16).to_le_bytes());
         b[40..48].copy_from_slice(&xxh3_64(&self.inline).to_le_bytes());
         // 48..56: reserved, zero
@@ -128,15 +151,21 @@ impl Superblock {
             return Err(FormatError::Checksum);
         }
         let version = u16_at(block, 8);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::Version(version));
         }
         if u16_at(block, 10) as usize != SB_HEADER_LEN {
             return Err(FormatError::Field("header length"));
         }
         let flags = u32_at(block, 12);
-        if flags & !SB_KNOWN_FLAGS != 0 {
-            return Err(FormatError::Flags(flags & !SB_KNOWN_FLAGS));
+        let known = sb_known_flags(version);
+        if flags & !known != 0 {
+            return Err(FormatError::Flags(flags & !known));
+        }
+        // Version 1 reserved byte 37 (written as zero, never checked): no properties.
+        let props = if version >= 2 { block[37] } else { 0 };
+        if props & !PROPS_KNOWN != 0 {
+            return Err(FormatError::Props(props & !PROPS_KNOWN));
         }
         let extent_shift = block[32];
         if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
@@ -167,6 +196,7 @@ impl Superblock {
             size,
             extent_shift,
             codec,
+            props,
             inline_codec,
             inline,
         })
@@ -256,9 +286,45 @@ mod tests {
             size: 100,
             extent_shift: 17,
             codec: CodecSpec::DEFAULT,
+            props: PROP_COMPRESSION,
             inline_codec: Algorithm::Zstd,
             inline: vec![1, 2, 3],
         }
+    }
+
+    /// Rewrites the version field (and the header checksum) of an encoded superblock.
+    fn with_version(mut b: Vec<u8>, version: u16) -> Vec<u8> {
+        b[8..10].copy_from_slice(&version.to_le_bytes());
+        let sum = xxh3_64(&b[0..56]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn version_1_superblocks_are_read_without_properties_or_nocompress() {
+        // Exactly what squeezefs 0.1 (format 1) wrote: byte 37 zero.
+        let v1 = Superblock { props: 0, ..sb() };
+        let b = with_version(v1.encode(), 1);
+        assert_eq!(Superblock::decode(&b).unwrap(), v1);
+        // Version 1 had no NOCOMPRESS flag: a version 1 block carrying it is refused.
+        let flagged = Superblock {
+            props: 0,
+            flags: SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
+            ..sb()
+        };
+        let b = with_version(flagged.encode(), 1);
+        assert_eq!(
+            Superblock::decode(&b),
+            Err(FormatError::Flags(SB_FLAG_NOCOMPRESS))
+        );
+        // …and version 2 knows it.
+        let b = flagged.encode();
+        assert!(Superblock::decode(&b).unwrap().flags & SB_FLAG_NOCOMPRESS != 0);
+        // Byte 37 of a version 1 block is ignored whatever it holds.
+        let mut b = with_version(v1.encode(), 1);
+        b[37] = 0xff;
+        let b = with_version(b, 1);
+        assert_eq!(Superblock::decode(&b).unwrap().props, 0);
     }
 
     #[test]
@@ -279,11 +345,15 @@ mod tests {
         let mut s = sb();
         s.flags |= 1 << 7;
         assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
-        let mut b = sb().encode();
-        b[8] = 2;
-        let sum = xxh3_64(&b[0..56]);
-        b[56..64].copy_from_slice(&sum.to_le_bytes());
-        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(2)));
+        let b = with_version(sb().encode(), 3);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(3)));
+        let b = with_version(sb().encode(), 0);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(0)));
+        let s = Superblock {
+            props: 1 << 5,
+            ..sb()
+        };
+        assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Props(1 << 5)));
     }
 
     #[test]

@@ -7,9 +7,11 @@ mod container;
 pub mod encode;
 pub mod format;
 pub mod sim;
+pub mod stats;
 mod storage;
 
-pub use container::{Container, Options};
+pub use container::{Container, Options, BACKOFF_AFTER, RETRY_EVERY};
+pub use stats::Stats;
 pub use storage::{read_full, FileStorage, Storage};
 
 use std::io;
@@ -28,6 +30,9 @@ pub enum Error {
     /// Written by a newer squeezefs (format version or flags this one does not know).
     #[error("container needs a newer squeezefs: {0}")]
     Unsupported(String),
+    /// A property value or change the container cannot take.
+    #[error("{0}")]
+    Invalid(String),
     /// An offset or length beyond what a container can address.
     #[error("offset or length too large")]
     TooLarge,
@@ -41,6 +46,7 @@ impl Error {
             Error::CorruptExtent { .. } | Error::CorruptSuperblock(_) => libc::EIO,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::TooLarge => libc::EFBIG,
+            Error::Invalid(_) => libc::EINVAL,
         }
     }
 

@@ -35,7 +35,7 @@ enum Op {
 
 /// Bytes that compress (text-like), don't (noise), or are zeros: all three paths.
 fn payload(len: usize, kind: u8, seed: u8) -> Vec<u8> {
-    let mut x = seed as u64 * 0x9e37_79b9_7f4a_7c15 + 1;
+    let mut x = (seed as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|i| match kind % 3 {
             0 => b"the quick brown fox jumps over the lazy dog "[(i + seed as usize) % 44],
@@ -110,7 +110,7 @@ fn apply_model(model: &mut Vec<u8>, op: &Op) {
 fn apply_container(
     c: &mut Container<MemDisk>,
     disk: &MemDisk,
-    opts: Options,
+    opts: &Options,
     op: &Op,
 ) -> Result<Option<Vec<u8>>, Error> {
     match op {
@@ -150,11 +150,11 @@ proptest! {
         })
     ) {
         let disk = MemDisk::new();
-        let opts = Options { codec, extent_shift: shift };
-        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let opts = Options { codec, extent_shift: shift, ..Default::default() };
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
         for op in &ops {
-            let got = apply_container(&mut c, &disk, opts, op).unwrap();
+            let got = apply_container(&mut c, &disk, &opts, op).unwrap();
             apply_model(&mut model, op);
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len), "read after {:?}", op);
@@ -164,7 +164,7 @@ proptest! {
         // Whole file, then after a final reopen.
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         c.flush().unwrap();
-        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
         prop_assert_eq!(c.size().unwrap(), model.len() as u64);
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         // SEEK_DATA / SEEK_HOLE agree with the model: never call data a hole.
@@ -193,8 +193,8 @@ proptest! {
         reboot_seed in any::<u64>(),
     ) {
         let disk = MemDisk::new();
-        let opts = Options { codec, extent_shift: shift };
-        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let opts = Options { codec, extent_shift: shift, ..Default::default() };
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap(); // the file exists durably, empty
         let mut model: Vec<u8> = Vec::new();
         // Every state the file had since the last successful fsync.
@@ -203,7 +203,7 @@ proptest! {
         for op in &ops {
             apply_model(&mut model, op);
             since_sync.push(model.clone());
-            match apply_container(&mut c, &disk, opts, op) {
+            match apply_container(&mut c, &disk, &opts, op) {
                 Ok(_) => {
                     if matches!(op, Op::Fsync) {
                         since_sync = vec![model.clone()];
@@ -217,7 +217,7 @@ proptest! {
         }
         let mut rng = reboot_seed | 1;
         let disk2 = disk.reboot(|| { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng });
-        let mut c = Container::open(disk2.clone(), opts).expect("a synced container always opens");
+        let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -266,14 +266,14 @@ proptest! {
         // The recovered file keeps working like a plain byte array.
         let mut model = recovered;
         for op in &more {
-            let got = apply_container(&mut c, &disk2, opts, op).unwrap();
+            let got = apply_container(&mut c, &disk2, &opts, op).unwrap();
             apply_model(&mut model, op);
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len));
             }
         }
         c.flush().unwrap();
-        let mut c = Container::open(disk2, opts).unwrap();
+        let mut c = Container::open(disk2, &opts).unwrap();
         prop_assert_eq!(c.read(0, model.len() + 1).unwrap(), model);
     }
 }
@@ -286,8 +286,9 @@ fn fsynced_content_survives_every_crash_point() {
         let opts = Options {
             codec: "zstd:1".parse().unwrap(),
             extent_shift: 12,
+            ..Default::default()
         };
-        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
         let a = payload(20_000, 0, 1);
         c.write(0, &a).unwrap();
         c.fsync().unwrap();
@@ -306,7 +307,7 @@ fn fsynced_content_survives_every_crash_point() {
                 r ^= r << 17;
                 r
             });
-            let mut c2 = Container::open(d2, opts).unwrap();
+            let mut c2 = Container::open(d2, &opts).unwrap();
             let size = c2.size().unwrap();
             assert!([20_000, 30_000, 7000].contains(&size), "size {size}");
             // Bytes untouched by the unsynced writes are exactly as fsynced.
@@ -320,7 +321,7 @@ fn fsynced_content_survives_every_crash_point() {
 fn small_files_are_inline_and_zero_extents_are_holes() {
     let disk = MemDisk::new();
     let opts = Options::default();
-    let mut c = Container::open(disk.clone(), opts).unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
     c.write(0, b"hello, inline world\n").unwrap();
     c.fsync().unwrap();
     assert!(disk.contents().len() <= 4096, "a small file is at most one block");
@@ -331,7 +332,7 @@ fn small_files_are_inline_and_zero_extents_are_holes() {
     let d = disk.contents();
     let nonzero_blocks = d.chunks(4096).filter(|b| b.iter().any(|&x| x != 0)).count();
     assert!(nonzero_blocks <= 4, "{nonzero_blocks} blocks hold data");
-    let mut c = Container::open(disk.clone(), opts).unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
     assert_eq!(c.read(0, 20).unwrap(), b"hello, inline world\n");
     assert_eq!(c.read(5 << 20, 4).unwrap(), vec![0; 4]);
     assert_eq!(c.read(10 << 20, 4).unwrap(), b"x");
@@ -345,7 +346,7 @@ fn plain_files_are_served_as_they_are() {
     let disk = MemDisk::new();
     use squeezefs_container::Storage;
     disk.write_at(b"not a container", 0).unwrap();
-    let mut c = Container::open(disk.clone(), Options::default()).unwrap();
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
     assert!(c.is_plain());
     assert_eq!(c.read(0, 100).unwrap(), b"not a container");
     c.write(4, b"A").unwrap();
@@ -360,8 +361,9 @@ fn corrupt_payload_is_an_error_naming_the_extent_and_others_still_read() {
     let opts = Options {
         codec: "zstd:3".parse().unwrap(),
         extent_shift: 12,
+        ..Default::default()
     };
-    let mut c = Container::open(disk.clone(), opts).unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
     let data = payload(4 * 4096, 0, 9);
     c.write(0, &data).unwrap();
     c.fsync().unwrap();
@@ -377,7 +379,7 @@ fn corrupt_payload_is_an_error_naming_the_extent_and_others_still_read() {
     let mut b = [0u8; 1];
     disk.read_at(&mut b, off).unwrap();
     disk.write_at(&[b[0] ^ 0xff], off).unwrap();
-    let mut c = Container::open(disk, opts).unwrap();
+    let mut c = Container::open(disk, &opts).unwrap();
     match c.read(2 * 4096, 10) {
         Err(Error::CorruptExtent {
             index: 2,
@@ -400,20 +402,21 @@ fn a_container_whose_first_superblock_never_landed_opens_empty() {
         let opts = Options {
             codec: "zstd:1".parse().unwrap(),
             extent_shift: shift,
+            ..Default::default()
         };
-        let mut c = Container::open(disk.clone(), opts).unwrap();
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
         let data = payload(300_000, 1, 9);
         c.write(0, &data).unwrap();
         assert!(c.write_back().unwrap(), "superblock left pending");
         assert!(c.commit_pending());
         disk.sync_data().unwrap();
         let disk2 = disk.reboot(|| 0);
-        let mut c = Container::open(disk2.clone(), opts).unwrap();
+        let mut c = Container::open(disk2.clone(), &opts).unwrap();
         assert!(!c.is_plain(), "extent {shift}: opened as a plain file");
         assert_eq!(c.size().unwrap(), 0);
         c.write(0, b"again").unwrap();
         c.fsync().unwrap();
-        let mut c = Container::open(disk2.clone(), opts).unwrap();
+        let mut c = Container::open(disk2.clone(), &opts).unwrap();
         assert_eq!(c.read(0, 100).unwrap(), b"again");
         assert!(
             disk2.contents().len() < 3 * 4096,
@@ -429,7 +432,7 @@ fn a_container_whose_first_superblock_never_landed_opens_empty() {
 fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
     let disk = MemDisk::new();
     let opts = Options::default();
-    let mut c = Container::open(disk.clone(), opts).unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
     let data = payload(400_000, 1, 3);
     c.write(0, &data).unwrap();
     let syncs = disk.syncs();
@@ -448,6 +451,6 @@ fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
     disk.sync_data().unwrap();
     let mut want = data.clone();
     want[10..15].copy_from_slice(b"later");
-    let mut c = Container::open(disk.reboot(|| 0), opts).unwrap();
+    let mut c = Container::open(disk.reboot(|| 0), &opts).unwrap();
     assert_eq!(c.read(0, want.len()).unwrap(), want);
 }

@@ -52,6 +52,8 @@ pub struct Inode {
     pub size_cache: Mutex<Option<u64>>,
     /// Known to have no `security.capability` xattr (the kernel asks before every write).
     pub no_caps: AtomicBool,
+    /// A directory's compression properties, once read (we are the only writer).
+    pub dir_props: Mutex<Option<crate::props::DirProps>>,
 }
 
 #[derive(Default)]
@@ -92,6 +94,7 @@ impl Inodes {
             open: Mutex::new(None),
             size_cache: Mutex::new(None),
             no_caps: AtomicBool::new(false),
+            dir_props: Mutex::new(None),
         });
         let mut t = Table {
             next: 2,
@@ -217,6 +220,7 @@ impl Inodes {
             open: Mutex::new(None),
             size_cache: Mutex::new(None),
             no_caps: AtomicBool::new(false),
+            dir_props: Mutex::new(None),
         });
         let ino = t.next;
         t.next += 1;

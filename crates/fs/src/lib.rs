@@ -5,6 +5,8 @@ mod commit;
 mod inode;
 mod ops;
 mod prefetch;
+pub mod props;
+pub mod statsfile;
 mod sys;
 
 use std::io;
@@ -21,8 +23,8 @@ pub use ops::SqueezeFs;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountConfig {
     pub codec: CodecSpec,
-    /// `compress-force=`: compress without the heuristics (they arrive with issue 4; until
-    /// then both spellings behave the same).
+    /// `compress-force=`: compress every extent, without the heuristic, the per-file
+    /// backoff or the early abort.
     pub force: bool,
     pub extent_shift: u8,
     pub allow_other: bool,
@@ -117,6 +119,8 @@ impl MountConfig {
         Options {
             codec: self.codec,
             extent_shift: self.extent_shift,
+            force: self.force,
+            stats: Default::default(),
         }
     }
 
@@ -231,6 +235,13 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
         check_backing(&backing)?;
     }
     let limit = raise_fd_limit();
+    // The zstd workspace pool: one compressing thread per core (plus the reserved
+    // max-level workspace), tables sized for this mount's extents.
+    squeezefs_codec::workspace::configure(squeezefs_codec::workspace::PoolConfig {
+        max_workspaces: std::thread::available_parallelism().map_or(2, |n| n.get()) + 1,
+        input_size: 1 << cfg.extent_shift,
+        ..Default::default()
+    });
     let fs = SqueezeFs::new(&backing, cfg.container_options(), cfg.read_only)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() && limit < 65536 {

@@ -1,5 +1,6 @@
 //! The FUSE request handlers: thin glue from fuser to the inode table, the `*at()` wrappers
-//! and the container. Policy (what to compress, how to store) lives in the container crate.
+//! and the container. Policy (what to compress, how to store) lives in the container crate;
+//! properties are parsed in `props.rs`, the live statistics file is `statsfile.rs`.
 
 use std::ffi::OsStr;
 use std::io;
@@ -21,6 +22,8 @@ use squeezefs_container::{Container, FileStorage, Options};
 use crate::commit::Committer;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
 use crate::prefetch::{self, Prefetcher};
+use crate::props::{self, DirProps, Prop, Value};
+use crate::statsfile;
 use crate::sys;
 
 /// Entry and attribute timeout: long, since this daemon is the only writer of the backing
@@ -48,6 +51,12 @@ pub struct SqueezeFs {
     next_fh: AtomicU64,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
+    /// The backing directory, for the statistics file.
+    backing: String,
+    /// Owner of the mount root, given to the statistics file.
+    root_owner: (u32, u32),
+    /// Open statistics files: the document rendered at their open.
+    stats_open: Mutex<std::collections::HashMap<u64, Arc<Vec<u8>>>>,
 }
 
 fn errno(e: io::Error) -> Errno {
@@ -145,6 +154,9 @@ impl SqueezeFs {
             prefetch: Prefetcher::start()?,
             next_fh: AtomicU64::new(1),
             as_root: unsafe { libc::geteuid() } == 0,
+            backing: backing.display().to_string(),
+            root_owner: (st.st_uid, st.st_gid),
+            stats_open: Mutex::new(Default::default()),
         })
     }
 
@@ -195,7 +207,8 @@ impl SqueezeFs {
                 })
         }
         .map_err(errno)?;
-        Container::open(FileStorage::new(file), self.opts).map_err(|e| self.container_error(inode, "open", e))
+        Container::open(FileStorage::new(file), &self.opts)
+            .map_err(|e| self.container_error(inode, "open", e))
     }
 
     /// Runs `f` on the file's container: the shared open one, or a temporary one that is
@@ -385,8 +398,20 @@ impl SqueezeFs {
         };
         let (ino, inode) = self.inodes.insert(path, &st);
         inode.no_caps.store(true, Ordering::Relaxed);
-        let container = Container::open(FileStorage::new(file), self.opts)
+        let mut container = Container::open(FileStorage::new(file), &self.opts)
             .map_err(|e| self.container_error(&inode, "create", e))?;
+        // A new file inherits its directory's properties.
+        let dp = self.dir_props(p);
+        if dp.codec.is_some() {
+            container
+                .set_compression_property(dp.codec)
+                .map_err(|e| self.container_error(&inode, "inherit compression", e))?;
+        }
+        if dp.shift.is_some() {
+            container
+                .set_extent_size_property(dp.shift)
+                .map_err(|e| self.container_error(&inode, "inherit extent size", e))?;
+        }
         {
             let mut open = inode.open.lock().unwrap();
             match open.as_mut() {
@@ -401,6 +426,99 @@ impl SqueezeFs {
         }
         let attr = self.attr_with(ino, &inode, &st)?;
         Ok((ino, attr))
+    }
+
+    /// A directory's properties (read once, then cached: we are the only writer).
+    fn dir_props(&self, dir: &Arc<Inode>) -> DirProps {
+        if !dir.is_dir {
+            return DirProps::default();
+        }
+        let mut cache = dir.dir_props.lock().unwrap();
+        if let Some(d) = *cache {
+            return d;
+        }
+        let d = match self.fd(dir) {
+            Ok(fd) => props::read_dir(fd.raw(), || self.describe(dir)),
+            Err(_) => DirProps::default(),
+        };
+        *cache = Some(d);
+        d
+    }
+
+    /// The property `p` of an inode itself (`None`: not set on it).
+    fn get_prop(&self, inode: &Arc<Inode>, p: Prop) -> Result<Option<Value>, Errno> {
+        if inode.is_dir {
+            return Ok(self.dir_props(inode).get(p));
+        }
+        if !inode.is_reg {
+            return Ok(None);
+        }
+        self.with_container(
+            inode,
+            |c| {
+                Ok(match p {
+                    Prop::Compression => c.compression_property().map(Value::Codec),
+                    Prop::ExtentSize => c
+                        .extent_size_property()
+                        .map(|b| Value::Shift(b.trailing_zeros() as u8)),
+                })
+            },
+            "get property",
+        )
+    }
+
+    /// Sets (`Some` raw value) or removes (`None`) property `p`, with setxattr's
+    /// XATTR_CREATE / XATTR_REPLACE semantics. A bad value is EINVAL and a log line.
+    fn set_prop(&self, inode: &Arc<Inode>, p: Prop, raw: Option<&[u8]>, flags: i32) -> Result<(), Errno> {
+        self.check_writable()?;
+        let v = match raw.map(|r| props::parse(p, r)) {
+            Some(Err(why)) => {
+                warn!(
+                    "{}: refusing {} = {:?}: {why}",
+                    self.describe(inode),
+                    p.xattr(),
+                    String::from_utf8_lossy(raw.unwrap_or_default())
+                );
+                return Err(Errno::EINVAL);
+            }
+            Some(Ok(v)) => Some(v),
+            None => None,
+        };
+        if !inode.is_dir && !inode.is_reg {
+            // Like user.* xattrs on the host: not on symlinks and special files.
+            return Err(Errno::EPERM);
+        }
+        let current = self.get_prop(inode, p)?;
+        if (flags & libc::XATTR_CREATE != 0 && current.is_some())
+            || (flags & libc::XATTR_REPLACE != 0 || v.is_none()) && current.is_none()
+        {
+            return Err(if current.is_some() {
+                Errno::EEXIST
+            } else {
+                Errno::ENODATA
+            });
+        }
+        if inode.is_dir {
+            props::write_dir(self.fd(inode)?.raw(), p, v, 0).map_err(|e| {
+                warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
+                errno(e)
+            })?;
+            let mut cache = inode.dir_props.lock().unwrap();
+            let mut d = cache.unwrap_or_default();
+            d.set(v, p);
+            *cache = Some(d);
+            return Ok(());
+        }
+        self.with_container(
+            inode,
+            |c| match (p, v) {
+                (Prop::Compression, Some(Value::Codec(s))) => c.set_compression_property(Some(s)),
+                (Prop::Compression, _) => c.set_compression_property(None),
+                (Prop::ExtentSize, Some(Value::Shift(s))) => c.set_extent_size_property(Some(s)),
+                (Prop::ExtentSize, _) => c.set_extent_size_property(None),
+            },
+            "set property",
+        )
     }
 
     fn check_writable(&self) -> Result<(), Errno> {
@@ -515,6 +633,14 @@ impl Filesystem for SqueezeFs {
             .name("squeezefs-commit".into())
             .spawn(move || c.run(&i))?;
         *self.commit_thread.lock().unwrap() = Some(t);
+        // Idle zstd workspaces are freed after 45 s (checked every 5 s); the thread ends with
+        // the daemon.
+        std::thread::Builder::new()
+            .name("squeezefs-reclaim".into())
+            .spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(5));
+                squeezefs_codec::workspace::global().reclaim();
+            })?;
         Ok(())
     }
 
@@ -523,6 +649,10 @@ impl Filesystem for SqueezeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent.0 == 1 && name.as_bytes() == statsfile::NAME.as_bytes() {
+            let (uid, gid) = self.root_owner;
+            return reply.entry(&TTL, &statsfile::attr(uid, gid), Generation(0));
+        }
         match self.inode(parent).and_then(|p| self.lookup_name(&p, name)) {
             Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
@@ -530,10 +660,17 @@ impl Filesystem for SqueezeFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 == statsfile::INO {
+            return;
+        }
         self.inodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == statsfile::INO {
+            let (uid, gid) = self.root_owner;
+            return reply.attr(&TTL, &statsfile::attr(uid, gid));
+        }
         match self.inode(ino).and_then(|i| self.attr(ino.0, &i)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
@@ -558,6 +695,9 @@ impl Filesystem for SqueezeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if ino.0 == statsfile::INO {
+            return reply.error(Errno::EPERM);
+        }
         let r = (|| {
             self.check_writable()?;
             let inode = self.inode(ino)?;
@@ -625,7 +765,24 @@ impl Filesystem for SqueezeFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.new_entry(req, parent, name, reply, |p, c| sys::mkdirat(p, c, mode & !umask));
+        // A new directory inherits its parent's properties.
+        let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+        self.new_entry(req, parent, name, reply, |p, c| {
+            sys::mkdirat(p, c, mode & !umask)?;
+            if dp != DirProps::default() {
+                let fd = sys::open_path(p, c)?;
+                let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+                for prop in Prop::ALL {
+                    if let Some(v) = dp.get(prop) {
+                        if let Err(e) = props::write_dir(raw, prop, Some(v), 0) {
+                            let _ = sys::unlinkat(p, c, libc::AT_REMOVEDIR);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -693,6 +850,15 @@ impl Filesystem for SqueezeFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == statsfile::INO {
+            if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+                return reply.error(Errno::EACCES);
+            }
+            let doc = statsfile::render(&self.backing, &self.opts, self.read_only);
+            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            self.stats_open.lock().unwrap().insert(fh, Arc::new(doc));
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+        }
         let r = (|| {
             let inode = self.inode(ino)?;
             if !inode.is_reg {
@@ -722,6 +888,14 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if ino.0 == statsfile::INO {
+            let Some(doc) = self.stats_open.lock().unwrap().get(&_fh.0).cloned() else {
+                return reply.error(Errno::EBADF);
+            };
+            let start = (offset as usize).min(doc.len());
+            let end = start.saturating_add(size as usize).min(doc.len());
+            return reply.data(&doc[start..end]);
+        }
         let r = self
             .inode(ino)
             .and_then(|i| self.with_container(&i, |c| c.read(offset, size as usize), "read"));
@@ -755,6 +929,9 @@ impl Filesystem for SqueezeFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        if ino.0 == statsfile::INO {
+            return reply.ok();
+        }
         // close(2): write the data out (errors reach the caller); the superblock follows
         // in the next group commit.
         let r = self
@@ -773,6 +950,10 @@ impl Filesystem for SqueezeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if ino.0 == statsfile::INO {
+            self.stats_open.lock().unwrap().remove(&_fh.0);
+            return reply.ok();
+        }
         let r = (|| {
             let inode = self.inode(ino)?;
             let mut open = inode.open.lock().unwrap();
@@ -804,6 +985,9 @@ impl Filesystem for SqueezeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        if ino.0 == statsfile::INO {
+            return reply.ok();
+        }
         let r = self
             .inode(ino)
             .and_then(|i| self.with_container(&i, |c| c.fsync(), "fsync"));
@@ -911,6 +1095,9 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
+            if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+                return self.set_prop(&i, p, Some(value), flags);
+            }
             let c = sys::cstr(name).map_err(errno)?;
             i.no_caps.store(false, Ordering::Relaxed);
             sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)
@@ -920,7 +1107,18 @@ impl Filesystem for SqueezeFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let r = (|| {
+            if ino.0 == statsfile::INO {
+                return Err(Errno::ENODATA);
+            }
             let i = self.inode(ino)?;
+            if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+                let v = props::format(self.get_prop(&i, p)?.ok_or(Errno::ENODATA)?).into_bytes();
+                return match size as usize {
+                    0 => Ok(Err(v.len())),
+                    n if n < v.len() => Err(Errno::ERANGE),
+                    _ => Ok(Ok(v)),
+                };
+            }
             let caps = name.as_bytes() == b"security.capability";
             if caps && i.no_caps.load(Ordering::Relaxed) {
                 return Err(Errno::ENODATA);
@@ -941,11 +1139,25 @@ impl Filesystem for SqueezeFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if ino.0 == statsfile::INO {
+            return if size == 0 { reply.size(0) } else { reply.data(&[]) };
+        }
         let r = self.inode(ino).and_then(|i| {
-            sys::xattr_list(self.fd(&i)?.raw(), if size == 0 { 65536 } else { size as usize }).map_err(errno)
+            let mut v = sys::xattr_list(self.fd(&i)?.raw(), 65536).map_err(errno)?;
+            // A file's properties live in its container: list them with the real xattrs.
+            if i.is_reg {
+                for p in Prop::ALL {
+                    if self.get_prop(&i, p)?.is_some() {
+                        v.extend_from_slice(p.xattr().as_bytes());
+                        v.push(0);
+                    }
+                }
+            }
+            Ok(v)
         });
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
             Err(e) => reply.error(e),
         }
@@ -955,6 +1167,9 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
+            if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+                return self.set_prop(&i, p, None, 0);
+            }
             let c = sys::cstr(name).map_err(errno)?;
             sys::xattr_remove(self.fd(&i)?.raw(), &c).map_err(errno)
         })();
@@ -963,6 +1178,9 @@ impl Filesystem for SqueezeFs {
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); existence is ours.
+        if ino.0 == statsfile::INO {
+            return reply.ok();
+        }
         match self.inode(ino) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(e),

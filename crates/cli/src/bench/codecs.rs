@@ -75,6 +75,10 @@ fn heap_in_use() -> u64 {
 /// The memory a fresh compression context of `spec` takes: a new thread (so no context is
 /// cached yet) compresses one extent into a buffer allocated beforehand.
 fn workspace_bytes(spec: CodecSpec, sample: &[u8]) -> u64 {
+    if spec.alg == squeezefs_codec::Algorithm::Zstd {
+        // zstd contexts come from the shared pool: measure a fresh one directly.
+        return squeezefs_codec::workspace::measure(spec.level, sample) as u64;
+    }
     let sample = sample.to_vec();
     std::thread::spawn(move || {
         let limit = compressed_limit(sample.len()).unwrap_or(sample.len());

@@ -1,0 +1,242 @@
+//! `squeezefs property get|set`: the compression properties of files and directories on a
+//! mounted squeezefs, like `btrfs property`. They are the xattrs `user.squeezefs.compression`
+//! and `user.squeezefs.extent_size`, so `getfattr`/`setfattr` work too; this command adds
+//! checking, the inherited value and where it comes from, recursion and `--json`.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use serde_json::json;
+use squeezefs_fs::props::{self, Prop};
+
+#[derive(Subcommand)]
+pub enum PropertyCmd {
+    /// Show a property (or both) of PATH: its own value, or what it inherits.
+    #[command(after_help = "Examples:\n  squeezefs property get /mnt/logs\n  \
+        squeezefs property get /mnt/db/data.sqlite compression --json")]
+    Get {
+        path: PathBuf,
+        /// compression or extent_size (default: both).
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a property of PATH. On a directory it applies to files and directories created
+    /// in it afterwards; on a file, to data written afterwards (existing extents keep their
+    /// codec). An empty VALUE removes the property.
+    #[command(after_help = "Properties:\n  \
+        compression   none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000]\n  \
+        extent_size   4K, 8K, ... 1M (a file's only while it is empty)\n\n\
+        Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
+        squeezefs property set /mnt/archive extent_size 1M\n  \
+        squeezefs property set -r /mnt/photos compression none\n  \
+        squeezefs property set /mnt/logs compression ''      # remove")]
+    Set {
+        path: PathBuf,
+        name: String,
+        value: String,
+        /// Also every file and directory below PATH.
+        #[arg(short, long)]
+        recursive: bool,
+    },
+}
+
+fn prop_named(name: &str) -> Result<Prop, String> {
+    match name.trim_start_matches("user.squeezefs.") {
+        "compression" | "compress" => Ok(Prop::Compression),
+        "extent_size" | "extent-size" => Ok(Prop::ExtentSize),
+        other => Err(format!(
+            "unknown property `{other}` (known: compression, extent_size)"
+        )),
+    }
+}
+
+fn cpath(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: path contains a NUL byte", p.display()))
+}
+
+/// The property's own value on `path` (`None`: not set there).
+fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
+    let c = cpath(path)?;
+    let name = CString::new(p.xattr()).expect("no NUL");
+    let mut buf = vec![0u8; 256];
+    let n = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) => Ok(None),
+            Some(libc::EOPNOTSUPP) => Err(format!(
+                "{}: not on a squeezefs mount, or its backing filesystem has no user xattrs",
+                path.display()
+            )),
+            _ => Err(format!("{}: {e}", path.display())),
+        };
+    }
+    buf.truncate(n as usize);
+    Ok(Some(
+        String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string(),
+    ))
+}
+
+/// The root of the squeezefs mount holding `path`: the highest ancestor on the same device.
+fn mount_root(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let abs = std::fs::canonicalize(path).ok()?;
+    let dev = std::fs::metadata(&abs).ok()?.dev();
+    let mut root = if abs.is_dir() {
+        abs.clone()
+    } else {
+        abs.parent()?.to_path_buf()
+    };
+    while let Some(parent) = root.parent() {
+        if std::fs::metadata(parent).ok()?.dev() != dev {
+            break;
+        }
+        root = parent.to_path_buf();
+    }
+    Some(root)
+}
+
+/// The mount's defaults, from its live statistics file.
+fn mount_defaults(path: &Path) -> Option<serde_json::Value> {
+    let root = mount_root(path)?;
+    let doc = std::fs::read(root.join(squeezefs_fs::statsfile::NAME)).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&doc).ok()?;
+    v.get("mount").cloned()
+}
+
+fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> {
+    let m = defaults.as_ref()?;
+    match p {
+        Prop::Compression => m.get("compress")?.as_str().map(str::to_string),
+        Prop::ExtentSize => {
+            let b = m.get("extent_size")?.as_u64()?;
+            Some(props::format(props::Value::Shift(b.trailing_zeros() as u8)))
+        }
+    }
+}
+
+fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
+    std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let which: Vec<Prop> = match name {
+        Some(n) => vec![prop_named(n)?],
+        None => Prop::ALL.to_vec(),
+    };
+    let defaults = mount_defaults(path);
+    let mut out = serde_json::Map::new();
+    for p in which {
+        let key = p.xattr().trim_start_matches("user.squeezefs.");
+        let (value, source) = match own(path, p)? {
+            Some(v) => (Some(v), if path.is_dir() { "directory" } else { "file" }),
+            None => (mount_value(&defaults, p), "mount"),
+        };
+        if as_json {
+            out.insert(key.into(), json!({ "value": value, "source": source }));
+        } else {
+            match (value, source) {
+                (Some(v), "mount") => println!("{key}={v}\t(not set here: the mount's default)"),
+                (Some(v), s) => println!("{key}={v}\t(set on this {s})"),
+                (None, _) => println!("{key}\t(not set here)"),
+            }
+        }
+    }
+    if as_json {
+        let doc = json!({ "path": path.display().to_string(), "properties": out });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+    }
+    Ok(())
+}
+
+/// Sets one property on one path; `Ok(false)` when skipped (extent size of a file that
+/// holds data, in a recursive run).
+fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Result<bool, String> {
+    let c = cpath(path)?;
+    let name = CString::new(p.xattr()).expect("no NUL");
+    let r = if value.is_empty() {
+        unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) }
+    } else {
+        unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) }
+    };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    let is_file_with_data = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0);
+    match e.raw_os_error() {
+        Some(libc::ENODATA) if value.is_empty() => Ok(true),
+        Some(libc::EINVAL) if p == Prop::ExtentSize && is_file_with_data => {
+            if recursive {
+                Ok(false)
+            } else {
+                Err(format!(
+                    "{}: the extent size of a file that holds data is fixed; set it on the \
+                     directory (new files inherit it) or on the file while it is empty",
+                    path.display()
+                ))
+            }
+        }
+        Some(libc::EPERM) if recursive && !path.is_dir() && !path.is_file() => Ok(false),
+        Some(libc::EPERM) => Err(format!(
+            "{}: properties live on files and directories only ({e})",
+            path.display()
+        )),
+        Some(libc::EOPNOTSUPP) => Err(format!(
+            "{}: not on a squeezefs mount, or its backing filesystem has no user xattrs ({e})",
+            path.display()
+        )),
+        _ => Err(format!("{}: setting {}: {e}", path.display(), p.xattr())),
+    }
+}
+
+fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), String> {
+    let p = prop_named(name)?;
+    if !value.is_empty() {
+        props::parse(p, value.as_bytes()).map_err(|e| format!("{name}={value}: {e}"))?;
+    }
+    std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    set_one(path, p, value, false)?;
+    if !(recursive && path.is_dir()) {
+        return Ok(());
+    }
+    let (mut done, mut skipped) = (0u64, 0u64);
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let ft = entry
+                .file_type()
+                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+            if !(ft.is_dir() || ft.is_file()) {
+                continue;
+            }
+            if set_one(&entry.path(), p, value, true)? {
+                done += 1;
+            } else {
+                skipped += 1;
+            }
+            if ft.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    eprintln!("set {name} on {} and {done} entries below it", path.display());
+    if skipped > 0 {
+        eprintln!("skipped {skipped} files that hold data (their extent size is fixed)");
+    }
+    Ok(())
+}
+
+pub fn main(cmd: PropertyCmd) -> Result<(), String> {
+    match cmd {
+        PropertyCmd::Get { path, name, json } => get(&path, name.as_deref(), json),
+        PropertyCmd::Set {
+            path,
+            name,
+            value,
+            recursive,
+        } => set(&path, &name, &value, recursive),
+    }
+}

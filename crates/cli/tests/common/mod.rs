@@ -1,0 +1,123 @@
+//! Helpers shared by the real-mount tests: a scratch directory, and a `squeezefs mount`
+//! child that is unmounted (and checked to exit cleanly) at the end.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: these tests need FUSE (modprobe fuse)"
+    );
+    let ok = Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "fusermount3 is missing: install Debian's fuse3 package (scripts/test does)"
+    );
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let base = std::env::var_os("SQUEEZEFS_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let d = base.join(format!("squeezefs-test-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(d.join("backing")).unwrap();
+    fs::create_dir_all(d.join("mnt")).unwrap();
+    d
+}
+
+pub fn is_mounted(mnt: &Path) -> bool {
+    let canon = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap()))
+}
+
+pub struct Mount {
+    pub mnt: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Mount {
+    pub fn new(dir: &Path, opts: &str) -> Mount {
+        Mount::spawn(dir, opts, None)
+    }
+
+    /// Mounts with the daemon's open-file limit (soft and hard) set to `fd_limit`.
+    pub fn spawn(dir: &Path, opts: &str, fd_limit: Option<u64>) -> Mount {
+        require_fuse();
+        let mnt = dir.join("mnt");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_squeezefs"));
+        cmd.arg("mount").arg(dir.join("backing")).arg(&mnt);
+        if !opts.is_empty() {
+            cmd.arg("-o").arg(opts);
+        }
+        if let Some(n) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let log = fs::File::create(dir.join("daemon.log")).unwrap();
+        let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        let start = Instant::now();
+        while !is_mounted(&mnt) {
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!(
+                    "squeezefs exited with {st}: {}",
+                    fs::read_to_string(dir.join("daemon.log")).unwrap()
+                );
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mount {
+            mnt,
+            child: Some(child),
+        }
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.mnt.join(p)
+    }
+
+    /// Unmounts and checks the daemon exits cleanly.
+    pub fn unmount(mut self) {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status()
+            .unwrap();
+        assert!(st.success(), "fusermount3 -u failed");
+        let st = self.child.take().unwrap().wait().unwrap();
+        assert!(st.success(), "daemon exited with {st}");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&self.mnt).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! Compression policy on a real mount: properties (xattrs and `squeezefs property`), the
+//! heuristic, the incompressible-file backoff, early abort, `compress-force`, the workspace
+//! pool and the live statistics file.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use squeezefs_container::format::{
+    half_offset, ExtentHeader, Superblock, DATA_START, EXTENT_HEADER_LEN, SB_FLAG_NOCOMPRESS,
+};
+
+mod common;
+use common::{scratch, Mount};
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn setx(p: &Path, name: &str, v: &str) -> Result<(), i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::setxattr(cstr(p).as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+fn getx(p: &Path, name: &str) -> Result<String, i32> {
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    let r = unsafe { libc::getxattr(cstr(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(r as usize);
+    Ok(String::from_utf8(buf).unwrap())
+}
+
+fn listx(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 4096];
+    let r = unsafe { libc::listxattr(cstr(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0);
+    buf.truncate(r as usize);
+    buf.split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+fn squeezefs(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn live_stats(m: &Mount) -> Value {
+    let out = squeezefs(&["stats", "--live", m.mnt.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn n(v: &Value, a: &str, b: &str) -> u64 {
+    v[a][b]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{a}.{b} missing in {v}"))
+}
+
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn text(len: usize) -> Vec<u8> {
+    include_bytes!("policy.rs")
+        .iter()
+        .cycle()
+        .take(len)
+        .copied()
+        .collect()
+}
+
+fn write_file(p: &Path, data: &[u8]) {
+    let mut f = fs::File::create(p).unwrap();
+    for chunk in data.chunks(1 << 20) {
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+/// The backing file's current superblock and the codec of extent `idx`'s newest copy.
+fn backing_layout(path: &Path, idx: u64) -> (Superblock, Option<u8>) {
+    let raw = fs::read(path).unwrap();
+    let sb = (0..2)
+        .filter_map(|s| Superblock::decode(&raw[s * 4096..((s + 1) * 4096).min(raw.len())]).ok())
+        .max_by_key(|s| s.generation)
+        .expect("a committed superblock");
+    let codec = (0..2u8)
+        .filter_map(|h| {
+            let off = half_offset(sb.extent_shift, idx, h) as usize;
+            let hb = raw.get(off..off + EXTENT_HEADER_LEN)?;
+            ExtentHeader::decode(hb, idx, sb.extent_shift).ok()
+        })
+        .max_by_key(|h| h.generation)
+        .map(|h| h.codec.id());
+    assert!(raw.len() as u64 >= DATA_START || sb.is_inline());
+    (sb, codec)
+}
+
+#[test]
+fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
+    let dir = scratch("props");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let a = m.path("a");
+    fs::create_dir(&a).unwrap();
+    // Set with setxattr on a directory, read back canonical.
+    setx(&a, "user.squeezefs.compression", "lz4").unwrap();
+    assert_eq!(getx(&a, "user.squeezefs.compression").unwrap(), "lz4:1");
+    // …and with the command, which checks the value first.
+    let out = squeezefs(&["property", "set", a.to_str().unwrap(), "extent_size", "16K"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(getx(&a, "user.squeezefs.extent_size").unwrap(), "16K");
+    // Bad values: EINVAL, a log line, nothing changed.
+    assert_eq!(
+        setx(&a, "user.squeezefs.compression", "zstd:42"),
+        Err(libc::EINVAL)
+    );
+    assert_eq!(setx(&a, "user.squeezefs.extent_size", "3K"), Err(libc::EINVAL));
+    assert_eq!(getx(&a, "user.squeezefs.compression").unwrap(), "lz4:1");
+    let out = squeezefs(&["property", "set", a.to_str().unwrap(), "compression", "gzip"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("gzip"),
+        "the error names the value"
+    );
+
+    // Inherited at creation, by directories and files.
+    fs::create_dir(a.join("sub")).unwrap();
+    assert_eq!(
+        getx(&a.join("sub"), "user.squeezefs.compression").unwrap(),
+        "lz4:1"
+    );
+    assert_eq!(getx(&a.join("sub"), "user.squeezefs.extent_size").unwrap(), "16K");
+    let f = a.join("sub/inherited.txt");
+    write_file(&f, &text(100_000));
+    assert_eq!(getx(&f, "user.squeezefs.compression").unwrap(), "lz4:1");
+    assert!(listx(&f).contains(&"user.squeezefs.compression".to_string()));
+    // A file's own property wins over its directory's.
+    let own = a.join("own.txt");
+    fs::File::create(&own).unwrap();
+    setx(&own, "user.squeezefs.compression", "zstd:9").unwrap();
+    write_file(&own, &text(100_000));
+    // A file made before its directory got a property follows the mount option.
+    let b = m.path("b");
+    fs::create_dir(&b).unwrap();
+    write_file(&b.join("early.txt"), &text(100_000));
+    setx(&b, "user.squeezefs.compression", "zlib:6").unwrap();
+    assert_eq!(
+        getx(&b.join("early.txt"), "user.squeezefs.compression"),
+        Err(libc::ENODATA)
+    );
+    // `property get` tells where a value comes from.
+    let out = squeezefs(&["property", "get", b.join("early.txt").to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["properties"]["compression"]["source"], "mount");
+    assert_eq!(v["properties"]["compression"]["value"], "zstd:1");
+    // The extent size of a file with data is fixed.
+    assert_eq!(setx(&own, "user.squeezefs.extent_size", "64K"), Err(libc::EINVAL));
+    let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
+    assert!(log.contains("refusing user.squeezefs.compression"), "{log}");
+    m.unmount();
+
+    // On disk: the inherited file has 16 KiB extents in lz4, the other zstd:9 / zstd:1.
+    let back = dir.join("backing");
+    let (sb, codec) = backing_layout(&back.join("a/sub/inherited.txt"), 0);
+    assert_eq!(sb.extent_shift, 14);
+    assert_eq!(codec, Some(2), "lz4");
+    assert_eq!(backing_layout(&back.join("a/own.txt"), 0).1, Some(1), "zstd");
+    assert_eq!(backing_layout(&back.join("a/own.txt"), 0).0.codec.level, 9);
+    assert_eq!(backing_layout(&back.join("b/early.txt"), 0).0.codec.level, 1);
+
+    // Remounted with another codec, properties stay and keep deciding.
+    let m = Mount::new(&dir, "compress=zlib:1");
+    let f = m.path("a/sub/inherited.txt");
+    assert_eq!(getx(&f, "user.squeezefs.compression").unwrap(), "lz4:1");
+    assert_eq!(getx(&m.path("a"), "user.squeezefs.extent_size").unwrap(), "16K");
+    assert!(fs::read(&f).unwrap() == text(100_000));
+    // Changing a file's codec affects what is written next; old extents still read.
+    setx(&f, "user.squeezefs.compression", "zstd:3").unwrap();
+    let mut h = fs::OpenOptions::new().append(true).open(&f).unwrap();
+    h.write_all(&text(50_000)).unwrap();
+    h.sync_all().unwrap();
+    drop(h);
+    let mut want = text(100_000);
+    want.extend(text(50_000));
+    assert!(fs::read(&f).unwrap() == want);
+    // Removing it: ENODATA afterwards, and gone from the list.
+    fs::File::create(m.path("plain.txt")).unwrap();
+    let p = m.path("plain.txt");
+    setx(&p, "user.squeezefs.compression", "lzo").unwrap();
+    let c = CString::new("user.squeezefs.compression").unwrap();
+    assert_eq!(unsafe { libc::removexattr(cstr(&p).as_ptr(), c.as_ptr()) }, 0);
+    assert_eq!(getx(&p, "user.squeezefs.compression"), Err(libc::ENODATA));
+    assert!(!listx(&p).contains(&"user.squeezefs.compression".to_string()));
+    m.unmount();
+    let (_, codec) = backing_layout(&dir.join("backing/a/sub/inherited.txt"), 7);
+    assert_eq!(
+        codec,
+        Some(1),
+        "appended extents are zstd, the earlier ones stay lz4"
+    );
+    assert_eq!(
+        backing_layout(&dir.join("backing/a/sub/inherited.txt"), 0).1,
+        Some(2)
+    );
+}
+
+#[test]
+fn incompressible_data_is_judged_flagged_and_backed_off_unless_forced() {
+    let dir = scratch("incompressible");
+    let noise = random(4 << 20, 42);
+    let m = Mount::new(&dir, "compress=zstd:3");
+    write_file(&m.path("noise"), &noise);
+    let s = live_stats(&m);
+    assert!(n(&s, "raw_because", "heuristic") >= 8, "{s}");
+    assert!(n(&s, "raw_because", "backoff") >= 16, "{s}");
+    assert_eq!(
+        n(&s, "raw_because", "no_gain"),
+        0,
+        "noise never reached zstd: {s}"
+    );
+    assert_eq!(n(&s, "files", "flagged_incompressible"), 1);
+    assert!(fs::read(m.path("noise")).unwrap() == noise);
+    m.unmount();
+    let (sb, codec) = backing_layout(&dir.join("backing/noise"), 3);
+    assert!(
+        sb.flags & SB_FLAG_NOCOMPRESS != 0,
+        "the flag is in the superblock"
+    );
+    assert_eq!(codec, Some(0), "raw");
+
+    let m = Mount::new(&dir, "compress-force=zstd:3");
+    write_file(&m.path("noise2"), &noise);
+    let s = live_stats(&m);
+    assert_eq!(
+        n(&s, "raw_because", "heuristic") + n(&s, "raw_because", "backoff"),
+        0,
+        "{s}"
+    );
+    assert!(n(&s, "raw_because", "no_gain") >= 32, "{s}");
+    assert_eq!(n(&s, "files", "flagged_incompressible"), 0);
+    assert_eq!(s["mount"]["force"], true);
+    m.unmount();
+    assert_eq!(
+        backing_layout(&dir.join("backing/noise2"), 0).0.flags & SB_FLAG_NOCOMPRESS,
+        0
+    );
+}
+
+#[test]
+fn early_abort_probes_before_high_zstd_levels() {
+    let dir = scratch("earlyabort");
+    let m = Mount::new(&dir, "compress=zstd:9");
+    // Every 256 bytes: 16 zeros the heuristic samples (it sees repetition), then noise:
+    // ~6 % compressible, so both probes fail and zstd:9 never runs.
+    let rnd = random(1 << 20, 5);
+    let tricky: Vec<u8> = (0..1 << 20)
+        .map(|i| if i % 256 < 16 { 0 } else { rnd[i] })
+        .collect();
+    write_file(&m.path("tricky"), &tricky);
+    write_file(&m.path("text"), &text(1 << 20));
+    let s = live_stats(&m);
+    assert_eq!(n(&s, "early_abort", "aborted"), 8, "{s}");
+    assert_eq!(n(&s, "early_abort", "lz4_pass"), 8, "{s}");
+    let zstd9 = s["codecs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["codec"] == "zstd:9")
+        .unwrap();
+    assert_eq!(zstd9["extents"], 8);
+    assert!(fs::read(m.path("tricky")).unwrap() == tricky);
+    m.unmount();
+}
+
+#[test]
+fn the_live_stats_file_is_hidden_read_only_and_current() {
+    let dir = scratch("livestats");
+    let m = Mount::new(&dir, "compress=zstd:5,extent_size=64K");
+    let stats = m.path(".squeezefs-stats");
+    assert!(fs::metadata(&stats).unwrap().is_file());
+    let names: Vec<_> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n == ".squeezefs-stats"),
+        "hidden from readdir"
+    );
+    let e = fs::OpenOptions::new().write(true).open(&stats).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES));
+    let before: Value = serde_json::from_slice(&fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(before["format"], 1);
+    assert_eq!(before["mount"]["compress"], "zstd:5");
+    assert_eq!(before["mount"]["extent_size"], 65536);
+    // Files at three levels written at once from several threads: the pool stays in bounds.
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let p = m.path(&format!("f{t}"));
+            std::thread::spawn(move || {
+                fs::File::create(&p).unwrap();
+                let level = ["zstd:1", "zstd:5", "zstd:12"][t % 3];
+                setx(&p, "user.squeezefs.compression", level).unwrap();
+                write_file(&p, &text(2 << 20));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let after = live_stats(&m);
+    let w = &after["workspaces"];
+    assert!(
+        w["peak_count"].as_u64().unwrap() <= w["max"].as_u64().unwrap(),
+        "{w}"
+    );
+    assert!(w["reused"].as_u64().unwrap() > 0, "workspaces are reused: {w}");
+    assert!(w["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["estimate"].as_u64().unwrap() > 0));
+    let codecs = after["codecs"].as_array().unwrap();
+    for level in ["zstd:1", "zstd:5", "zstd:12"] {
+        let c = codecs
+            .iter()
+            .find(|c| c["codec"] == level)
+            .unwrap_or_else(|| panic!("{level}: {after}"));
+        assert!(c["bytes_in"].as_u64().unwrap() >= 2 * (2 << 20));
+        assert!(c["ratio"].as_f64().unwrap() > 2.0);
+    }
+    // The table names everything a person looks for.
+    let out = squeezefs(&["stats", "--live", m.mnt.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "compressed",
+        "heuristic",
+        "early abort",
+        "zstd workspaces",
+        "checksum errors",
+        "zstd:12",
+    ] {
+        assert!(table.contains(want), "{want} missing:\n{table}");
+    }
+    // Not a squeezefs mount: a clear error.
+    let out = squeezefs(&["stats", "--live", dir.join("backing").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a squeezefs mounted"));
+    m.unmount();
+
+    // A damaged extent: EIO, a log line naming file and extent, and the counter.
+    let back = dir.join("backing/f0");
+    let mut raw = fs::read(&back).unwrap();
+    let (sb, _) = backing_layout(&back, 1);
+    let off = (0..2)
+        .map(|h| half_offset(sb.extent_shift, 1, h) as usize)
+        .find(|&o| raw[o] != 0)
+        .unwrap();
+    raw[off + EXTENT_HEADER_LEN + 10] ^= 0xff;
+    fs::write(&back, &raw).unwrap();
+    let m = Mount::new(&dir, "compress=zstd:5");
+    let e = fs::read(m.path("f0")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    let s = live_stats(&m);
+    assert!(s["checksum_errors"].as_u64().unwrap() >= 1, "{s}");
+    m.unmount();
+    let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
+    assert!(log.contains("f0") && log.contains("extent 1"), "{log}");
+}

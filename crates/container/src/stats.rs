@@ -1,0 +1,175 @@
+//! Counters of what the write and read paths decided, shared by every container of a mount
+//! (the daemon exposes them live; see `squeezefs stats --live`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use squeezefs_codec::{Algorithm, CodecSpec};
+
+use crate::encode::{Outcome, Probe, RawWhy};
+
+/// Bytes in and out of one codec at one level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodecCounts {
+    pub extents: u64,
+    /// Logical bytes of the extents it compressed.
+    pub bytes_in: u64,
+    /// Their stored (compressed) payload bytes.
+    pub bytes_out: u64,
+}
+
+#[derive(Default)]
+pub struct Stats {
+    extents_compressed: AtomicU64,
+    extents_raw: AtomicU64,
+    extents_hole: AtomicU64,
+    raw_bytes: AtomicU64,
+    raw_no_gain: AtomicU64,
+    raw_heuristic: AtomicU64,
+    raw_backoff: AtomicU64,
+    raw_early_abort: AtomicU64,
+    raw_by_choice: AtomicU64,
+    probe_lz4_pass: AtomicU64,
+    probe_zstd1_pass: AtomicU64,
+    inline_files: AtomicU64,
+    files_flagged: AtomicU64,
+    files_unflagged: AtomicU64,
+    checksum_errors: AtomicU64,
+    codecs: Mutex<BTreeMap<(Algorithm, i32), CodecCounts>>,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub extents_compressed: u64,
+    pub extents_raw: u64,
+    pub extents_hole: u64,
+    /// Logical (= stored) bytes of raw extents.
+    pub raw_bytes: u64,
+    /// Raw because the compressed result did not save 12.5 % and one block.
+    pub raw_no_gain: u64,
+    /// Raw because the heuristic judged the extent incompressible (not compressed at all).
+    pub raw_heuristic: u64,
+    /// Raw because the file is flagged incompressible and this was not a retry.
+    pub raw_backoff: u64,
+    /// Raw because both early-abort probes (lz4, zstd-1) failed.
+    pub raw_early_abort: u64,
+    /// Raw because the codec is `none` or the extent is too small to save a block.
+    pub raw_by_choice: u64,
+    /// Early abort: lz4 saved enough, so the requested zstd level ran.
+    pub probe_lz4_pass: u64,
+    /// Early abort: lz4 did not, zstd-1 did, so the requested level ran.
+    pub probe_zstd1_pass: u64,
+    /// Files written whole into their superblock's inline area.
+    pub inline_files: u64,
+    /// Files flagged incompressible / unflagged after a successful retry.
+    pub files_flagged: u64,
+    pub files_unflagged: u64,
+    /// Extent copies or superblocks that failed their checksum when read.
+    pub checksum_errors: u64,
+    /// Compressed extents per codec and level.
+    pub codecs: Vec<(CodecSpec, CodecCounts)>,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Stats {
+    /// Counts one extent written with `outcome`: `logical` bytes stored as `stored`.
+    pub fn extent(&self, outcome: &Outcome, logical: usize, stored: usize) {
+        match outcome {
+            Outcome::Compressed { codec, probe } => {
+                add(&self.extents_compressed, 1);
+                let mut m = self.codecs.lock().unwrap();
+                let e = m.entry((codec.alg, codec.level)).or_default();
+                e.extents += 1;
+                e.bytes_in += logical as u64;
+                e.bytes_out += stored as u64;
+                drop(m);
+                self.probe(*probe);
+            }
+            Outcome::Raw { why, probe } => {
+                add(&self.extents_raw, 1);
+                add(&self.raw_bytes, logical as u64);
+                add(
+                    match why {
+                        RawWhy::NoGain => &self.raw_no_gain,
+                        RawWhy::Heuristic => &self.raw_heuristic,
+                        RawWhy::Backoff => &self.raw_backoff,
+                        RawWhy::EarlyAbort => &self.raw_early_abort,
+                        RawWhy::NoCodec | RawWhy::TooSmall => &self.raw_by_choice,
+                    },
+                    1,
+                );
+                self.probe(*probe);
+            }
+        }
+    }
+
+    fn probe(&self, p: Option<Probe>) {
+        match p {
+            Some(Probe::Lz4) => add(&self.probe_lz4_pass, 1),
+            Some(Probe::Zstd1) => add(&self.probe_zstd1_pass, 1),
+            None => {}
+        }
+    }
+
+    pub fn hole(&self) {
+        add(&self.extents_hole, 1);
+    }
+
+    pub fn inline_file(&self) {
+        add(&self.inline_files, 1);
+    }
+
+    pub fn flagged(&self, on: bool) {
+        add(
+            if on {
+                &self.files_flagged
+            } else {
+                &self.files_unflagged
+            },
+            1,
+        );
+    }
+
+    pub fn checksum_error(&self) {
+        add(&self.checksum_errors, 1);
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            extents_compressed: g(&self.extents_compressed),
+            extents_raw: g(&self.extents_raw),
+            extents_hole: g(&self.extents_hole),
+            raw_bytes: g(&self.raw_bytes),
+            raw_no_gain: g(&self.raw_no_gain),
+            raw_heuristic: g(&self.raw_heuristic),
+            raw_backoff: g(&self.raw_backoff),
+            raw_early_abort: g(&self.raw_early_abort),
+            raw_by_choice: g(&self.raw_by_choice),
+            probe_lz4_pass: g(&self.probe_lz4_pass),
+            probe_zstd1_pass: g(&self.probe_zstd1_pass),
+            inline_files: g(&self.inline_files),
+            files_flagged: g(&self.files_flagged),
+            files_unflagged: g(&self.files_unflagged),
+            checksum_errors: g(&self.checksum_errors),
+            codecs: self
+                .codecs
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|((a, l), c)| Some((CodecSpec::new(*a, *l).ok()?, *c)))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,232 @@
+//! Compression policy inside a container: the backoff and its on-disk flag, forced
+//! compression, per-file properties, and reading format version 1.
+
+use std::sync::Arc;
+
+use squeezefs_codec::CodecSpec;
+use squeezefs_container::format::{sb_offset, Superblock, BLOCK, SB_FLAG_NOCOMPRESS};
+use squeezefs_container::sim::MemDisk;
+use squeezefs_container::{Container, Options, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY};
+use xxhash_rust::xxh3::xxh3_64;
+
+const E: usize = 1 << 17;
+
+fn random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn text(n: usize) -> Vec<u8> {
+    include_bytes!("policy.rs")
+        .iter()
+        .cycle()
+        .take(n)
+        .copied()
+        .collect()
+}
+
+fn opts(codec: &str, force: bool) -> Options {
+    Options {
+        codec: codec.parse().unwrap(),
+        force,
+        stats: Arc::new(Stats::default()),
+        ..Options::default()
+    }
+}
+
+/// The superblock copy with the higher generation.
+fn current_sb(disk: &MemDisk) -> Superblock {
+    let c = disk.contents();
+    (0..2u8)
+        .filter_map(|s| {
+            let o = sb_offset(s) as usize;
+            Superblock::decode(&c[o..(o + BLOCK as usize).min(c.len())]).ok()
+        })
+        .max_by_key(|sb| sb.generation)
+        .expect("a valid superblock")
+}
+
+#[test]
+fn a_file_that_keeps_failing_is_flagged_and_backs_off_and_a_success_clears_it() {
+    let disk = MemDisk::new();
+    let o = opts("zstd:3", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    // Eight extents of noise, one at a time: each is judged and fails.
+    for i in 0..BACKOFF_AFTER as usize {
+        c.write((i * E) as u64, &random(E, i as u64 + 1)).unwrap();
+        assert_eq!(c.is_nocompress(), i + 1 == BACKOFF_AFTER as usize);
+    }
+    let s = o.stats.snapshot();
+    assert_eq!(s.raw_heuristic, BACKOFF_AFTER as u64);
+    assert_eq!(s.files_flagged, 1);
+    c.fsync().unwrap();
+    assert!(
+        current_sb(&disk).flags & SB_FLAG_NOCOMPRESS != 0,
+        "flag is on disk"
+    );
+
+    // Reopened, the file is still flagged: of the next RETRY_EVERY writes, all but one are
+    // stored raw without a look.
+    let o = opts("zstd:3", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(c.is_nocompress());
+    let base = BACKOFF_AFTER as usize;
+    for i in 0..RETRY_EVERY as usize {
+        c.write(((base + i) * E) as u64, &random(E, 100 + i as u64))
+            .unwrap();
+    }
+    let s = o.stats.snapshot();
+    assert_eq!(s.raw_backoff, RETRY_EVERY as u64 - 1);
+    assert_eq!(s.raw_heuristic, 1, "the retry was judged");
+    assert!(c.is_nocompress());
+
+    // Compressible data: the skipped writes stay raw until the next retry compresses,
+    // which clears the flag; from then on everything is compressed.
+    let base = base + RETRY_EVERY as usize;
+    for i in 0..2 * RETRY_EVERY as usize {
+        c.write(((base + i) * E) as u64, &text(E)).unwrap();
+    }
+    assert!(!c.is_nocompress());
+    let s = o.stats.snapshot();
+    assert_eq!(s.files_unflagged, 1);
+    assert_eq!(
+        s.raw_backoff,
+        2 * (RETRY_EVERY as u64 - 1),
+        "one more round of skips"
+    );
+    assert_eq!(s.extents_compressed, RETRY_EVERY as u64 + 1);
+    c.fsync().unwrap();
+    assert_eq!(
+        current_sb(&disk).flags & SB_FLAG_NOCOMPRESS,
+        0,
+        "flag cleared on disk"
+    );
+    // Whatever was decided, every byte reads back.
+    let mut c = Container::open(disk.clone(), &opts("zstd:3", false)).unwrap();
+    assert!(c.read(0, E).unwrap() == random(E, 1));
+    assert!(c.read((base * E) as u64, E).unwrap() == text(E));
+}
+
+#[test]
+fn compress_force_tries_every_extent_and_never_flags() {
+    let disk = MemDisk::new();
+    let o = opts("zstd:3", true);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    for i in 0..2 * BACKOFF_AFTER as usize {
+        c.write((i * E) as u64, &random(E, i as u64 + 1)).unwrap();
+    }
+    assert!(!c.is_nocompress());
+    let s = o.stats.snapshot();
+    assert_eq!(s.raw_no_gain, 2 * BACKOFF_AFTER as u64);
+    assert_eq!(s.raw_heuristic + s.raw_backoff + s.raw_early_abort, 0);
+}
+
+#[test]
+fn a_files_compression_property_outlives_reopening_and_beats_the_mount_option() {
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &opts("lz4", false)).unwrap();
+    assert_eq!(c.compression_property(), None);
+    let z9: CodecSpec = "zstd:9".parse().unwrap();
+    c.set_compression_property(Some(z9)).unwrap();
+    c.write(0, &text(3 * E)).unwrap();
+    c.fsync().unwrap();
+    // Mounted again with another codec: the file keeps its own.
+    let o = opts("zlib:1", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert_eq!(c.compression_property(), Some(z9));
+    c.write(3 * E as u64, &text(E)).unwrap();
+    c.flush().unwrap();
+    let s = o.stats.snapshot();
+    assert_eq!(s.codecs.len(), 1);
+    assert_eq!(s.codecs[0].0, z9);
+    // Removed, the mount option applies again; old extents still read.
+    c.set_compression_property(None).unwrap();
+    assert_eq!(c.effective_codec(), Some("zlib:1".parse().unwrap()));
+    c.write(4 * E as u64, &text(E)).unwrap();
+    c.fsync().unwrap();
+    assert!(o
+        .stats
+        .snapshot()
+        .codecs
+        .iter()
+        .any(|(k, _)| k.to_string() == "zlib:1"));
+    let mut c = Container::open(disk.clone(), &opts("lz4", false)).unwrap();
+    assert_eq!(c.compression_property(), None);
+    let mut want = text(3 * E);
+    want.extend(text(E));
+    want.extend(text(E));
+    assert!(c.read(0, 5 * E).unwrap() == want);
+}
+
+#[test]
+fn the_extent_size_property_changes_only_while_the_file_is_empty() {
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    c.set_extent_size_property(Some(12)).unwrap();
+    assert_eq!(c.extent_size(), Some(4096));
+    let data = text(40_000);
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    let e = c.set_extent_size_property(Some(20)).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(c.set_extent_size_property(Some(30)).is_err());
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    assert_eq!(c.extent_size_property(), Some(4096));
+    assert!(c.read(0, 50_000).unwrap() == data);
+    // Emptied, it may change again, and nothing of the old layout shows through.
+    c.set_size(0).unwrap();
+    c.set_extent_size_property(Some(20)).unwrap();
+    c.write(0, &data[..5000]).unwrap();
+    c.set_size(300_000).unwrap();
+    c.fsync().unwrap();
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    assert_eq!(c.extent_size(), Some(1 << 20));
+    let back = c.read(0, 300_000).unwrap();
+    assert!(back[..5000] == data[..5000]);
+    assert!(back[5000..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn containers_written_in_format_version_1_still_read_and_are_upgraded_on_write() {
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    let data = text(3 * E + 1000);
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    drop(c);
+    // Turn both superblock copies into what format 1 wrote: version 1, byte 37 zero.
+    let mut sbs = disk.contents()[..2 * BLOCK as usize].to_vec();
+    for slot in 0..2 {
+        let b = &mut sbs[slot * BLOCK as usize..][..64];
+        if b[..8] != squeezefs_container::format::MAGIC {
+            continue;
+        }
+        b[8..10].copy_from_slice(&1u16.to_le_bytes());
+        b[37] = 0;
+        let sum = xxh3_64(&b[..56]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+    }
+    disk.write_at(&sbs, 0).unwrap();
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    assert!(c.read(0, data.len() + 10).unwrap() == data);
+    c.write(10, b"v2").unwrap();
+    c.set_size(data.len() as u64 + 5).unwrap();
+    c.fsync().unwrap();
+    let sb = current_sb(&disk);
+    assert_eq!(sb.size, data.len() as u64 + 5);
+    // The copy just written (the higher generation) is version 2.
+    let c = disk.contents();
+    let version =
+        |slot: u8| u16::from_le_bytes([c[sb_offset(slot) as usize + 8], c[sb_offset(slot) as usize + 9]]);
+    let generation =
+        |slot: u8| u64::from_le_bytes(c[sb_offset(slot) as usize + 16..][..8].try_into().unwrap());
+    let newest = if generation(0) > generation(1) { 0 } else { 1 };
+    assert_eq!(version(newest), 2);
+}

@@ -1,0 +1,165 @@
+//! Compression properties, seen through the mount as extended attributes (like
+//! `btrfs property` and ZFS dataset properties):
+//!
+//! * `user.squeezefs.compression` — `zstd:9`, `zstd-fast:5`, `lz4`, `zlib:6`, `lzo`, `none`
+//! * `user.squeezefs.extent_size` — `4K` … `1M` (a power of two)
+//!
+//! A directory keeps them as real xattrs on its backing directory; a regular file keeps them
+//! in its container superblock (so they cost no extra syscall at open, and travel with the
+//! file's data). New entries inherit their parent directory's properties when created; a
+//! file's own property beats its directory's, a directory's beats the mount option.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+
+use squeezefs_codec::CodecSpec;
+
+use crate::{parse_extent_size, sys};
+
+pub const COMPRESSION: &str = "user.squeezefs.compression";
+pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prop {
+    Compression,
+    ExtentSize,
+}
+
+impl Prop {
+    pub const ALL: [Prop; 2] = [Prop::Compression, Prop::ExtentSize];
+
+    /// The property an xattr name stands for (`None`: an ordinary xattr).
+    pub fn from_xattr(name: &[u8]) -> Option<Prop> {
+        match name {
+            n if n == COMPRESSION.as_bytes() => Some(Prop::Compression),
+            n if n == EXTENT_SIZE.as_bytes() => Some(Prop::ExtentSize),
+            _ => None,
+        }
+    }
+
+    pub fn xattr(self) -> &'static str {
+        match self {
+            Prop::Compression => COMPRESSION,
+            Prop::ExtentSize => EXTENT_SIZE,
+        }
+    }
+
+    fn cname(self) -> CString {
+        CString::new(self.xattr()).expect("no NUL")
+    }
+}
+
+/// A valid property value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value {
+    Codec(CodecSpec),
+    /// log2 of the extent size.
+    Shift(u8),
+}
+
+/// Parses a value as `setfattr` delivers it (trailing NULs and whitespace ignored); the
+/// error says what is accepted.
+pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| "value is not UTF-8".to_string())?
+        .trim_end_matches('\0')
+        .trim();
+    match prop {
+        Prop::Compression => text
+            .parse::<CodecSpec>()
+            .map(Value::Codec)
+            .map_err(|e| e.to_string()),
+        Prop::ExtentSize => parse_extent_size(text)
+            .map(Value::Shift)
+            .map_err(|e| e.replace("extent_size=", "")),
+    }
+}
+
+/// The canonical text of a value (what getxattr returns).
+pub fn format(v: Value) -> String {
+    match v {
+        Value::Codec(c) => c.to_string(),
+        Value::Shift(s) if s >= 20 => format!("{}M", 1u64 << (s - 20)),
+        Value::Shift(s) => format!("{}K", 1u64 << (s - 10)),
+    }
+}
+
+/// A directory's properties.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirProps {
+    pub codec: Option<CodecSpec>,
+    pub shift: Option<u8>,
+}
+
+impl DirProps {
+    pub fn get(&self, p: Prop) -> Option<Value> {
+        match p {
+            Prop::Compression => self.codec.map(Value::Codec),
+            Prop::ExtentSize => self.shift.map(Value::Shift),
+        }
+    }
+
+    pub fn set(&mut self, v: Option<Value>, p: Prop) {
+        match (p, v) {
+            (Prop::Compression, Some(Value::Codec(c))) => self.codec = Some(c),
+            (Prop::Compression, None) => self.codec = None,
+            (Prop::ExtentSize, Some(Value::Shift(s))) => self.shift = Some(s),
+            (Prop::ExtentSize, None) => self.shift = None,
+            _ => {}
+        }
+    }
+}
+
+/// Reads a backing directory's properties. A value that does not parse (written around
+/// squeezefs) is ignored with a warning naming the directory.
+pub fn read_dir(fd: RawFd, describe: impl Fn() -> String) -> DirProps {
+    let mut d = DirProps::default();
+    for p in Prop::ALL {
+        let Ok(raw) = sys::xattr_get(fd, &p.cname(), 256) else {
+            continue;
+        };
+        match parse(p, &raw) {
+            Ok(v) => d.set(Some(v), p),
+            Err(e) => log::warn!("{}: ignoring {}: {e}", describe(), p.xattr()),
+        }
+    }
+    d
+}
+
+/// Stores (or with `None` removes) one property on a backing directory.
+pub fn write_dir(fd: RawFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
+    match v {
+        Some(v) => sys::xattr_set(fd, &p.cname(), format(v).as_bytes(), flags),
+        None => sys::xattr_remove(fd, &p.cname()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_and_print_canonically() {
+        assert_eq!(
+            parse(Prop::Compression, b"zstd:9\0"),
+            Ok(Value::Codec("zstd:9".parse().unwrap()))
+        );
+        assert_eq!(format(parse(Prop::Compression, b" zstd \n").unwrap()), "zstd:3");
+        assert_eq!(format(parse(Prop::Compression, b"none").unwrap()), "none");
+        assert_eq!(parse(Prop::ExtentSize, b"1M"), Ok(Value::Shift(20)));
+        assert_eq!(format(Value::Shift(20)), "1M");
+        assert_eq!(format(parse(Prop::ExtentSize, b"65536").unwrap()), "64K");
+        for bad in [&b"zstd:99"[..], b"gzip", b"", b"\xff"] {
+            assert!(parse(Prop::Compression, bad).is_err());
+        }
+        for bad in [&b"3K"[..], b"2M", b"1K", b"big"] {
+            let e = parse(Prop::ExtentSize, bad).unwrap_err();
+            assert!(!e.is_empty());
+        }
+        assert_eq!(
+            Prop::from_xattr(b"user.squeezefs.compression"),
+            Some(Prop::Compression)
+        );
+        assert_eq!(Prop::from_xattr(b"user.other"), None);
+    }
+}
