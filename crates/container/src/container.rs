@@ -105,6 +105,30 @@ struct Ext {
     /// part of the file even inside the stale range.
     written: bool,
     last_use: u64,
+    /// Byte ranges written since the extent became dirty (merged, sorted): it goes out early
+    /// only once writes covered all of it, so writes arriving out of order (several FUSE
+    /// threads) do not compress and store it twice.
+    covered: Vec<(u32, u32)>,
+}
+
+impl Ext {
+    /// Records `[a, b)` as written; true when the extent (length `len`) is now covered.
+    fn cover(&mut self, a: u32, b: u32, len: u32) -> bool {
+        let (mut a, mut b) = (a, b);
+        let mut kept = Vec::with_capacity(self.covered.len() + 1);
+        for &(x, y) in &self.covered {
+            if y < a || x > b {
+                kept.push((x, y));
+            } else {
+                a = a.min(x);
+                b = b.max(y);
+            }
+        }
+        kept.push((a, b));
+        kept.sort_unstable();
+        self.covered = kept;
+        self.covered == [(0, len)]
+    }
 }
 
 impl Ext {
@@ -112,6 +136,7 @@ impl Ext {
     /// outrank the generations seen before.
     fn punched(&mut self) {
         self.dirty = false;
+        self.covered.clear();
         let max_gen = self.disk.map_or(0, |d| d.max_gen);
         self.disk = Some(DiskState {
             max_gen,
@@ -290,6 +315,7 @@ impl<S: Storage> Container<S> {
                     disk: None,
                     written: false,
                     last_use: clock,
+                    covered: Vec::new(),
                 },
             );
         } else {
@@ -464,12 +490,15 @@ impl<S: Storage> Container<S> {
                     let whole = within == 0 && take == p.extent_len();
                     let buf = p.extent_mut(&self.storage, idx, !whole)?;
                     buf[within..within + take].copy_from_slice(&data[done..done + take]);
-                    touched.push((idx, within + take == p.extent_len()));
+                    let len = p.extent_len() as u32;
+                    let e = p.exts.get_mut(&idx).expect("just written");
+                    let full = e.cover(within as u32, (within + take) as u32, len);
+                    touched.push((idx, full));
                     pos += take as u64;
                     done += take;
                 }
-                // Extents this write filled to their end go out now, in parallel; the
-                // partial tail stays in memory until it fills or the file is flushed.
+                // Extents that writes have now covered entirely go out now, in parallel;
+                // partial ones stay in memory until covered or the file is flushed.
                 let mut out: Vec<u64> = touched.iter().filter(|t| t.1).map(|t| t.0).collect();
                 if p.dirty_bytes() > MAX_DIRTY_BYTES {
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
@@ -1078,6 +1107,7 @@ impl Packed {
                     self.learn(&outcome);
                     let e = self.exts.get_mut(&idx).expect("planned");
                     e.dirty = false;
+                    e.covered.clear();
                     e.written = true;
                     let d = e.disk.as_mut().expect("probed");
                     d.cur = Some((half, gen));
@@ -1163,6 +1193,7 @@ impl Packed {
             // is durable (step "cut" below).
             if let Some(x) = self.exts.get_mut(&0) {
                 x.dirty = false;
+                x.covered.clear();
             }
             self.exts.retain(|i, x| *i == 0 && x.data.is_some());
             if let Some(x) = self.exts.get_mut(&0) {
@@ -1178,7 +1209,8 @@ impl Packed {
         //    content of a file that was inline) are written too.
         if let Some(from) = self.stale_from {
             for (_, x) in self.exts.range_mut(from..count) {
-                if x.data.is_some() {
+                // (Extents this instance wrote are on disk already: not again.)
+                if x.data.is_some() && !x.written {
                     x.dirty = true;
                 }
             }
