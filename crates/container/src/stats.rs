@@ -32,6 +32,7 @@ pub struct Stats {
     raw_by_choice: AtomicU64,
     probe_lz4_pass: AtomicU64,
     probe_zstd1_pass: AtomicU64,
+    heuristic_overruled: AtomicU64,
     inline_files: AtomicU64,
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
@@ -49,7 +50,7 @@ pub struct Snapshot {
     pub raw_bytes: u64,
     /// Raw because the compressed result did not save 12.5 % and one block.
     pub raw_no_gain: u64,
-    /// Raw because the heuristic judged the extent incompressible (not compressed at all).
+    /// Raw because the heuristic judged the extent incompressible and lz4 agreed.
     pub raw_heuristic: u64,
     /// Raw because the file is flagged incompressible and this was not a retry.
     pub raw_backoff: u64,
@@ -61,6 +62,8 @@ pub struct Snapshot {
     pub probe_lz4_pass: u64,
     /// Early abort: lz4 did not, zstd-1 did, so the requested level ran.
     pub probe_zstd1_pass: u64,
+    /// The heuristic said incompressible, a fast lz4 pass showed otherwise: compressed.
+    pub heuristic_overruled: u64,
     /// Files written whole into their superblock's inline area.
     pub inline_files: u64,
     /// Files flagged incompressible / unflagged after a successful retry.
@@ -112,6 +115,7 @@ impl Stats {
         match p {
             Some(Probe::Lz4) => add(&self.probe_lz4_pass, 1),
             Some(Probe::Zstd1) => add(&self.probe_zstd1_pass, 1),
+            Some(Probe::Overruled) => add(&self.heuristic_overruled, 1),
             None => {}
         }
     }
@@ -153,6 +157,7 @@ impl Stats {
             raw_by_choice: g(&self.raw_by_choice),
             probe_lz4_pass: g(&self.probe_lz4_pass),
             probe_zstd1_pass: g(&self.probe_zstd1_pass),
+            heuristic_overruled: g(&self.heuristic_overruled),
             inline_files: g(&self.inline_files),
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),

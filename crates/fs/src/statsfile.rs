@@ -93,6 +93,7 @@ pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
             "zstd1_pass": s.probe_zstd1_pass,
             "aborted": s.raw_early_abort,
         },
+        "heuristic_overruled": s.heuristic_overruled,
         "files": {
             "inline": s.inline_files,
             "flagged_incompressible": s.files_flagged,
