@@ -105,7 +105,7 @@ fn write_file(p: &Path, data: &[u8]) {
 fn backing_layout(path: &Path, idx: u64) -> (Superblock, Option<u8>) {
     let raw = fs::read(path).unwrap();
     let sb = (0..2)
-        .filter_map(|s| Superblock::decode(&raw[s * 4096..((s + 1) * 4096).min(raw.len())]).ok())
+        .filter_map(|s| Superblock::decode(raw.get(s * 4096..((s + 1) * 4096).min(raw.len()))?).ok())
         .max_by_key(|s| s.generation)
         .expect("a committed superblock");
     let codec = (0..2u8)
@@ -158,6 +158,14 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
     write_file(&f, &text(100_000));
     assert_eq!(getx(&f, "user.squeezefs.compression").unwrap(), "lz4:1");
     assert!(listx(&f).contains(&"user.squeezefs.compression".to_string()));
+    // mknod(2) makes regular files too; they inherit as well.
+    let made = a.join("sub/mknod");
+    assert_eq!(
+        unsafe { libc::mknod(cstr(&made).as_ptr(), libc::S_IFREG | 0o644, 0) },
+        0
+    );
+    assert_eq!(getx(&made, "user.squeezefs.compression").unwrap(), "lz4:1");
+    assert_eq!(getx(&made, "user.squeezefs.extent_size").unwrap(), "16K");
     // A file's own property wins over its directory's.
     let own = a.join("own.txt");
     fs::File::create(&own).unwrap();
@@ -177,6 +185,46 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["properties"]["compression"]["source"], "mount");
     assert_eq!(v["properties"]["compression"]["value"], "zstd:1");
+    // `property set -r` reaches existing entries below; files with data keep their extent
+    // size (reported, not an error).
+    fs::create_dir(b.join("deep")).unwrap();
+    write_file(&b.join("deep/x.txt"), &text(10_000));
+    let out = squeezefs(&[
+        "property",
+        "set",
+        "-r",
+        b.to_str().unwrap(),
+        "compression",
+        "zstd:7",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for p in ["", "early.txt", "deep", "deep/x.txt"] {
+        assert_eq!(
+            getx(&b.join(p), "user.squeezefs.compression").unwrap(),
+            "zstd:7",
+            "{p}"
+        );
+    }
+    let out = squeezefs(&[
+        "property",
+        "set",
+        "-r",
+        b.to_str().unwrap(),
+        "extent_size",
+        "256K",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skipped 2 files"));
+    assert_eq!(
+        getx(&b.join("deep"), "user.squeezefs.extent_size").unwrap(),
+        "256K"
+    );
+    let out = squeezefs(&["property", "set", "-r", b.to_str().unwrap(), "compression", ""]);
+    assert!(out.status.success());
+    assert_eq!(
+        getx(&b.join("deep/x.txt"), "user.squeezefs.compression"),
+        Err(libc::ENODATA)
+    );
     // The extent size of a file with data is fixed.
     assert_eq!(setx(&own, "user.squeezefs.extent_size", "64K"), Err(libc::EINVAL));
     let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
@@ -191,6 +239,7 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
     assert_eq!(backing_layout(&back.join("a/own.txt"), 0).1, Some(1), "zstd");
     assert_eq!(backing_layout(&back.join("a/own.txt"), 0).0.codec.level, 9);
     assert_eq!(backing_layout(&back.join("b/early.txt"), 0).0.codec.level, 1);
+    assert_eq!(backing_layout(&back.join("a/sub/mknod"), 0).0.extent_shift, 14);
 
     // Remounted with another codec, properties stay and keep deciding.
     let m = Mount::new(&dir, "compress=zlib:1");

@@ -22,7 +22,9 @@
 //! size (`ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, size))`), and each live
 //! workspace reports its real size (`ZSTD_sizeof_CCtx`) after every use.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -285,7 +287,16 @@ impl Pool {
 
     /// A workspace for `level` (1 … [`MAX_LEVEL`], or a negative fast level), waiting for
     /// one when all are busy and none can be allocated.
+    ///
+    /// Panics if this thread already holds a lease: a second one could wait forever for
+    /// workspaces held by threads that wait likewise, and the bound assumes one per thread.
     pub fn get(&self, level: i32) -> Lease<'_> {
+        HOLDING.with(|h| {
+            assert!(
+                !h.replace(true),
+                "a thread asked for a second zstd workspace while holding one"
+            )
+        });
         let mut st = self.state.lock().unwrap();
         loop {
             // 1. An idle workspace of this very level.
@@ -315,6 +326,7 @@ impl Pool {
                         pool: self,
                         ws: Some(ws),
                         level,
+                        _not_send: PhantomData,
                     };
                 }
                 st.total -= 1;
@@ -348,6 +360,7 @@ impl Pool {
             pool: self,
             ws: Some(ws),
             level,
+            _not_send: PhantomData,
         }
     }
 
@@ -429,11 +442,18 @@ impl Pool {
     }
 }
 
-/// A workspace lent to one compression call; it goes back to the pool when dropped.
+thread_local! {
+    /// This thread holds a lease (at most one busy workspace per thread).
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A workspace lent to one compression call; it goes back to the pool when dropped, on the
+/// thread that took it (hence not `Send`).
 pub struct Lease<'a> {
     pool: &'a Pool,
     ws: Option<Ws>,
     level: i32,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl Lease<'_> {
@@ -464,6 +484,7 @@ impl Drop for Lease<'_> {
         if let Some(ws) = self.ws.take() {
             self.pool.put(ws, self.level);
         }
+        HOLDING.with(|h| h.set(false));
     }
 }
 
@@ -648,18 +669,38 @@ mod tests {
 
     #[test]
     fn at_the_bound_an_idle_workspace_of_another_level_makes_room() {
-        let p = pool(2, Arc::new(ManualClock::default()));
+        let p = Arc::new(pool(2, Arc::new(ManualClock::default())));
         let src = text(16 << 10);
-        // Level 3 is allocated (the reserved 19 is the other one). Level 9 cannot borrow 3,
-        // and 19 is busy: level 3's workspace is freed for it.
-        let held = p.get(MAX_LEVEL);
+        // Another thread keeps the reserved level-19 workspace busy meanwhile.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let _lease = p.get(MAX_LEVEL);
+                held_tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            })
+        };
+        held_rx.recv().unwrap();
+        // Level 3 is allocated (the second of two). Level 9 cannot borrow 3, and 19 is
+        // busy: level 3's workspace is freed for it.
         compress_with(&p, 3, &src);
         compress_with(&p, 9, &src);
-        drop(held);
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
         let s = p.stats();
         assert_eq!(s.total, 2);
         assert_eq!(s.counters.evicted, 1);
         assert!(s.levels.iter().any(|l| l.level == 9));
+    }
+
+    #[test]
+    #[should_panic(expected = "second zstd workspace")]
+    fn a_thread_holds_at_most_one_workspace() {
+        let p = pool(4, Arc::new(ManualClock::default()));
+        let _first = p.get(3);
+        let _second = p.get(5);
     }
 
     struct FailingAllocator(Arc<AtomicBool>);

@@ -27,6 +27,8 @@ enum Op {
     Flush,
     Fsync,
     Reopen,
+    /// Sets (index into `PROP_CODECS`) or, past its end, removes the compression property.
+    SetCodec(u8),
     /// `write_back` (the superblock may stay pending).
     WriteBack,
     /// A sync of the whole disk, then `commit_after_sync` (a group commit).
@@ -50,6 +52,9 @@ fn payload(len: usize, kind: u8, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Codecs a property may switch a file to mid-sequence (files mix codecs across extents).
+const PROP_CODECS: [&str; 5] = ["zstd:9", "lz4", "none", "zlib:1", "zstd-fast:1"];
+
 fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
     let off = 0..max;
     prop_oneof![
@@ -63,6 +68,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::Reopen),
         1 => Just(Op::WriteBack),
         1 => Just(Op::Commit),
+        1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
     ]
 }
 
@@ -74,6 +80,7 @@ fn config_strategy() -> impl Strategy<Value = (u8, CodecSpec, u64)> {
         Just("zlib:6".parse().unwrap()),
         Just("zstd:1".parse().unwrap()),
         Just("zstd:3".parse().unwrap()),
+        Just("zstd:9".parse().unwrap()),
         Just("zstd-fast:5".parse().unwrap()),
     ];
     // (extent shift, codec, largest offset used)
@@ -121,6 +128,9 @@ fn apply_container(
         Op::Flush => c.flush().map(|_| None),
         Op::Fsync => c.fsync().map(|_| None),
         Op::WriteBack => c.write_back().map(|_| None),
+        Op::SetCodec(i) => c
+            .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
+            .map(|_| None),
         Op::Commit => {
             disk.sync_data()?;
             c.commit_after_sync().map(|_| None)

@@ -756,8 +756,27 @@ impl Filesystem for SqueezeFs {
     ) {
         let mode = mode & !umask;
         if mode & libc::S_IFMT == libc::S_IFREG {
-            // A regular file made by mknod is an empty container, like any other.
-            return self.new_entry(req, parent, name, reply, |p, c| sys::mknodat(p, c, mode, 0));
+            // A regular file made by mknod is an empty container, like any other, and
+            // inherits its directory's properties (written into its superblock now).
+            let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+            return self.new_entry(req, parent, name, reply, |p, c| {
+                sys::mknodat(p, c, mode, 0)?;
+                if dp == DirProps::default() {
+                    return Ok(());
+                }
+                let inherit = || -> Result<(), squeezefs_container::Error> {
+                    let path = sys::open_path(p, c)?;
+                    let file = sys::reopen(std::os::fd::AsRawFd::as_raw_fd(&path), libc::O_RDWR)?;
+                    let mut ct = Container::open(FileStorage::new(file), &self.opts)?;
+                    ct.set_compression_property(dp.codec)?;
+                    ct.set_extent_size_property(dp.shift)?;
+                    ct.fsync()
+                };
+                inherit().map_err(|e| {
+                    let _ = sys::unlinkat(p, c, 0);
+                    io::Error::from_raw_os_error(e.errno())
+                })
+            });
         }
         self.new_entry(req, parent, name, reply, |p, c| {
             sys::mknodat(p, c, mode, rdev as u64)
