@@ -3,6 +3,7 @@
 
 mod commit;
 mod inode;
+pub mod lock;
 mod ops;
 mod prefetch;
 pub mod props;
@@ -231,6 +232,8 @@ fn raise_fd_limit() -> u64 {
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
 pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
+    // One daemon per backing directory; held until this function returns.
+    let _lock = lock::lock(&backing)?;
     if !cfg.read_only {
         check_backing(&backing)?;
     }

@@ -1,0 +1,96 @@
+//! One daemon (or `squeezefs check --repair`) per backing directory: an exclusive `flock` on
+//! the backing directory itself. Nothing is written into the directory, and the kernel drops
+//! the lock when its holder dies, so a daemon killed with SIGKILL never blocks the next mount.
+//! When the lock is taken, `/proc/locks` tells which process holds it.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Holds the lock while alive.
+#[derive(Debug)]
+pub struct BackingLock {
+    _dir: File,
+}
+
+/// The pid holding an flock on the file with (`dev`, `ino`), from `/proc/locks`.
+fn holder(dev: u64, ino: u64) -> Option<u32> {
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let want = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 12345 00:2a:123456 0 EOF"
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
+}
+
+fn describe(pid: u32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    if cmd.is_empty() {
+        format!("process {pid}")
+    } else {
+        format!("process {pid} ({cmd})")
+    }
+}
+
+/// Takes the lock on `backing`, or fails with a message naming the holder.
+pub fn lock(backing: &Path) -> io::Result<BackingLock> {
+    let dir = File::open(backing)
+        .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(BackingLock { _dir: dir });
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot lock backing directory {}: {e}", backing.display()),
+        ));
+    }
+    let who = dir
+        .metadata()
+        .ok()
+        .and_then(|m| holder(m.dev(), m.ino()))
+        .map_or_else(|| "another process".to_string(), describe);
+    Err(io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!(
+            "backing directory {} is in use by {who}: one squeezefs per backing directory \
+             (unmount the other mount first)",
+            backing.display()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_is_refused_naming_the_holder_and_freed_on_drop() {
+        let dir = std::env::temp_dir().join(format!("squeezefs-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = lock(&dir).unwrap();
+        let e = lock(&dir).unwrap_err();
+        let msg = e.to_string();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(msg.contains(&format!("process {}", std::process::id())), "{msg}");
+        drop(first);
+        let again = lock(&dir).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
