@@ -9,6 +9,7 @@ use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
 mod bench;
+mod check;
 mod property;
 mod stats;
 
@@ -57,6 +58,20 @@ enum Cmd {
     /// Measure codecs and filesystems on your own data.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Verify every container in BACKING (scrub): superblocks, extent checksums, decoding.
+    /// Exit code 1 when something is damaged. Run it while BACKING is not mounted.
+    #[command(after_help = "Examples:\n  squeezefs check /srv/logs.sqz\n  \
+        squeezefs check /srv/logs.sqz --repair      # also remove leftovers of crashes\n  \
+        squeezefs check /srv/logs.sqz --json | jq .problems")]
+    Check {
+        backing: PathBuf,
+        /// Remove what interrupted writes left behind (stale or torn copies beside a valid
+        /// one, data past the end, never-committed files); never the only valid copy.
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Get or set compression properties of files and directories (like `btrfs property`).
     #[command(subcommand)]
     Property(property::PropertyCmd),
@@ -102,6 +117,21 @@ fn main() -> ExitCode {
             }
             run_mount(backing, mountpoint, cfg, daemon)
         }
+        Cmd::Check {
+            backing,
+            repair,
+            json,
+        } => match check::main(check::Args {
+            backing,
+            repair,
+            json,
+        }) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("squeezefs check: {e}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Property(p) => match property::main(p) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

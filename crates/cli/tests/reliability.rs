@@ -25,14 +25,21 @@ fn a_backing_directory_serves_one_daemon_and_a_killed_ones_lock_does_not_linger(
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let pid = first.child.as_ref().unwrap().id();
-    assert!(err.contains("in use by process") && err.contains(&pid.to_string()), "{err}");
+    assert!(
+        err.contains("in use by process") && err.contains(&pid.to_string()),
+        "{err}"
+    );
     assert!(!is_mounted(&other));
 
     // SIGKILL the daemon: the lock goes with it.
     let mut child = first.child.take().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
-    let st = Command::new("fusermount3").arg("-uz").arg(&first.mnt).status().unwrap();
+    let st = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(&first.mnt)
+        .status()
+        .unwrap();
     assert!(st.success());
     let start = Instant::now();
     while is_mounted(&first.mnt) {

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use crate::encode::{decode_payload, encode_extent, encode_inline, payload_ok, Outcome, Policy};
 use crate::format::{
-    half_offset, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK, DATA_START,
-    DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAGIC, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
+    half_offset, is_superblock, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK,
+    DATA_START, DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
     PROP_COMPRESSION, PROP_EXTENT_SIZE, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
 use crate::stats::Stats;
@@ -220,7 +220,7 @@ impl<S: Storage> Container<S> {
         }
         let mut blocks = vec![0u8; 2 * BLOCK as usize];
         let n = read_full(&storage, &mut blocks, 0)?;
-        if n < MAGIC.len() || blocks[..MAGIC.len()] != MAGIC {
+        if !is_container(&blocks[..n]) {
             if blocks[..n].iter().all(|&b| b == 0) && has_extent_header(&storage)? {
                 // A new container whose first superblock never reached the disk (a crash
                 // or kill between writing its extents and committing it): nothing of it
@@ -1366,7 +1366,16 @@ impl Packed {
 /// Whether the first data past the superblocks is a valid extent header (of any extent
 /// size): what a container looks like before its first superblock lands. A plain file
 /// cannot pass by chance: the header carries a magic, its index and an XXH3 of itself.
-fn has_extent_header<S: Storage>(st: &S) -> Result<bool> {
+/// Whether the first two blocks of a backing file (`blocks`, possibly short) are a
+/// container's: either superblock copy carries the magic, or one whose magic alone decayed.
+pub(crate) fn is_container(blocks: &[u8]) -> bool {
+    (0..2u8).any(|slot| {
+        let start = (sb_offset(slot) as usize).min(blocks.len());
+        is_superblock(&blocks[start..(start + BLOCK as usize).min(blocks.len())])
+    })
+}
+
+pub(crate) fn has_extent_header<S: Storage>(st: &S) -> Result<bool> {
     let Some(at) = st.next_data(DATA_START)? else {
         return Ok(false);
     };

@@ -3,6 +3,7 @@
 //! halves. The layout is in [`format`] and docs/FORMAT.md; all I/O goes through
 //! [`Storage`], so every property is testable on the crash-simulating [`sim::MemDisk`].
 
+pub mod check;
 mod container;
 pub mod encode;
 pub mod format;

@@ -1,0 +1,272 @@
+//! Scrub: verify a container at rest, every copy of everything, without the state machine
+//! (`squeezefs check`). Reads only; [`repair`] then removes what a crash left behind —
+//! torn or stale extent copies next to a valid newer one, extents past the end, a container
+//! whose first superblock never landed — and never the only valid copy of anything.
+
+use crate::container::{has_extent_header, is_container};
+use crate::encode::{decode_payload, payload_ok};
+use crate::format::{
+    half_offset, sb_offset, slot_size, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN,
+};
+use crate::storage::{read_full, Storage};
+use crate::Result;
+
+/// How bad a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// Data cannot be read back (no valid copy left): reads fail with EIO.
+    Damage,
+    /// Left by a crash or an interrupted operation, not needed by anything: `repair` removes it.
+    Leftover,
+    /// Worth knowing, nothing to repair (an older superblock copy is in use because the newer
+    /// one is torn or decayed: the file is as it was one write-back earlier).
+    Warning,
+}
+
+/// What `repair` would do about a leftover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fix {
+    /// Punch half `half` of extent `index`.
+    PunchHalf { index: u64, half: u8 },
+    /// Cut the file to this length.
+    Truncate(u64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Extent index and its logical offset, when the finding is about one extent.
+    pub extent: Option<(u64, u64)>,
+    pub detail: String,
+    pub fix: Option<Fix>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Not a container: served as it is, nothing to verify.
+    pub plain: bool,
+    pub size: u64,
+    pub extent_size: u64,
+    /// Extent copies verified (header and payload checksums, and decoded).
+    pub extents_verified: u64,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn damaged(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Damage)
+    }
+
+    pub fn leftovers(&self) -> usize {
+        self.findings.iter().filter(|f| f.fix.is_some()).count()
+    }
+}
+
+fn half_name(h: u8) -> char {
+    if h == 0 {
+        'A'
+    } else {
+        'B'
+    }
+}
+
+/// One half as found on disk.
+enum Half {
+    Hole,
+    Valid(ExtentHeader),
+    Invalid(String),
+}
+
+fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, h: u8) -> Result<Half> {
+    let off = half_offset(shift, idx, h);
+    let mut hb = [0u8; EXTENT_HEADER_LEN];
+    let n = read_full(st, &mut hb, off)?;
+    if hb[..n].iter().all(|&b| b == 0) {
+        return Ok(Half::Hole);
+    }
+    let hdr = match ExtentHeader::decode(&hb[..n], idx, shift) {
+        Ok(x) => x,
+        Err(e) => return Ok(Half::Invalid(format!("header: {e}"))),
+    };
+    let mut payload = vec![0u8; hdr.stored_len as usize];
+    let got = read_full(st, &mut payload, off + EXTENT_HEADER_LEN as u64)?;
+    if got != payload.len() || !payload_ok(&hdr, &payload) {
+        return Ok(Half::Invalid("payload checksum mismatch".into()));
+    }
+    let mut out = vec![0u8; 1 << shift];
+    if let Err(e) = decode_payload(&hdr, &payload, &mut out) {
+        return Ok(Half::Invalid(format!(
+            "payload passes its checksum but does not decode: {e}"
+        )));
+    }
+    Ok(Half::Valid(hdr))
+}
+
+/// Verifies one backing file.
+pub fn check<S: Storage>(st: &S) -> Result<Report> {
+    let mut r = Report::default();
+    let len = st.len()?;
+    if len == 0 {
+        return Ok(r);
+    }
+    let mut blocks = vec![0u8; 2 * BLOCK as usize];
+    let n = read_full(st, &mut blocks, 0)?;
+    if !is_container(&blocks[..n]) {
+        if blocks[..n].iter().all(|&b| b == 0) && has_extent_header(st)? {
+            r.findings.push(Finding {
+                severity: Severity::Leftover,
+                extent: None,
+                detail: "a new file whose first superblock never landed (a crash before its first \
+                         commit): empty; its extents are left over"
+                    .into(),
+                fix: Some(Fix::Truncate(0)),
+            });
+        } else {
+            r.plain = true;
+        }
+        return Ok(r);
+    }
+    let mut copies = Vec::new();
+    for slot in 0..2u8 {
+        let start = (sb_offset(slot) as usize).min(n);
+        let block = &blocks[start..(start + BLOCK as usize).min(n)];
+        let written = !block.iter().all(|&b| b == 0);
+        copies.push((slot, written, Superblock::decode(block)));
+    }
+    let best = copies
+        .iter()
+        .filter_map(|(s, _, d)| d.as_ref().ok().map(|sb| (*s, sb.clone())))
+        .max_by_key(|(_, sb)| sb.generation);
+    let Some((slot, sb)) = best else {
+        let why: Vec<String> = copies
+            .iter()
+            .filter_map(|(s, w, d)| match d {
+                Err(e) if *w => Some(format!("copy {s}: {e}")),
+                Err(_) => Some(format!("copy {s}: not written")),
+                Ok(_) => None,
+            })
+            .collect();
+        r.findings.push(Finding {
+            severity: Severity::Damage,
+            extent: None,
+            detail: format!(
+                "no valid superblock ({}): the whole file is unreadable",
+                why.join("; ")
+            ),
+            fix: None,
+        });
+        return Ok(r);
+    };
+    for (s, written, d) in &copies {
+        if let (Err(e), true) = (d, *written) {
+            if *s != slot {
+                r.findings.push(Finding {
+                    severity: Severity::Warning,
+                    extent: None,
+                    detail: format!(
+                        "superblock copy {s} is invalid ({e}); copy {slot} (generation {}) is in use: \
+                         a torn write of the newer one, or decay",
+                        sb.generation
+                    ),
+                    fix: None,
+                });
+            }
+        }
+    }
+    r.size = sb.size;
+    r.extent_size = 1 << sb.extent_shift;
+    let shift = sb.extent_shift;
+    let needed = if sb.is_inline() {
+        r.extents_verified += 1;
+        DATA_START
+    } else {
+        let count = sb.size.div_ceil(1 << shift);
+        for idx in 0..count {
+            let offset = idx << shift;
+            let halves = [read_half(st, shift, idx, 0)?, read_half(st, shift, idx, 1)?];
+            let newest = (0..2u8)
+                .filter_map(|h| match &halves[h as usize] {
+                    Half::Valid(x) => Some((h, x.generation)),
+                    _ => None,
+                })
+                .max_by_key(|(_, g)| *g);
+            match newest {
+                None => {
+                    let why: Vec<String> = (0..2u8)
+                        .filter_map(|h| match &halves[h as usize] {
+                            Half::Invalid(w) => Some(format!("half {}: {w}", half_name(h))),
+                            _ => None,
+                        })
+                        .collect();
+                    if !why.is_empty() {
+                        r.findings.push(Finding {
+                            severity: Severity::Damage,
+                            extent: Some((idx, offset)),
+                            detail: format!("no valid copy ({}): reads of it fail with EIO", why.join("; ")),
+                            fix: None,
+                        });
+                    }
+                }
+                Some((cur, gen)) => {
+                    r.extents_verified += 1;
+                    let other = 1 - cur;
+                    let what = match &halves[other as usize] {
+                        Half::Hole => None,
+                        Half::Valid(x) => Some(format!(
+                            "an older copy (generation {} < {gen}) was not yet removed",
+                            x.generation
+                        )),
+                        Half::Invalid(w) => {
+                            Some(format!("a torn or damaged copy ({w}) beside the valid one"))
+                        }
+                    };
+                    if let Some(what) = what {
+                        r.findings.push(Finding {
+                            severity: Severity::Leftover,
+                            extent: Some((idx, offset)),
+                            detail: format!("half {}: {what}", half_name(other)),
+                            fix: Some(Fix::PunchHalf {
+                                index: idx,
+                                half: other,
+                            }),
+                        });
+                    }
+                }
+            }
+        }
+        half_offset(shift, count, 0)
+    };
+    if len > needed && st.next_data(needed)?.is_some() {
+        r.findings.push(Finding {
+            severity: Severity::Leftover,
+            extent: None,
+            detail: format!(
+                "{} bytes past the last extent (left by an interrupted truncation)",
+                len - needed
+            ),
+            fix: Some(Fix::Truncate(needed)),
+        });
+    }
+    Ok(r)
+}
+
+/// Removes the leftovers `report` found (after making the current copies durable). Returns
+/// how many fixes were applied.
+pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
+    let extent_shift = report.extent_size.trailing_zeros() as u8;
+    let fixes: Vec<Fix> = report.findings.iter().filter_map(|f| f.fix).collect();
+    if fixes.is_empty() {
+        return Ok(0);
+    }
+    st.sync_data()?;
+    for f in &fixes {
+        match *f {
+            Fix::PunchHalf { index, half } => {
+                st.punch(half_offset(extent_shift, index, half), slot_size(extent_shift))?
+            }
+            Fix::Truncate(len) => st.set_len(len)?,
+        }
+    }
+    st.sync_data()?;
+    Ok(fixes.len())
+}
