@@ -163,10 +163,10 @@ pub fn main(args: Args) -> Result<u8, String> {
                     .map(|(i, o)| format!("extent {i} (offset {o}): "))
                     .unwrap_or_default();
                 let tag = match (f.severity, f.fix.is_some() && *fixed > 0) {
-                    (Severity::Damage, _) => "DAMAGED ",
+                    (Severity::Damage, _) => "DAMAGED",
                     (_, true) => "repaired",
                     (Severity::Leftover, false) => "leftover",
-                    (Severity::Warning, _) => "warning ",
+                    (Severity::Warning, _) => "warning",
                 };
                 println!("{tag} {rel}: {at}{}", f.detail);
             }
