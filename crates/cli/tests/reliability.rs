@@ -152,14 +152,22 @@ fn writer(mnt: std::path::PathBuf, model: Shared, seed: u64) {
             let mut fm = model.lock().unwrap().files[i].clone().unwrap_or_default();
             let mut new = fm.latest.clone();
             let kind = rng.below(100);
-            let len = if kind < 10 { 1 << 20 } else { rng.below(200_000) as usize + 1 };
+            let len = if kind < 10 {
+                1 << 20
+            } else {
+                rng.below(200_000) as usize + 1
+            };
             let data: Vec<u8> = if rng.below(3) == 0 {
                 (0..len).map(|_| rng.next() as u8).collect()
             } else {
                 let start = rng.below(text.len() as u64) as usize;
                 text.iter().cycle().skip(start).take(len).copied().collect()
             };
-            let f = fs::OpenOptions::new().read(true).write(true).create(true).open(&path)?;
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .open(&path)?;
             // Record what may land before issuing it.
             enum Act {
                 At(u64),
@@ -237,17 +245,32 @@ fn kill_9_cycles_lose_nothing_that_was_fsynced() {
         child.kill().unwrap();
         child.wait().unwrap();
         w.join().unwrap();
-        assert!(Command::new("fusermount3").arg("-uz").arg(&m.mnt).status().unwrap().success());
+        assert!(Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&m.mnt)
+            .status()
+            .unwrap()
+            .success());
         drop(m);
         // At rest: no damage. Leftovers of the kill are allowed; every 10th cycle repairs.
-        let mut args = vec!["check".to_string(), dir.join("backing").display().to_string(), "--json".into()];
+        let mut args = vec![
+            "check".to_string(),
+            dir.join("backing").display().to_string(),
+            "--json".into(),
+        ];
         if cycle % 10 == 9 {
             args.push("--repair".into());
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_squeezefs")).args(&args).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+            .args(&args)
+            .output()
+            .unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| panic!("cycle {cycle}: check: {}", String::from_utf8_lossy(&out.stderr)));
-        assert!(out.status.success(), "cycle {cycle}: check found damage: {report:#}");
+        assert!(
+            out.status.success(),
+            "cycle {cycle}: check found damage: {report:#}"
+        );
         leftovers_seen += report["leftovers"].as_u64().unwrap();
         repaired += report["repaired"].as_u64().unwrap();
 
@@ -318,11 +341,21 @@ fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_lef
     use squeezefs_container::format::{half_offset, EXTENT_HEADER_LEN};
     let dir = scratch("check");
     let m = Mount::new(&dir, "compress=zstd:1");
-    let text: Vec<u8> = include_bytes!("reliability.rs").iter().cycle().take(3 << 17).copied().collect();
+    let text: Vec<u8> = include_bytes!("reliability.rs")
+        .iter()
+        .cycle()
+        .take(3 << 17)
+        .copied()
+        .collect();
     fs::create_dir(m.path("d")).unwrap();
     fs::write(m.path("d/three-extents"), &text).unwrap();
     fs::write(m.path("small"), b"inline").unwrap();
-    let squeezefs = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_squeezefs")).args(args).output().unwrap();
+    let squeezefs = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
     let backing = dir.join("backing");
     let b = backing.to_str().unwrap();
     let out = squeezefs(&["check", b]);
@@ -341,19 +374,28 @@ fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_lef
     // One payload byte of extent 1 flipped.
     let f = backing.join("d/three-extents");
     let mut raw = fs::read(&f).unwrap();
-    let off = (0..2).map(|h| half_offset(17, 1, h) as usize).find(|&o| raw[o] != 0).unwrap();
+    let off = (0..2)
+        .map(|h| half_offset(17, 1, h) as usize)
+        .find(|&o| raw[o] != 0)
+        .unwrap();
     raw[off + EXTENT_HEADER_LEN + 3] ^= 0x40;
     fs::write(&f, &raw).unwrap();
     let out = squeezefs(&["check", b]);
     assert_eq!(out.status.code(), Some(1));
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(report.contains("DAMAGED d/three-extents: extent 1 (offset 131072)"), "{report}");
+    assert!(
+        report.contains("DAMAGED d/three-extents: extent 1 (offset 131072)"),
+        "{report}"
+    );
     // Through the mount: EIO for that extent only, and a log line naming file and extent.
     let m = Mount::new(&dir, "");
     let h = fs::File::open(m.path("d/three-extents")).unwrap();
     let mut buf = vec![0u8; 1 << 17];
     use std::os::unix::fs::FileExt;
-    assert_eq!(h.read_at(&mut buf, 1 << 17).unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(
+        h.read_at(&mut buf, 1 << 17).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
     h.read_exact_at(&mut buf, 0).unwrap();
     assert!(buf == text[..1 << 17]);
     h.read_exact_at(&mut buf, 2 << 17).unwrap();
@@ -367,7 +409,11 @@ fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_lef
     let mut child = m.child.take().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
-    Command::new("fusermount3").arg("-uz").arg(&m.mnt).status().unwrap();
+    Command::new("fusermount3")
+        .arg("-uz")
+        .arg(&m.mnt)
+        .status()
+        .unwrap();
     drop(m);
     let out = squeezefs(&["check", b, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -382,6 +428,86 @@ fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_lef
     }
     let m = Mount::new(&dir, "");
     let got = fs::read(m.path("uncommitted")).unwrap();
-    assert!(got.is_empty() || got == text, "never committed: empty, or all of it");
+    assert!(
+        got.is_empty() || got == text,
+        "never committed: empty, or all of it"
+    );
+    m.unmount();
+}
+
+/// Mounts a tmpfs of `mib` MiB at `at` (root only: CI runs as root).
+fn small_fs(at: &std::path::Path, mib: u64) {
+    fs::create_dir_all(at).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(at)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "mounting a {mib} MiB tmpfs at {} needs root",
+        at.display()
+    );
+}
+
+#[test]
+fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
+    let dir = scratch("enospc");
+    let small = dir.join("small");
+    small_fs(&small, 24);
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(small.clone());
+    // The test's backing directory lives on the small filesystem.
+    fs::remove_dir_all(dir.join("backing")).unwrap();
+    fs::create_dir(small.join("backing")).unwrap();
+    std::os::unix::fs::symlink(small.join("backing"), dir.join("backing")).unwrap();
+
+    let mut rng = Rng(77);
+    let noise = |rng: &mut Rng, n: usize| -> Vec<u8> { (0..n).map(|_| rng.next() as u8).collect() };
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let before = noise(&mut rng, 4 << 20);
+    let f = fs::File::create(m.path("before")).unwrap();
+    use std::io::Write;
+    (&f).write_all(&before).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // Fill it up: the error must be ENOSPC, from write, fsync or close.
+    let big = noise(&mut rng, 48 << 20);
+    let err = (|| -> std::io::Result<()> {
+        let mut f = fs::File::create(m.path("big"))?;
+        for chunk in big.chunks(1 << 20) {
+            f.write_all(chunk)?;
+        }
+        f.sync_all()
+    })()
+    .expect_err("48 MiB of noise cannot fit in 24 MiB");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert!(fs::read(m.path("before")).unwrap() == before);
+    m.unmount();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .args(["check", dir.join("backing").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert!(
+        fs::read(m.path("before")).unwrap() == before,
+        "intact after remount"
+    );
+    let got = fs::read(m.path("big")).expect("the file that hit ENOSPC still reads");
+    assert!(
+        got.len() <= big.len() && got == big[..got.len()],
+        "an older state of it, never garbage"
+    );
+    // Space freed, writing works again.
+    fs::remove_file(m.path("big")).unwrap();
+    fs::write(m.path("after"), &before[..1 << 20]).unwrap();
+    assert!(fs::read(m.path("after")).unwrap() == before[..1 << 20]);
     m.unmount();
 }

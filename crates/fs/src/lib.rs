@@ -184,6 +184,16 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
         s.punch(4096, 8192)
     })();
     let _ = std::fs::remove_file(&probe);
+    if let Err(e) = &result {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            // A full backing filesystem must still mount (to read, and to delete).
+            log::warn!(
+                "the filesystem holding {} is full ({e}): hole punching not probed; writes will fail with ENOSPC until space is freed",
+                backing.display()
+            );
+            return Ok(());
+        }
+    }
     result.map_err(|e| {
         io::Error::new(
             e.kind(),
