@@ -167,6 +167,7 @@ fn writer(mnt: std::path::PathBuf, model: Shared, seed: u64) {
                 .read(true)
                 .write(true)
                 .create(true)
+                .truncate(false)
                 .open(&path)?;
             // Record what may land before issuing it.
             enum Act {
@@ -509,5 +510,109 @@ fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
     fs::remove_file(m.path("big")).unwrap();
     fs::write(m.path("after"), &before[..1 << 20]).unwrap();
     assert!(fs::read(m.path("after")).unwrap() == before[..1 << 20]);
+    m.unmount();
+}
+
+/// stress-ng's filesystem stressors, with their own verification, concurrently on one mount
+/// for SQUEEZEFS_STRESS_SECS (default 60) seconds; then `squeezefs check` is clean.
+#[test]
+fn stress_ng_filesystem_stressors_then_a_clean_check() {
+    let secs = std::env::var("SQUEEZEFS_STRESS_SECS").unwrap_or_else(|_| "60".into());
+    let dir = scratch("stress");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let out = Command::new("stress-ng")
+        .arg("--temp-path")
+        .arg(&m.mnt)
+        .args([
+            "--hdd",
+            "2",
+            "--hdd-bytes",
+            "32M",
+            "--hdd-opts",
+            "wr-rnd,rd-rnd",
+            "--iomix",
+            "1",
+            "--iomix-bytes",
+            "16M",
+            "--fallocate",
+            "1",
+            "--fallocate-bytes",
+            "16M",
+            "--seek",
+            "1",
+            "--seek-size",
+            "16M",
+            "--sync-file",
+            "1",
+            "--sync-file-bytes",
+            "16M",
+            "--rename",
+            "1",
+            "--dir",
+            "1",
+            "--link",
+            "1",
+            "--symlink",
+            "1",
+            "--verify",
+            "--metrics-brief",
+            "--timeout",
+        ])
+        .arg(format!("{secs}s"))
+        .output()
+        .expect("stress-ng is missing: apt-get install stress-ng (scripts/test does)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("successful run completed"),
+        "stress-ng failed:\n{text}"
+    );
+    let ops: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("metrc") && !l.contains("bogo") && !l.contains("(secs)"))
+        .collect();
+    eprintln!("stress-ng for {secs} s:\n{}", ops.join("\n"));
+    m.unmount();
+    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .args(["check", dir.join("backing").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn seek_data_and_hole_never_hide_data_still_in_the_page_cache() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = scratch("seekwb");
+    let m = Mount::new(&dir, "");
+    let p = m.path("f");
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    fs::remove_file(&p).unwrap(); // as stress-ng does: open, unlink, then use
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    f.write_all(&[7u8; 512]).unwrap();
+    let size = f.seek(SeekFrom::End(0)).unwrap();
+    // Whatever the daemon has seen, the answers must not claim a hole over that data.
+    let data = f
+        .seek(SeekFrom::Start(0))
+        .map(|_| unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 0, libc::SEEK_DATA) });
+    assert!(matches!(data, Ok(d) if d >= 0 && d as u64 <= 1 << 20), "{data:?}");
+    let hole = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 1 << 20, libc::SEEK_HOLE) };
+    assert!(hole >= size as i64, "hole {hole} inside data ending at {size}");
+    drop(f);
+    // Closed: the daemon has everything and answers exactly.
+    let mut g = fs::File::create(m.path("g")).unwrap();
+    g.seek(SeekFrom::Start(1 << 20)).unwrap();
+    g.write_all(&[7u8; 512]).unwrap();
+    drop(g);
+    let g = fs::File::open(m.path("g")).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&g);
+    assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) }, 1 << 20);
+    assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) }, 0);
+    drop(g);
     m.unmount();
 }

@@ -27,6 +27,9 @@ pub const FD_CACHE: usize = 4096;
 pub struct OpenFile {
     pub container: Container<FileStorage>,
     pub handles: u32,
+    /// Handles open for writing. While there are any, the kernel's page cache may hold
+    /// written data the container has not seen yet (writeback cache).
+    pub writers: u32,
 }
 
 /// An `O_PATH` fd borrowed for one operation.

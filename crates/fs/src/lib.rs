@@ -242,8 +242,9 @@ fn raise_fd_limit() -> u64 {
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
 pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
-    // One daemon per backing directory; held until this function returns.
-    let _lock = lock::lock(&backing)?;
+    // One daemon per backing directory; held until this function returns. (A daemon just
+    // unmounted may take a moment to finish: wait a little for it.)
+    let _lock = lock::lock_wait(&backing, std::time::Duration::from_secs(3))?;
     if !cfg.read_only {
         check_backing(&backing)?;
     }

@@ -75,6 +75,20 @@ pub fn lock(backing: &Path) -> io::Result<BackingLock> {
     ))
 }
 
+/// [`lock`], retrying for up to `wait` while another process holds it: a daemon that was
+/// just unmounted may still be writing its last files out.
+pub fn lock_wait(backing: &Path, wait: std::time::Duration) -> io::Result<BackingLock> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match lock(backing) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -275,6 +275,7 @@ impl SqueezeFs {
             *open = Some(OpenFile {
                 container: c,
                 handles: 0,
+                writers: 0,
             });
         }
         let mut q = self.idle.lock().unwrap();
@@ -415,11 +416,15 @@ impl SqueezeFs {
         {
             let mut open = inode.open.lock().unwrap();
             match open.as_mut() {
-                Some(of) => of.handles += 1,
+                Some(of) => {
+                    of.handles += 1;
+                    of.writers += 1;
+                }
                 None => {
                     *open = Some(OpenFile {
                         container,
                         handles: 1,
+                        writers: 1,
                     })
                 }
             }
@@ -558,7 +563,7 @@ impl SqueezeFs {
 
     /// A new handle on a regular file: shares the open container (opening it for the first
     /// handle) and truncates it for O_TRUNC.
-    fn attach(&self, inode: &Arc<Inode>, truncate: bool) -> Result<(), Errno> {
+    fn attach(&self, inode: &Arc<Inode>, truncate: bool, writable: bool) -> Result<(), Errno> {
         let mut open = inode.open.lock().unwrap();
         let of = match open.as_mut() {
             Some(of) => {
@@ -568,8 +573,10 @@ impl SqueezeFs {
             None => open.insert(OpenFile {
                 container: self.open_container(inode)?,
                 handles: 1,
+                writers: 0,
             }),
         };
+        of.writers += u32::from(writable);
         if truncate {
             of.container
                 .set_size(0)
@@ -887,7 +894,8 @@ impl Filesystem for SqueezeFs {
             if self.read_only && acc != libc::O_RDONLY {
                 return Err(Errno::EROFS);
             }
-            self.attach(&inode, flags.0 & libc::O_TRUNC != 0 && acc != libc::O_RDONLY)?;
+            let writable = acc != libc::O_RDONLY;
+            self.attach(&inode, flags.0 & libc::O_TRUNC != 0 && writable, writable)?;
             Ok(())
         })();
         match r {
@@ -980,6 +988,9 @@ impl Filesystem for SqueezeFs {
                 return Ok(());
             };
             of.handles -= 1;
+            if _flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+                of.writers = of.writers.saturating_sub(1);
+            }
             if of.handles > 0 {
                 return Ok(());
             }
@@ -1233,7 +1244,11 @@ impl Filesystem for SqueezeFs {
                 self.inodes.forget(ino, 1);
                 return Err(Errno::EISDIR);
             }
-            self.attach(&inode, flags & libc::O_TRUNC != 0)?;
+            self.attach(
+                &inode,
+                flags & libc::O_TRUNC != 0,
+                flags & libc::O_ACCMODE != libc::O_RDONLY,
+            )?;
             let attr = self.attr(ino, &inode).unwrap_or(attr);
             Ok(attr)
         })();
@@ -1298,6 +1313,18 @@ impl Filesystem for SqueezeFs {
                 return Err(Errno::EINVAL);
             }
             let off = offset as u64;
+            // While the file is open for writing, written data may still sit in the kernel's
+            // page cache, unseen here, anywhere up to a size only the kernel knows: answer as
+            // if the whole file were data (POSIX allows it). Reporting a hole there could make
+            // a hole-aware copy skip data.
+            let writers = i.open.lock().unwrap().as_ref().is_some_and(|of| of.writers > 0);
+            if writers {
+                return match whence {
+                    libc::SEEK_DATA => Ok(offset),
+                    libc::SEEK_HOLE => Ok(i64::MAX),
+                    _ => Err(Errno::EINVAL),
+                };
+            }
             let found = match whence {
                 libc::SEEK_DATA => self.with_container(&i, |c| c.seek_data(off), "lseek")?,
                 libc::SEEK_HOLE => self.with_container(&i, |c| c.seek_hole(off), "lseek")?,
