@@ -330,7 +330,7 @@ impl SqueezeFs {
     }
 
     fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::entry_name(name).map_err(errno)?;
         let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
         let (ino, inode) = self.inodes.insert(fd, &st);
@@ -348,7 +348,7 @@ impl SqueezeFs {
         if !self.as_root {
             return Ok(());
         }
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::entry_name(name).map_err(errno)?;
         let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         self.give_to_caller(req, parent, std::os::fd::AsRawFd::as_raw_fd(&fd))
     }
@@ -378,7 +378,7 @@ impl SqueezeFs {
         name: &OsStr,
         mode: u32,
     ) -> Result<(u64, FileAttr), Errno> {
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::entry_name(name).map_err(errno)?;
         let pfd = self.fd(p)?;
         let file = sys::create_rw(pfd.raw(), &c, mode).map_err(errno)?;
         let raw = std::os::fd::AsRawFd::as_raw_fd(&file);
@@ -545,7 +545,7 @@ impl SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
-            let c = sys::cstr(name).map_err(errno)?;
+            let c = sys::entry_name(name).map_err(errno)?;
             let pfd = self.fd(&p)?;
             make(pfd.raw(), &c).map_err(errno)?;
             if let Err(e) = self.chown_new(req, &p, name) {
@@ -815,7 +815,7 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
-            let c = sys::cstr(name).map_err(errno)?;
+            let c = sys::entry_name(name).map_err(errno)?;
             sys::unlinkat(self.fd(&p)?.raw(), &c, 0).map_err(errno)
         })();
         reply_empty(reply, r)
@@ -825,7 +825,7 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let p = self.inode(parent)?;
-            let c = sys::cstr(name).map_err(errno)?;
+            let c = sys::entry_name(name).map_err(errno)?;
             sys::unlinkat(self.fd(&p)?.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
         })();
         reply_empty(reply, r)
@@ -853,8 +853,8 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let np = self.inode(newparent)?;
-            let a = sys::cstr(name).map_err(errno)?;
-            let b = sys::cstr(newname).map_err(errno)?;
+            let a = sys::entry_name(name).map_err(errno)?;
+            let b = sys::entry_name(newname).map_err(errno)?;
             sys::renameat2(self.fd(&p)?.raw(), &a, self.fd(&np)?.raw(), &b, flags.bits()).map_err(errno)
         })();
         reply_empty(reply, r)
@@ -865,7 +865,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let inode = self.inode(ino)?;
             let np = self.inode(newparent)?;
-            let c = sys::cstr(newname).map_err(errno)?;
+            let c = sys::entry_name(newname).map_err(errno)?;
             sys::linkat(self.fd(&inode)?.raw(), self.fd(&np)?.raw(), &c).map_err(errno)?;
             self.lookup_name(&np, newname)
         })();
@@ -1173,9 +1173,15 @@ impl Filesystem for SqueezeFs {
             return if size == 0 { reply.size(0) } else { reply.data(&[]) };
         }
         let r = self.inode(ino).and_then(|i| {
-            let mut v = sys::xattr_list(self.fd(&i)?.raw(), 65536).map_err(errno)?;
-            // A file's properties live in its container: list them with the real xattrs.
-            if i.is_reg {
+            let raw = sys::xattr_list(self.fd(&i)?.raw(), 65536).map_err(errno)?;
+            // Properties are listed as they are in force (a file's live in its container; a
+            // value forged on the backing entry around squeezefs is not one), the rest as is.
+            let mut v: Vec<u8> = raw
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none())
+                .flat_map(|n| n.iter().copied().chain(std::iter::once(0)))
+                .collect();
+            if i.is_reg || i.is_dir {
                 for p in Prop::ALL {
                     if self.get_prop(&i, p)?.is_some() {
                         v.extend_from_slice(p.xattr().as_bytes());

@@ -21,6 +21,17 @@ pub fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// A directory entry's name as the kernel hands it over, checked to be one component: not
+/// empty, no `/`, not `.` or `..` (which would address the parent of the backing root). The
+/// kernel never sends those; a daemon that trusted them could be walked out of BACKING.
+pub fn entry_name(name: &OsStr) -> io::Result<CString> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    cstr(name)
+}
+
 /// `/proc/self/fd/N`: reopens or addresses the file an O_PATH fd refers to.
 pub fn proc_path(fd: RawFd) -> CString {
     CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL")
@@ -325,6 +336,16 @@ pub fn open_handle_with(mount_fd: RawFd, handle: &[u8], flags: i32) -> io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_names_are_single_components() {
+        for bad in ["", ".", "..", "a/b", "/", "../x"] {
+            assert!(entry_name(OsStr::new(bad)).is_err(), "{bad:?}");
+        }
+        for good in ["a", "...", ".hidden", "a b", "ü"] {
+            assert!(entry_name(OsStr::new(good)).is_ok(), "{good:?}");
+        }
+    }
 
     /// Needs CAP_DAC_READ_SEARCH (root) for the reopen; name_to_handle_at works for anyone.
     #[test]
