@@ -21,23 +21,11 @@ pub struct Args {
 
 /// Regular files under `root` (symlinks are not followed), with their sizes.
 fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-            let ft = entry
-                .file_type()
-                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
-            if ft.is_dir() {
-                stack.push(entry.path());
-            } else if ft.is_file() {
-                let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                out.push((entry.path(), len));
-            }
-        }
-    }
+    let mut out: Vec<(PathBuf, u64)> = crate::walk::entries(root)?
+        .into_iter()
+        .filter(|(_, m)| m.is_file())
+        .map(|(p, m)| (p, m.len()))
+        .collect();
     out.sort();
     Ok(out)
 }

@@ -12,6 +12,7 @@ mod bench;
 mod check;
 mod property;
 mod stats;
+mod walk;
 
 #[derive(Parser)]
 #[command(

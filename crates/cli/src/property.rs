@@ -201,25 +201,11 @@ fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), Stri
         return Ok(());
     }
     let (mut done, mut skipped) = (0u64, 0u64);
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-            let ft = entry
-                .file_type()
-                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
-            if !(ft.is_dir() || ft.is_file()) {
-                continue;
-            }
-            if set_one(&entry.path(), p, value, true)? {
-                done += 1;
-            } else {
-                skipped += 1;
-            }
-            if ft.is_dir() {
-                stack.push(entry.path());
-            }
+    for (entry, _) in crate::walk::entries(path)? {
+        if set_one(&entry, p, value, true)? {
+            done += 1;
+        } else {
+            skipped += 1;
         }
     }
     eprintln!("set {name} on {} and {done} entries below it", path.display());

@@ -244,7 +244,9 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
     let backing: PathBuf = backing.canonicalize()?;
     // One daemon per backing directory; held until this function returns. (A daemon just
     // unmounted may take a moment to finish: wait a little for it.)
-    let _lock = lock::lock_wait(&backing, std::time::Duration::from_secs(3))?;
+    let _lock = lock::lock_wait(&backing, std::time::Duration::from_secs(3), |why| {
+        log::warn!("{why}; waiting up to 3 s in case it is still unmounting")
+    })?;
     if !cfg.read_only {
         check_backing(&backing)?;
     }

@@ -77,11 +77,20 @@ pub fn lock(backing: &Path) -> io::Result<BackingLock> {
 
 /// [`lock`], retrying for up to `wait` while another process holds it: a daemon that was
 /// just unmounted may still be writing its last files out.
-pub fn lock_wait(backing: &Path, wait: std::time::Duration) -> io::Result<BackingLock> {
+/// `waiting` is called once, with the reason, if it has to wait.
+pub fn lock_wait(
+    backing: &Path,
+    wait: std::time::Duration,
+    waiting: impl FnOnce(&str),
+) -> io::Result<BackingLock> {
     let deadline = std::time::Instant::now() + wait;
+    let mut waiting = Some(waiting);
     loop {
         match lock(backing) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+                if let Some(w) = waiting.take() {
+                    w(&e.to_string());
+                }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             r => return r,
