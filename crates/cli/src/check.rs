@@ -44,8 +44,10 @@ pub fn main(args: Args) -> Result<u8, String> {
         .backing
         .canonicalize()
         .map_err(|e| format!("{}: {e}", args.backing.display()))?;
-    let _lock = squeezefs_fs::lock::lock_wait(&root, std::time::Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
+    let _lock = squeezefs_fs::lock::lock_wait(&root, std::time::Duration::from_secs(10), |why| {
+        eprintln!("squeezefs check: {why}; waiting up to 10 s in case it is still unmounting")
+    })
+    .map_err(|e| e.to_string())?;
     let list = files(&root)?;
     let total: u64 = list.iter().map(|f| f.1).sum();
     let pb = bar(total, "check");
