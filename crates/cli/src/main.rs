@@ -10,7 +10,9 @@ use squeezefs_fs::MountConfig;
 
 mod bench;
 mod check;
+mod locate;
 mod property;
+mod space;
 mod stats;
 mod walk;
 
@@ -76,15 +78,30 @@ enum Cmd {
     /// Get or set compression properties of files and directories (like `btrfs property`).
     #[command(subcommand)]
     Property(property::PropertyCmd),
-    /// What a mounted squeezefs has done: extents compressed or stored raw and why, bytes
-    /// per codec, zstd workspaces, checksum errors.
-    #[command(after_help = "Examples:\n  squeezefs stats --live /mnt\n  \
-        squeezefs stats --live /mnt --json | jq .workspaces")]
+    /// How much space files take, per codec and level (like compsize); with --live, what a
+    /// running daemon has done (extents compressed or stored raw and why, zstd workspaces).
+    #[command(
+        long_about = "Without --live: how much disk the files under each PATH take and what they \
+                      hold, per codec and level, like compsize. PATH may be on a squeezefs mount \
+                      or in a backing directory; no daemon is needed, and only container headers \
+                      are read (not payloads), so whole trees are counted quickly. Each inode \
+                      counts once. `Disk Usage` is what the extents occupy (whole 4 KiB blocks), \
+                      `Uncompressed` what they hold, `Referenced` the files' sizes (holes \
+                      included); `(metadata)` is superblocks and copies left by interrupted \
+                      writes.\n\nWith --live MOUNTPOINT: the counters of the daemon serving it.",
+        after_help = "Examples:\n  squeezefs stats /mnt/logs\n  \
+        squeezefs stats /srv/logs.sqz/2026 /srv/logs.sqz/2025 --json | jq .disk\n  \
+        squeezefs stats --live /mnt\n  \
+        squeezefs stats --live /mnt --json | jq .workspaces"
+    )]
     Stats {
-        /// Read the counters of the daemon serving MOUNTPOINT (from MOUNTPOINT/.squeezefs-stats).
-        #[arg(long, required = true)]
+        /// Read the counters of the daemon serving the one MOUNTPOINT given (from
+        /// MOUNTPOINT/.squeezefs-stats) instead of counting files.
+        #[arg(long)]
         live: bool,
-        mountpoint: PathBuf,
+        /// Files or directories, on a mount or in a backing directory.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -140,17 +157,23 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Stats {
-            live: _,
-            mountpoint,
-            json,
-        } => match stats::main(&mountpoint, json) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("squeezefs stats: {e}");
-                ExitCode::FAILURE
+        Cmd::Stats { live, paths, json } => {
+            let r = if live {
+                match paths.as_slice() {
+                    [m] => stats::main(m, json).map(|()| 0),
+                    _ => Err("--live takes exactly one MOUNTPOINT".into()),
+                }
+            } else {
+                space::main(&paths, json)
+            };
+            match r {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("squeezefs stats: {e}");
+                    ExitCode::from(2)
+                }
             }
-        },
+        }
         Cmd::Bench(b) => match bench::main(b) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -424,6 +424,47 @@ impl<S: Storage> Container<S> {
         matches!(&self.mode, Mode::Packed(p) if p.nocompress)
     }
 
+    /// Rewrites the extents overlapping `range` with the codec in force now (`squeezefs
+    /// compress`). Each new copy goes to the extent's other half and the old one stays
+    /// valid until the new one is durable, so an interruption leaves every extent old or
+    /// new, with the same bytes either way. Holes stay holes. The incompressible flag is
+    /// cleared first: the file gets a fresh chance with the new codec. Returns the bytes
+    /// rewritten. The rewritten extents are durable when this returns.
+    pub fn rewrite(&mut self, range: Range<u64>) -> Result<u64> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain file has no extents to rewrite; it must be converted into a new container".into(),
+            ));
+        };
+        if p.nocompress {
+            p.nocompress = false;
+            p.fails = 0;
+            p.sb_dirty = true;
+            p.stats.flagged(false);
+        }
+        let (shift, end) = (p.shift, range.end.min(p.size));
+        let mut idx = range.start >> shift;
+        let (mut done, mut since_flush) = (0u64, 0u64);
+        while (idx << shift) < end {
+            let Mode::Packed(p) = &mut self.mode else {
+                unreachable!()
+            };
+            if p.extent_is_data(&self.storage, idx)? {
+                let data = self.read(idx << shift, 1 << shift)?;
+                self.write(idx << shift, &data)?;
+                done += data.len() as u64;
+                since_flush += data.len() as u64;
+                if since_flush >= MAX_DIRTY_BYTES as u64 {
+                    self.flush()?;
+                    since_flush = 0;
+                }
+            }
+            idx += 1;
+        }
+        self.fsync()?;
+        Ok(done)
+    }
+
     /// Logical size.
     pub fn size(&self) -> Result<u64> {
         match &self.mode {

@@ -5,11 +5,13 @@
 
 pub mod check;
 mod container;
+pub mod convert;
 pub mod encode;
 pub mod format;
 pub mod sim;
 pub mod stats;
 mod storage;
+pub mod usage;
 
 pub use container::{Container, Options, BACKOFF_AFTER, RETRY_EVERY};
 pub use stats::Stats;

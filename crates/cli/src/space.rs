@@ -1,0 +1,219 @@
+//! `squeezefs stats PATH…`: compsize for squeezefs. How much disk the files under each PATH
+//! take and what they hold, per codec and level, from container headers only (no daemon
+//! needed: PATH may be on a mount or in a backing directory).
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde_json::json;
+use squeezefs_container::usage::{usage, Kind, Part, Usage};
+use squeezefs_container::FileStorage;
+
+use crate::bench::util::human;
+
+#[derive(Default)]
+pub struct Totals {
+    pub files: u64,
+    pub containers: u64,
+    pub plain: u64,
+    pub inline: u64,
+    /// Rows by type label (`zstd:3`, `none`, `inline`, `plain`).
+    pub rows: BTreeMap<String, Part>,
+    /// Allocated bytes not in current extents: superblocks and leftover copies.
+    pub overhead: u64,
+    /// Of which copies left by interrupted writes (`check --repair` removes them).
+    pub leftover: u64,
+    pub referenced: u64,
+    pub damaged_extents: u64,
+    pub errors: Vec<String>,
+}
+
+impl Totals {
+    /// Adds one file that occupies `allocated` bytes in the backing filesystem.
+    fn add(&mut self, u: &Usage, allocated: u64) {
+        self.files += 1;
+        self.referenced += u.size;
+        if u.plain {
+            self.plain += 1;
+            self.rows.entry("plain".into()).or_default().add(&Part {
+                extents: 0,
+                disk: allocated,
+                uncompressed: u.size,
+            });
+            return;
+        }
+        self.containers += 1;
+        self.leftover += u.leftover;
+        self.damaged_extents += u.damaged_extents;
+        let mut in_extents = 0;
+        for (k, p) in &u.parts {
+            let mut p = *p;
+            if *k == Kind::Inline {
+                // The whole file is its superblock.
+                self.inline += 1;
+                p.disk = allocated;
+            }
+            in_extents += p.disk;
+            self.rows.entry(k.label()).or_default().add(&p);
+        }
+        // Superblocks, and copies left by interrupted writes.
+        self.overhead += allocated.saturating_sub(in_extents);
+    }
+
+    pub fn disk(&self) -> u64 {
+        self.rows.values().map(|p| p.disk).sum::<u64>() + self.overhead
+    }
+
+    pub fn uncompressed(&self) -> u64 {
+        self.rows.values().map(|p| p.uncompressed).sum()
+    }
+
+    pub fn extents(&self) -> u64 {
+        self.rows.values().map(|p| p.extents).sum()
+    }
+}
+
+fn pct(disk: u64, unc: u64) -> String {
+    if unc == 0 {
+        "-".into()
+    } else {
+        format!("{}%", (disk as f64 * 100.0 / unc as f64).round() as u64)
+    }
+}
+
+/// Counts the files under `paths` (each on a mount or in a backing directory). Every inode
+/// is counted once however many names it has.
+pub fn scan(paths: &[PathBuf]) -> Result<Totals, String> {
+    let mut list = Vec::new();
+    let mut seen = HashSet::new();
+    for p in paths {
+        let loc = crate::locate::locate(p)?;
+        let md = std::fs::symlink_metadata(&loc.backing).map_err(|e| {
+            format!(
+                "{}: {e} (its backing file is {})",
+                p.display(),
+                loc.backing.display()
+            )
+        })?;
+        let mut found = if md.is_dir() {
+            crate::walk::entries(&loc.backing)?
+        } else {
+            vec![(loc.backing.clone(), md)]
+        };
+        found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
+        list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512)));
+    }
+    let results: Vec<Result<(Usage, u64), String>> = list
+        .par_iter()
+        .map(|(path, blocks)| {
+            let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let u = usage(&FileStorage::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((u, *blocks))
+        })
+        .collect();
+    let mut t = Totals::default();
+    for r in results {
+        match r {
+            Ok((u, blocks)) => t.add(&u, blocks),
+            Err(e) => t.errors.push(e),
+        }
+    }
+    Ok(t)
+}
+
+pub fn render(t: &Totals, secs: f64) -> String {
+    let mut o = format!(
+        "Processed {} files ({} containers, {} plain), {} extents, {} inline, in {:.2} s ({:.0} files/s).\n",
+        t.files,
+        t.containers,
+        t.plain,
+        t.extents(),
+        t.inline,
+        secs,
+        t.files as f64 / secs.max(1e-9)
+    );
+    o += &format!(
+        "{:<14} {:>5} {:>12} {:>12} {:>12}\n",
+        "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced"
+    );
+    o += &format!(
+        "{:<14} {:>5} {:>12} {:>12} {:>12}\n",
+        "TOTAL",
+        pct(t.disk(), t.uncompressed()),
+        human(t.disk()),
+        human(t.uncompressed()),
+        human(t.referenced)
+    );
+    for (label, p) in &t.rows {
+        o += &format!(
+            "{:<14} {:>5} {:>12} {:>12}\n",
+            label,
+            pct(p.disk, p.uncompressed),
+            human(p.disk),
+            human(p.uncompressed)
+        );
+    }
+    if t.overhead > 0 {
+        o += &format!("{:<14} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
+    }
+    if t.leftover > 0 {
+        o += &format!(
+            "{} of it left by interrupted writes: `squeezefs check --repair` removes it (not mounted)\n",
+            human(t.leftover)
+        );
+    }
+    if t.damaged_extents > 0 {
+        o += &format!(
+            "{} extents have damaged headers: run `squeezefs check` on the backing directory\n",
+            t.damaged_extents
+        );
+    }
+    o
+}
+
+pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
+    let rows: Vec<_> = t
+        .rows
+        .iter()
+        .map(|(label, p)| {
+            json!({"type": label, "extents": p.extents, "disk": p.disk, "uncompressed": p.uncompressed})
+        })
+        .collect();
+    json!({
+        "files": t.files,
+        "containers": t.containers,
+        "plain": t.plain,
+        "inline": t.inline,
+        "extents": t.extents(),
+        "disk": t.disk(),
+        "uncompressed": t.uncompressed(),
+        "referenced": t.referenced,
+        "metadata": t.overhead,
+        "leftover": t.leftover,
+        "damaged_extents": t.damaged_extents,
+        "types": rows,
+        "errors": t.errors,
+        "seconds": secs,
+    })
+}
+
+pub fn main(paths: &[PathBuf], json: bool) -> Result<u8, String> {
+    let start = Instant::now();
+    let t = scan(paths)?;
+    let secs = start.elapsed().as_secs_f64();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&t, secs)).expect("json")
+        );
+    } else {
+        print!("{}", render(&t, secs));
+        for e in &t.errors {
+            eprintln!("squeezefs stats: {e}");
+        }
+    }
+    Ok(if t.errors.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,243 @@
+//! Space accounting of a container at rest, from headers only (`squeezefs stats PATH`, the
+//! compsize of squeezefs): which codec and level each extent's current copy was written
+//! with, what it occupies on disk and what it holds. Payloads are never read, so a tree is
+//! counted at the speed of its metadata; `check` is what verifies payloads.
+
+use std::collections::BTreeMap;
+
+use squeezefs_codec::Algorithm;
+
+use crate::container::{has_extent_header, is_container};
+use crate::format::{half_offset, sb_offset, ExtentHeader, Superblock, BLOCK, EXTENT_HEADER_LEN};
+use crate::storage::{read_full, Storage};
+use crate::Result;
+
+/// What one kind of extent (codec and level, or inline) adds up to in one file or a tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Part {
+    pub extents: u64,
+    /// Bytes the copies occupy in the backing file: header and payload rounded up to whole
+    /// 4 KiB blocks (halves are sparse, so that is what the backing filesystem allocates).
+    pub disk: u64,
+    /// Bytes those extents hold once decompressed.
+    pub uncompressed: u64,
+}
+
+impl Part {
+    pub fn add(&mut self, o: &Part) {
+        self.extents += o.extents;
+        self.disk += o.disk;
+        self.uncompressed += o.uncompressed;
+    }
+}
+
+/// The kind of an extent as `stats` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Stored in an extent slot with this codec and level (raw extents are `None`, 0).
+    Extent(Algorithm, i16),
+    /// Stored inside the superblock (small files): its disk usage is the file's.
+    Inline,
+}
+
+impl Kind {
+    /// `zstd:3`, `zstd-fast:5`, `lz4:1`, `lzo`, `zlib:6`, `none`, `inline`.
+    pub fn label(&self) -> String {
+        match *self {
+            Kind::Inline => "inline".into(),
+            Kind::Extent(Algorithm::None | Algorithm::Lzo, _) | Kind::Extent(_, 0) => match self {
+                Kind::Extent(a, _) => a.name().into(),
+                Kind::Inline => unreachable!(),
+            },
+            Kind::Extent(Algorithm::Zstd, l) if l < 0 => format!("zstd-fast:{}", -(l as i32)),
+            Kind::Extent(a, l) => format!("{}:{l}", a.name()),
+        }
+    }
+}
+
+/// Space accounting of one backing file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Not a container (served as it is): the caller counts its allocated blocks.
+    pub plain: bool,
+    /// Logical size of the file (what `ls -l` shows through the mount).
+    pub size: u64,
+    pub extent_size: u64,
+    /// Current copies by kind.
+    pub parts: BTreeMap<Kind, Part>,
+    /// Bytes of older or torn copies an interrupted write left beside current ones
+    /// (`check --repair` removes them).
+    pub leftover: u64,
+    /// Extents inside the size whose copies all have damaged headers.
+    pub damaged_extents: u64,
+}
+
+fn blocks(n: u64) -> u64 {
+    n.div_ceil(BLOCK) * BLOCK
+}
+
+/// Accounts one backing file, reading its superblocks and the 48-byte header of each half.
+pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
+    let mut u = Usage::default();
+    let len = st.len()?;
+    if len == 0 {
+        return Ok(u);
+    }
+    let mut head = vec![0u8; 2 * BLOCK as usize];
+    let n = read_full(st, &mut head, 0)?;
+    if !is_container(&head[..n]) {
+        // A never-committed container is empty; anything else is a plain file.
+        u.plain = !(head[..n].iter().all(|&b| b == 0) && has_extent_header(st)?);
+        u.size = if u.plain { len } else { 0 };
+        return Ok(u);
+    }
+    let sb = (0..2u8)
+        .filter_map(|slot| {
+            let s = (sb_offset(slot) as usize).min(n);
+            Superblock::decode(&head[s..(s + BLOCK as usize).min(n)]).ok()
+        })
+        .max_by_key(|sb| sb.generation);
+    let Some(sb) = sb else {
+        // Both superblocks damaged: nothing of it is readable; `check` says more.
+        u.damaged_extents = 1;
+        return Ok(u);
+    };
+    u.size = sb.size;
+    let shift = sb.extent_shift;
+    u.extent_size = 1 << shift;
+    if sb.is_inline() {
+        if sb.size > 0 {
+            u.parts.insert(
+                Kind::Inline,
+                Part {
+                    extents: 1,
+                    disk: 0,
+                    uncompressed: sb.size,
+                },
+            );
+        }
+        return Ok(u);
+    }
+    for idx in 0..sb.size.div_ceil(1 << shift) {
+        let mut copies = Vec::with_capacity(2);
+        let mut torn = 0u64;
+        for half in 0..2u8 {
+            let mut hb = [0u8; EXTENT_HEADER_LEN];
+            let got = read_full(st, &mut hb, half_offset(shift, idx, half))?;
+            if hb[..got].iter().all(|&b| b == 0) {
+                continue;
+            }
+            match ExtentHeader::decode(&hb[..got], idx, shift) {
+                Ok(h) => copies.push(h),
+                Err(_) => torn += BLOCK,
+            }
+        }
+        copies.sort_by_key(|h| std::cmp::Reverse(h.generation));
+        let Some(cur) = copies.first() else {
+            if torn > 0 {
+                u.damaged_extents += 1;
+            }
+            u.leftover += torn;
+            continue;
+        };
+        let kind = Kind::Extent(
+            cur.codec,
+            if cur.codec == Algorithm::None {
+                0
+            } else {
+                cur.level
+            },
+        );
+        u.parts.entry(kind).or_default().add(&Part {
+            extents: 1,
+            disk: blocks(EXTENT_HEADER_LEN as u64 + cur.stored_len as u64),
+            uncompressed: cur.logical_len as u64,
+        });
+        u.leftover += torn
+            + copies[1..]
+                .iter()
+                .map(|h| blocks(EXTENT_HEADER_LEN as u64 + h.stored_len as u64))
+                .sum::<u64>();
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::MemDisk;
+    use crate::{Container, Options};
+    use squeezefs_codec::CodecSpec;
+
+    fn written(codec: &str, data: &[u8]) -> MemDisk {
+        let disk = MemDisk::new();
+        let opts = Options {
+            codec: codec.parse::<CodecSpec>().unwrap(),
+            force: true,
+            ..Options::default()
+        };
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.write(0, data).unwrap();
+        c.fsync().unwrap();
+        disk
+    }
+
+    #[test]
+    fn counts_each_extent_by_codec_and_level_from_headers() {
+        let text: Vec<u8> = (0..600_000u32)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
+        let disk = written("zstd:7", &text);
+        let u = usage(&disk.clone()).unwrap();
+        assert!(!u.plain);
+        assert_eq!(u.size, text.len() as u64);
+        let p = u.parts[&Kind::Extent(Algorithm::Zstd, 7)];
+        assert_eq!(p.extents, text.len().div_ceil(128 << 10) as u64);
+        assert_eq!(p.uncompressed, text.len() as u64);
+        assert!(p.disk < p.uncompressed / 3, "{p:?}");
+        assert_eq!(p.disk % BLOCK, 0);
+        assert_eq!(u.leftover, 0);
+        assert_eq!(Kind::Extent(Algorithm::Zstd, 7).label(), "zstd:7");
+        assert_eq!(Kind::Extent(Algorithm::Zstd, -5).label(), "zstd-fast:5");
+        assert_eq!(Kind::Extent(Algorithm::Lzo, 0).label(), "lzo");
+    }
+
+    #[test]
+    fn holes_count_nothing_and_small_files_are_inline() {
+        let disk = MemDisk::new();
+        let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+        c.write(10 << 20, b"end").unwrap();
+        c.fsync().unwrap();
+        let u = usage(&disk.clone()).unwrap();
+        assert_eq!(u.size, (10 << 20) + 3);
+        let total: u64 = u.parts.values().map(|p| p.uncompressed).sum();
+        assert_eq!(total, 3, "only the last extent holds data: {u:?}");
+
+        let small = written("lz4", b"hello, world");
+        let u = usage(&small.clone()).unwrap();
+        assert_eq!(u.parts[&Kind::Inline].uncompressed, 12);
+    }
+
+    #[test]
+    fn plain_files_and_damaged_headers() {
+        let disk = MemDisk::new();
+        disk.clone().write_at(b"just text", 0).unwrap();
+        assert!(usage(&disk.clone()).unwrap().plain);
+
+        let data = vec![7u8; 300 << 10];
+        let disk = written("zstd:3", &data);
+        // Damage extent 1's header in the half that holds it.
+        let h = disk.clone();
+        for half in 0..2 {
+            let off = half_offset(17, 1, half);
+            let mut b = [0u8; 4];
+            read_full(&h, &mut b, off).unwrap();
+            if b != [0; 4] {
+                h.write_at(&[0xff], off + 20).unwrap();
+            }
+        }
+        let u = usage(&h).unwrap();
+        assert_eq!(u.damaged_extents, 1);
+        assert_eq!(u.parts[&Kind::Extent(Algorithm::Zstd, 3)].extents, 2);
+    }
+}
