@@ -10,6 +10,7 @@ use squeezefs_fs::MountConfig;
 
 mod bench;
 mod check;
+mod compress;
 mod locate;
 mod property;
 mod space;
@@ -72,6 +73,35 @@ enum Cmd {
         /// one, data past the end, never-committed files); never the only valid copy.
         #[arg(long)]
         repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite files with another codec or extent size, and turn plain files into containers
+    /// (like `btrfs filesystem defragment -c`).
+    #[command(
+        long_about = "Rewrites the files under each PATH (on a mount, or in a backing directory \
+                      that is not mounted). A container keeping its extent size is recompressed \
+                      in place, extent by extent, through the same crash-safe path as any write; \
+                      a plain file (in an adopted directory) or a file getting a new extent size \
+                      is copied into a new container beside it and renamed over it. Interrupting \
+                      is safe: each file is left old or new. With --codec the files also get it \
+                      as their compression property, so later writes use it too. Files already \
+                      as asked are skipped, so an interrupted run can simply be run again.",
+        after_help = "Examples:\n  squeezefs compress /mnt/logs --codec zstd:12\n  \
+        squeezefs compress /mnt/db --extent-size 1M --codec zstd:3\n  \
+        squeezefs compress /srv/adopted    # not mounted: plain files become containers\n  \
+        squeezefs compress /mnt --codec lz4 --json | jq .ratio"
+    )]
+    Compress {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Codec and level: none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000].
+        /// Default: the file's current one (on a mount), zstd:3 (in a backing directory).
+        #[arg(long, value_name = "ALG[:LEVEL]")]
+        codec: Option<squeezefs_codec::CodecSpec>,
+        /// Extent size of the rewritten files, 4K..1M (files are copied to change it).
+        #[arg(long, value_name = "SIZE", value_parser = squeezefs_fs::parse_extent_size)]
+        extent_size: Option<u8>,
         #[arg(long)]
         json: bool,
     },
@@ -147,6 +177,23 @@ fn main() -> ExitCode {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
                 eprintln!("squeezefs check: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Compress {
+            paths,
+            codec,
+            extent_size,
+            json,
+        } => match compress::main(compress::Args {
+            paths,
+            codec,
+            extent_shift: extent_size,
+            json,
+        }) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("squeezefs compress: {e}");
                 ExitCode::from(2)
             }
         },

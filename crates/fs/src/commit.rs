@@ -87,6 +87,19 @@ impl Committer {
         }
     }
 
+    /// Commits everything queued now, in the calling thread (before the statistics file
+    /// is rendered, so `squeezefs stats` on a mount sees every closed file as closed).
+    pub fn commit_now(&self, inodes: &Inodes) {
+        let batch = {
+            let mut q = self.q.lock().unwrap();
+            q.since = None;
+            std::mem::take(&mut q.items)
+        };
+        if !batch.is_empty() {
+            self.commit(inodes, batch);
+        }
+    }
+
     /// Commits everything queued now (unmount), and stops the thread.
     pub fn stop(&self) {
         self.q.lock().unwrap().stop = true;

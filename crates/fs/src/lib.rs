@@ -8,7 +8,7 @@ mod ops;
 mod prefetch;
 pub mod props;
 pub mod statsfile;
-mod sys;
+pub mod sys;
 
 use std::io;
 use std::path::{Path, PathBuf};

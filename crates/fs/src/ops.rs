@@ -526,6 +526,23 @@ impl SqueezeFs {
         )
     }
 
+    /// `user.squeezefs.rewrite`: recompress the file's extents in place.
+    fn rewrite(&self, inode: &Arc<Inode>, value: &[u8]) -> Result<(), Errno> {
+        if !inode.is_reg {
+            return Err(Errno::EPERM);
+        }
+        let Some(range) = props::parse_rewrite(value) else {
+            warn!(
+                "{}: {} = {:?}: expected nothing or OFFSET:LENGTH",
+                self.describe(inode),
+                props::REWRITE,
+                String::from_utf8_lossy(value)
+            );
+            return Err(Errno::EINVAL);
+        };
+        self.with_container(inode, |c| c.rewrite(range).map(|_| ()), "rewrite")
+    }
+
     fn check_writable(&self) -> Result<(), Errno> {
         if self.read_only {
             Err(Errno::EROFS)
@@ -880,6 +897,9 @@ impl Filesystem for SqueezeFs {
             if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
                 return reply.error(Errno::EACCES);
             }
+            // Closed files waiting for their superblock are committed first: whoever reads
+            // the statistics (or counts the backing files next) sees them as closed.
+            self.committer.commit_now(&self.inodes);
             let doc = statsfile::render(&self.backing, &self.opts, self.read_only);
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
             self.stats_open.lock().unwrap().insert(fh, Arc::new(doc));
@@ -1127,6 +1147,9 @@ impl Filesystem for SqueezeFs {
             let i = self.inode(ino)?;
             if let Some(p) = Prop::from_xattr(name.as_bytes()) {
                 return self.set_prop(&i, p, Some(value), flags);
+            }
+            if name.as_bytes() == props::REWRITE.as_bytes() {
+                return self.rewrite(&i, value);
             }
             let c = sys::cstr(name).map_err(errno)?;
             i.no_caps.store(false, Ordering::Relaxed);

@@ -18,6 +18,22 @@ use crate::{parse_extent_size, sys};
 
 pub const COMPRESSION: &str = "user.squeezefs.compression";
 pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
+/// Not a property but a request (`squeezefs compress` through a mount): setting it on a
+/// regular file rewrites its extents with the codec in force now, crash-safely, inside the
+/// daemon (so no write can slip between a read and its rewrite). The value is empty (the
+/// whole file) or `OFFSET:LENGTH` in bytes. Never stored, never listed.
+pub const REWRITE: &str = "user.squeezefs.rewrite";
+
+/// Parses a rewrite request's value into a byte range.
+pub fn parse_rewrite(v: &[u8]) -> Option<std::ops::Range<u64>> {
+    let s = std::str::from_utf8(v).ok()?.trim_end_matches('\0').trim();
+    if s.is_empty() {
+        return Some(0..u64::MAX);
+    }
+    let (o, l) = s.split_once(':')?;
+    let (o, l): (u64, u64) = (o.parse().ok()?, l.parse().ok()?);
+    Some(o..o.saturating_add(l))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prop {

@@ -121,3 +121,50 @@ impl Drop for Mount {
         }
     }
 }
+
+/// Runs `squeezefs ARGS…` and returns its output.
+pub fn squeezefs(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs `squeezefs ARGS… --json`, insists on success, and parses what it printed.
+pub fn squeezefs_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json".as_ref());
+    let out = squeezefs(&a);
+    assert!(
+        out.status.success(),
+        "squeezefs {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A real tree to work on: this repository's sources, copied (every regular file, with its
+/// relative path), so the tests see real code and text, not generated data.
+pub fn real_tree(into: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p);
+            } else if md.is_file() {
+                let rel = p.strip_prefix(&root).unwrap().to_path_buf();
+                let data = fs::read(&p).unwrap();
+                let dst = into.join(&rel);
+                fs::create_dir_all(dst.parent().unwrap()).unwrap();
+                fs::write(&dst, &data).unwrap();
+                out.push((rel, data));
+            }
+        }
+    }
+    out.sort();
+    out
+}

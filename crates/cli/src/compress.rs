@@ -1,0 +1,529 @@
+//! `squeezefs compress PATH… [--codec C] [--extent-size S]`: rewrite files with another codec
+//! or extent size, like `btrfs filesystem defragment -c`, and turn the plain files of an
+//! adopted backing directory into containers.
+//!
+//! Two ways, each safe to interrupt (every file is left old or new, never mixed bytes):
+//! * **In place** (a container keeping its extent size): each extent is rewritten into its
+//!   other half, the old copy kept until the new one is durable ([`Container::rewrite`]).
+//!   On a mount the daemon does it (the `user.squeezefs.rewrite` request), so no write can
+//!   slip between reading an extent and rewriting it.
+//! * **Copy and rename** (a plain file, or a new extent size): a new container is written
+//!   beside the file, made durable, given the file's owner, mode, times and xattrs, and
+//!   renamed over it. On a mount the copy goes through the mount, and the rename is skipped
+//!   when the file changed meanwhile. Files with several hard links are left alone (a copy
+//!   would split them).
+//!
+//! On a backing directory that is not mounted the files are handled directly; the command
+//! refuses a directory a daemon serves (use the mount path instead).
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::json;
+use squeezefs_codec::CodecSpec;
+use squeezefs_container::convert::copy_into;
+use squeezefs_container::usage::{usage, Kind};
+use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_fs::{props, sys};
+
+use crate::bench::util::{bar, human};
+
+pub struct Args {
+    pub paths: Vec<PathBuf>,
+    pub codec: Option<CodecSpec>,
+    pub extent_shift: Option<u8>,
+    pub json: bool,
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    Rewritten,
+    Converted,
+    /// Already as asked (nothing to do), or empty.
+    Skipped,
+    /// Left as it is, with a warning (hard links).
+    LeftAlone,
+}
+
+#[derive(Default)]
+struct Summary {
+    rewritten: u64,
+    converted: u64,
+    skipped: u64,
+    left_alone: u64,
+    failed: u64,
+    bytes: u64,
+    disk_before: u64,
+    disk_after: u64,
+}
+
+/// One file to do: its path to act on (mount path or backing path) and its backing file.
+struct Job {
+    path: PathBuf,
+    backing: PathBuf,
+    size: u64,
+    links: u64,
+}
+
+impl Job {
+    /// Copy and rename would give each name its own file: such files are left alone.
+    fn splits_links(&self, pb: &indicatif::ProgressBar) -> bool {
+        if self.links > 1 {
+            pb.suspend(|| {
+                eprintln!(
+                    "squeezefs compress: {}: has {} hard links; converting it (a plain file, or a new \
+                     extent size) would split them, so it is left as it is",
+                    self.path.display(),
+                    self.links
+                )
+            });
+            pb.inc(self.size);
+        }
+        self.links > 1
+    }
+}
+
+/// The name of a copy in progress: `.NAME.squeezefs-compress.PID.N`.
+fn temp_pid(name: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(name).ok()?;
+    let (_, tail) = s.rsplit_once(".squeezefs-compress.")?;
+    tail.split('.').next()?.parse().ok()
+}
+
+fn err(p: &Path, e: impl std::fmt::Display) -> String {
+    format!("{}: {e}", p.display())
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+/// Copies owner, mode, xattrs (all but squeezefs requests/properties) and times.
+fn copy_metadata(from: &File, to: &File) -> Result<(), String> {
+    let md = from.metadata().map_err(|e| e.to_string())?;
+    let (f, t) = (from.as_raw_fd(), to.as_raw_fd());
+    if let Ok(list) = sys::xattr_list(f, 64 << 10) {
+        for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            if name.starts_with(b"user.squeezefs.") {
+                continue;
+            }
+            let c = CString::new(name).expect("no NUL");
+            if let Ok(v) = sys::xattr_get(f, &c, 64 << 10) {
+                sys::xattr_set(t, &c, &v, 0)
+                    .map_err(|e| format!("copying xattr {}: {e}", String::from_utf8_lossy(name)))?;
+            }
+        }
+    }
+    let own = |id: u32, cur: u32| (id != cur).then_some(id);
+    let tmd = to.metadata().map_err(|e| e.to_string())?;
+    sys::chown(t, own(md.uid(), tmd.uid()), own(md.gid(), tmd.gid()))
+        .map_err(|e| format!("giving the copy its owner: {e}"))?;
+    sys::chmod(t, md.mode() & 0o7777).map_err(|e| format!("giving the copy its mode: {e}"))?;
+    let ts = |s: i64, ns: i64| libc::timespec {
+        tv_sec: s,
+        tv_nsec: ns,
+    };
+    sys::utimens(
+        t,
+        ts(md.atime(), md.atime_nsec()),
+        ts(md.mtime(), md.mtime_nsec()),
+    )
+    .map_err(|e| format!("giving the copy its times: {e}"))
+}
+
+/// A new file beside `path` for the copy.
+fn temp_beside(path: &Path) -> (PathBuf, File) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let mut n = 0u32;
+    loop {
+        let tmp = dir.join(format!(".{name}.squeezefs-compress.{}.{n}", std::process::id()));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+        {
+            Ok(f) => return (tmp, f),
+            Err(_) if n < 100 => n += 1,
+            Err(e) => panic!("{}: {e}", tmp.display()),
+        }
+    }
+}
+
+fn rename_over(tmp: &Path, path: &Path) -> Result<(), String> {
+    std::fs::rename(tmp, path).map_err(|e| err(path, format!("replacing it with the copy: {e}")))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| err(dir, e))?;
+    }
+    Ok(())
+}
+
+/// Whether the backing file is a container written with `codec` already: every extent is,
+/// and (for inline data, whose level is not recorded) `codec` is its compression property.
+fn already(backing: &Path, codec: CodecSpec) -> bool {
+    let Ok(f) = File::open(backing) else { return false };
+    let st = FileStorage::new(f);
+    let Ok(u) = usage(&st) else { return false };
+    let level = if codec.alg == squeezefs_codec::Algorithm::None {
+        0
+    } else {
+        codec.level as i16
+    };
+    let want = Kind::Extent(codec.alg, level);
+    let inline_ok = || {
+        File::open(backing).is_ok_and(|f| {
+            Container::open(FileStorage::new(f), &Options::default())
+                .is_ok_and(|c| c.compression_property() == Some(codec))
+        })
+    };
+    !u.plain
+        && u.parts
+            .keys()
+            .all(|k| *k == want || (*k == Kind::Inline && inline_ok()))
+}
+
+/// Plain, or its extent shift when it is a container.
+fn layout(backing: &Path) -> Result<Option<u8>, String> {
+    let f = File::open(backing).map_err(|e| err(backing, e))?;
+    let u = usage(&FileStorage::new(f)).map_err(|e| err(backing, e))?;
+    Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
+}
+
+fn target_codec(args: &Args, job: &Job, mount: bool) -> CodecSpec {
+    args.codec.unwrap_or_else(|| {
+        if mount {
+            // The codec the daemon would use for this file now: its own or inherited.
+            let c = cstring(props::COMPRESSION);
+            File::open(&job.path)
+                .ok()
+                .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
+                .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
+                .unwrap_or(CodecSpec::DEFAULT)
+        } else {
+            CodecSpec::DEFAULT
+        }
+    })
+}
+
+/// A backing directory handled directly (no daemon).
+fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
+    let shape = layout(&job.backing)?;
+    let codec = args.codec.unwrap_or(CodecSpec::DEFAULT);
+    let opts = Options {
+        codec,
+        extent_shift: args
+            .extent_shift
+            .or(shape)
+            .unwrap_or(Options::default().extent_shift),
+        ..Options::default()
+    };
+    if let Some(shift) = shape {
+        if args.extent_shift.is_none_or(|s| s == shift) {
+            if args.codec.is_none() || already(&job.backing, codec) {
+                return Ok(Done::Skipped);
+            }
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&job.backing)
+                .map_err(|e| err(&job.backing, e))?;
+            let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
+            c.set_compression_property(Some(codec))
+                .map_err(|e| err(&job.backing, e))?;
+            c.rewrite(0..u64::MAX).map_err(|e| err(&job.backing, e))?;
+            pb.inc(job.size);
+            return Ok(Done::Rewritten);
+        }
+    }
+    if job.splits_links(pb) {
+        return Ok(Done::LeftAlone);
+    }
+    let src_file = File::open(&job.backing).map_err(|e| err(&job.backing, e))?;
+    let mut src = Container::open(
+        FileStorage::new(src_file.try_clone().map_err(|e| e.to_string())?),
+        &opts,
+    )
+    .map_err(|e| err(&job.backing, e))?;
+    let (tmp, tf) = temp_beside(&job.backing);
+    let r = (|| {
+        let mut dst = Container::open(
+            FileStorage::new(tf.try_clone().map_err(|e| e.to_string())?),
+            &opts,
+        )
+        .map_err(|e| e.to_string())?;
+        if args.codec.is_some() {
+            dst.set_compression_property(Some(codec))
+                .map_err(|e| e.to_string())?;
+        }
+        if args.extent_shift.is_some() {
+            dst.set_extent_size_property(args.extent_shift)
+                .map_err(|e| e.to_string())?;
+        }
+        copy_into(&mut src, &mut dst, |n| pb.inc(n)).map_err(|e| e.to_string())?;
+        copy_metadata(&src_file, &tf)?;
+        tf.sync_all().map_err(|e| e.to_string())?;
+        rename_over(&tmp, &job.backing)
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(|e| err(&job.backing, e))?;
+    Ok(Done::Converted)
+}
+
+/// A file on a mount, through the daemon.
+fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
+    let shape = layout(&job.backing)?;
+    let codec = target_codec(args, job, true);
+    if let Some(shift) = shape {
+        if args.extent_shift.is_none_or(|s| s == shift) {
+            if already(&job.backing, codec) {
+                return Ok(Done::Skipped);
+            }
+            let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
+            if args.codec.is_some() {
+                sys::xattr_set(
+                    f.as_raw_fd(),
+                    &cstring(props::COMPRESSION),
+                    codec.to_string().as_bytes(),
+                    0,
+                )
+                .map_err(|e| err(&job.path, format!("setting its compression property: {e}")))?;
+            }
+            // In pieces, so the progress bar moves on big files.
+            const STEP: u64 = 64 << 20;
+            let mut off = 0;
+            while off < job.size {
+                let v = format!("{off}:{STEP}");
+                sys::xattr_set(f.as_raw_fd(), &cstring(props::REWRITE), v.as_bytes(), 0)
+                    .map_err(|e| err(&job.path, format!("rewrite: {e} (the daemon's log says why)")))?;
+                pb.inc(STEP.min(job.size - off));
+                off += STEP;
+            }
+            return Ok(Done::Rewritten);
+        }
+    }
+    if job.splits_links(pb) {
+        return Ok(Done::LeftAlone);
+    }
+    let mut src = File::open(&job.path).map_err(|e| err(&job.path, e))?;
+    let before = src.metadata().map_err(|e| err(&job.path, e))?;
+    let (tmp, mut tf) = temp_beside(&job.path);
+    let r = (|| {
+        let t = tf.as_raw_fd();
+        if args.codec.is_some() || shape.is_none() {
+            sys::xattr_set(t, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
+                .map_err(|e| format!("setting the copy's compression: {e}"))?;
+        }
+        if let Some(s) = args.extent_shift {
+            let v = props::format(props::Value::Shift(s));
+            sys::xattr_set(t, &cstring(props::EXTENT_SIZE), v.as_bytes(), 0)
+                .map_err(|e| format!("setting the copy's extent size: {e}"))?;
+        }
+        copy_data(&mut src, &mut tf, before.len(), pb)?;
+        copy_metadata(&src, &tf)?;
+        tf.sync_all().map_err(|e| e.to_string())?;
+        let now = std::fs::symlink_metadata(&job.path).map_err(|e| e.to_string())?;
+        if (now.ino(), now.len(), now.mtime(), now.mtime_nsec())
+            != (before.ino(), before.len(), before.mtime(), before.mtime_nsec())
+        {
+            return Err("changed while being compressed; left as it was (run again)".into());
+        }
+        rename_over(&tmp, &job.path)
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(|e| err(&job.path, e))?;
+    Ok(Done::Converted)
+}
+
+/// Copies `len` bytes, skipping holes (SEEK_DATA/SEEK_HOLE), and sets the length.
+fn copy_data(src: &mut File, dst: &mut File, len: u64, pb: &indicatif::ProgressBar) -> Result<(), String> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < len {
+        let fd = src.as_raw_fd();
+        let data = unsafe { libc::lseek(fd, off as i64, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // only a hole is left
+        }
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) }.max(data) as u64;
+        let end = hole.min(len);
+        src.seek(SeekFrom::Start(data as u64))
+            .map_err(|e| e.to_string())?;
+        dst.seek(SeekFrom::Start(data as u64))
+            .map_err(|e| e.to_string())?;
+        let mut pos = data as u64;
+        while pos < end {
+            let want = ((end - pos) as usize).min(buf.len());
+            let n = src.read(&mut buf[..want]).map_err(|e| e.to_string())?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+            pos += n as u64;
+            pb.inc(n as u64);
+        }
+        off = end.max(data as u64 + 1);
+    }
+    dst.set_len(len).map_err(|e| e.to_string())
+}
+
+/// Refuses a backing directory a daemon serves (its lock is held), naming the holder.
+fn not_served(dir: &Path) -> Result<(), String> {
+    for a in dir.ancestors() {
+        if let Err(e) = squeezefs_fs::lock::lock(a) {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Err(format!("{e}; run `squeezefs compress` on the mount instead"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn main(args: Args) -> Result<u8, String> {
+    let start = Instant::now();
+    let mut jobs: Vec<(Job, bool)> = Vec::new();
+    for p in &args.paths {
+        let loc = crate::locate::locate(p)?;
+        let on_mount = loc.mount.is_some();
+        if !on_mount {
+            not_served(&loc.backing)?;
+        }
+        let top = if on_mount {
+            p.canonicalize().map_err(|e| err(p, e))?
+        } else {
+            loc.backing.clone()
+        };
+        let md = std::fs::symlink_metadata(&top).map_err(|e| err(&top, e))?;
+        let found = if md.is_dir() {
+            crate::walk::entries(&top)?
+        } else {
+            vec![(top.clone(), md)]
+        };
+        let mut seen = std::collections::HashSet::new();
+        for (path, m) in found.into_iter().filter(|(_, m)| m.is_file()) {
+            if !seen.insert((m.dev(), m.ino())) {
+                continue; // another name of a file already listed
+            }
+            if let Some(pid) = path.file_name().and_then(|n| temp_pid(n.as_bytes())) {
+                // A copy an interrupted run left behind (its original is intact).
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => eprintln!(
+                            "squeezefs compress: removed {}, left by an interrupted run",
+                            path.display()
+                        ),
+                        Err(e) => eprintln!("squeezefs compress: {}: {e}", path.display()),
+                    }
+                }
+                continue;
+            }
+            let rel = path.strip_prefix(&top).unwrap_or(Path::new(""));
+            let backing = if rel.as_os_str().is_empty() {
+                loc.backing.clone()
+            } else {
+                loc.backing.join(rel)
+            };
+            if path
+                .file_name()
+                .is_some_and(|n| n.as_bytes().ends_with(b".squeezefs-stats"))
+            {
+                continue;
+            }
+            let links = m.nlink();
+            jobs.push((
+                Job {
+                    path,
+                    backing,
+                    size: m.len(),
+                    links,
+                },
+                on_mount,
+            ));
+        }
+    }
+    let total: u64 = jobs.iter().map(|(j, _)| j.size).sum();
+    let pb = bar(total, "compress");
+    if args.json {
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut s = Summary::default();
+    let blocks = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .map(|m| m.blocks() * 512)
+            .unwrap_or(0)
+    };
+    for (job, on_mount) in &jobs {
+        pb.set_message(job.path.display().to_string());
+        let disk_before = blocks(&job.backing);
+        let r = if job.size == 0 {
+            Ok(Done::Skipped)
+        } else if *on_mount {
+            mounted(&args, job, &pb)
+        } else {
+            offline(&args, job, &pb)
+        };
+        match r {
+            Ok(d) => {
+                s.bytes += job.size;
+                s.disk_before += disk_before;
+                s.disk_after += blocks(&job.backing);
+                match d {
+                    Done::Rewritten => s.rewritten += 1,
+                    Done::Converted => s.converted += 1,
+                    Done::Skipped => s.skipped += 1,
+                    Done::LeftAlone => s.left_alone += 1,
+                }
+            }
+            Err(e) => {
+                s.failed += 1;
+                pb.suspend(|| eprintln!("squeezefs compress: {e}"));
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let ratio = s.bytes as f64 / s.disk_after.max(1) as f64;
+    if args.json {
+        let v = json!({
+            "files": jobs.len(), "rewritten": s.rewritten, "converted": s.converted,
+            "skipped": s.skipped, "left_alone": s.left_alone, "failed": s.failed, "bytes": s.bytes,
+            "disk_before": s.disk_before, "disk_after": s.disk_after, "ratio": ratio, "seconds": secs,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        println!(
+            "{} files: {} rewritten, {} converted into containers, {} already as asked or empty, \
+             {} left alone (hard links), {} failed",
+            jobs.len(),
+            s.rewritten,
+            s.converted,
+            s.skipped,
+            s.left_alone,
+            s.failed
+        );
+        println!(
+            "{} of data now takes {} on disk (was {}): ratio {:.2}, in {:.1} s ({}/s)",
+            human(s.bytes),
+            human(s.disk_after),
+            human(s.disk_before),
+            ratio,
+            secs,
+            human((s.bytes as f64 / secs.max(1e-9)) as u64)
+        );
+    }
+    Ok(if s.failed > 0 { 1 } else { 0 })
+}

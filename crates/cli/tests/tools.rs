@@ -1,0 +1,328 @@
+//! The user tools on real trees and real mounts: `stats PATH…` (compsize) and `compress`.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{real_tree, scratch, squeezefs, squeezefs_json, Mount};
+use serde_json::Value;
+
+fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
+    p.as_ref()
+}
+
+fn types(v: &Value) -> Vec<String> {
+    v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What the files under `root` occupy, each inode once.
+fn allocated(root: &Path) -> u64 {
+    let mut sum = 0;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p);
+            } else if md.is_file() && seen.insert(md.ino()) {
+                sum += md.blocks() * 512;
+            }
+        }
+    }
+    sum
+}
+
+fn same_tree(root: &Path, files: &[(PathBuf, Vec<u8>)]) {
+    for (rel, data) in files {
+        let got = fs::read(root.join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+        assert!(got == *data, "{} differs", rel.display());
+    }
+}
+
+#[test]
+fn stats_counts_a_tree_the_same_on_the_mount_and_in_the_backing_directory() {
+    let d = scratch("stats-tree");
+    let m = Mount::new(&d, "compress=zstd:3");
+    let files = real_tree(&m.path("src"));
+    // A big text file (extents), a sparse one (holes count nothing), and a hard link.
+    let big: Vec<u8> = (0..400_000u32)
+        .flat_map(|i| format!("{i} log line\n").into_bytes())
+        .collect();
+    fs::write(m.path("big.log"), &big).unwrap();
+    let f = fs::File::create(m.path("sparse")).unwrap();
+    f.set_len(50 << 20).unwrap();
+    drop(f);
+    fs::hard_link(m.path("big.log"), m.path("big-link.log")).unwrap();
+    Command::new("sync").status().unwrap();
+
+    let on_mount = squeezefs_json(&[os("stats"), m.mnt.as_os_str()]);
+    let in_backing = squeezefs_json(&[os("stats"), d.join("backing").as_os_str()]);
+    for k in [
+        "files",
+        "containers",
+        "disk",
+        "uncompressed",
+        "referenced",
+        "extents",
+        "inline",
+    ] {
+        assert_eq!(on_mount[k], in_backing[k], "{k}");
+    }
+    let logical: u64 = files.iter().map(|f| f.1.len() as u64).sum::<u64>() + big.len() as u64;
+    assert_eq!(
+        on_mount["files"],
+        files.len() as u64 + 2,
+        "a hard link counts once"
+    );
+    assert_eq!(on_mount["plain"], 0);
+    assert_eq!(on_mount["uncompressed"], logical, "holes hold nothing");
+    assert_eq!(on_mount["referenced"], logical + (50 << 20));
+    assert_eq!(
+        on_mount["disk"],
+        allocated(&d.join("backing")),
+        "disk is what the backing files occupy"
+    );
+    let t = types(&on_mount);
+    assert!(
+        t.contains(&"zstd:3".into()) && t.contains(&"inline".into()),
+        "{t:?}"
+    );
+    assert!(
+        on_mount["disk"].as_u64().unwrap() < logical / 2,
+        "source code compresses"
+    );
+
+    // One file, through the mount: its extents and nothing else.
+    let one = squeezefs_json(&[os("stats"), m.path("big.log").as_os_str()]);
+    assert_eq!(one["files"], 1);
+    assert_eq!(one["uncompressed"], big.len() as u64);
+    assert_eq!(types(&one), vec!["zstd:3".to_string()]);
+
+    // The table a person reads.
+    let out = squeezefs(&[os("stats"), m.mnt.as_os_str()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "Processed",
+        "files/s",
+        "Type",
+        "Perc",
+        "Disk Usage",
+        "TOTAL",
+        "zstd:3",
+        "inline",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    // A path that does not exist is named.
+    let out = squeezefs(&[os("stats"), m.path("nope").as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    m.unmount();
+}
+
+/// An adopted directory: plain files with owners, modes, xattrs and times of their own.
+fn adopted(backing: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let files = real_tree(backing);
+    let p = backing.join(&files[0].0);
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+    Command::new("setfattr")
+        .args(["-n", "user.origin", "-v", "adopted"])
+        .arg(&p)
+        .status()
+        .unwrap();
+    Command::new("touch")
+        .args(["-d", "2001-02-03 04:05:06"])
+        .arg(&p)
+        .status()
+        .unwrap();
+    files
+}
+
+#[test]
+fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
+    let d = scratch("compress-adopt");
+    let backing = d.join("backing");
+    let files = adopted(&backing);
+    let first = backing.join(&files[0].0);
+    let before = fs::metadata(&first).unwrap();
+    let plain = squeezefs_json(&[os("stats"), backing.as_os_str()]);
+    assert_eq!(plain["plain"], files.len() as u64);
+    // A copy an interrupted run left (its process is gone) is cleaned up.
+    let stale = backing.join(".x.rs.squeezefs-compress.999999999.0");
+    fs::write(&stale, b"partial").unwrap();
+
+    let r = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
+    assert_eq!(r["converted"], files.len() as u64, "{r}");
+    assert_eq!(r["failed"], 0);
+    assert!(!stale.exists(), "leftover copy removed");
+    assert!(r["disk_after"].as_u64().unwrap() < r["disk_before"].as_u64().unwrap());
+
+    let after = squeezefs_json(&[os("stats"), backing.as_os_str()]);
+    assert_eq!(after["plain"], 0);
+    assert_eq!(after["containers"], files.len() as u64);
+    assert!(
+        types(&after)
+            .iter()
+            .all(|t| t == "zstd:7" || t == "inline" || t == "none"),
+        "{after}"
+    );
+
+    let md = fs::metadata(&first).unwrap();
+    assert_eq!(md.mode(), before.mode());
+    assert_eq!(
+        (md.uid(), md.gid(), md.mtime()),
+        (before.uid(), before.gid(), before.mtime())
+    );
+    let x = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.origin"])
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert_eq!(x.stdout, b"adopted");
+
+    // Run again: nothing left to do.
+    let again = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
+    assert_eq!(again["skipped"], files.len() as u64, "{again}");
+
+    // Every byte reads back through a mount, and check finds nothing wrong.
+    let m = Mount::new(&d, "");
+    same_tree(&m.mnt, &files);
+    assert_eq!(
+        fs::metadata(m.mnt.join(&files[0].0)).unwrap().mtime(),
+        before.mtime()
+    );
+    // While mounted, the backing directory is refused, naming what to do.
+    let out = squeezefs(&[os("compress"), backing.as_os_str(), os("--codec"), os("lz4")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use") && err.contains("on the mount"), "{err}");
+    m.unmount();
+    let c = squeezefs_json(&[os("check"), backing.as_os_str()]);
+    assert_eq!(c["damaged_files"], 0, "{c}");
+}
+
+#[test]
+fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
+    let d = scratch("compress-mount");
+    let m = Mount::new(&d, "compress=lz4");
+    let files = real_tree(&m.path("t"));
+    let big: Vec<u8> = (0..600_000u32)
+        .flat_map(|i| format!("{i} entry\n").into_bytes())
+        .collect();
+    fs::write(m.path("t/big.txt"), &big).unwrap();
+    fs::hard_link(m.path("t/big.txt"), m.path("big-link")).unwrap();
+    let ino = fs::metadata(m.path("t/big.txt")).unwrap().ino();
+    let s0 = squeezefs_json(&[os("stats"), m.path("t").as_os_str()]);
+    assert!(types(&s0).contains(&"lz4:1".into()), "{s0}");
+
+    // Another codec: in place (same inode, hard links kept), through the daemon.
+    let r = squeezefs_json(&[
+        os("compress"),
+        m.path("t").as_os_str(),
+        os("--codec"),
+        os("zstd:5"),
+    ]);
+    assert_eq!(r["failed"], 0, "{r}");
+    assert!(r["rewritten"].as_u64().unwrap() > 0);
+    let s1 = squeezefs_json(&[os("stats"), m.path("t").as_os_str()]);
+    assert!(types(&s1).iter().all(|t| t != "lz4:1"), "{s1}");
+    assert!(types(&s1).contains(&"zstd:5".into()));
+    assert!(
+        s1["disk"].as_u64() < s0["disk"].as_u64(),
+        "zstd:5 beats lz4 on source code"
+    );
+    assert_eq!(fs::metadata(m.path("t/big.txt")).unwrap().ino(), ino);
+    assert_eq!(fs::metadata(m.path("big-link")).unwrap().nlink(), 2);
+    // The file now has the codec as its property, so later writes use it too.
+    let p = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.squeezefs.compression"])
+        .arg(m.path("t/big.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(p.stdout, b"zstd:5");
+
+    // Another extent size: copied and renamed over; the hard-linked file is left alone.
+    let r = squeezefs_json(&[
+        os("compress"),
+        m.path("t").as_os_str(),
+        os("--extent-size"),
+        os("1M"),
+    ]);
+    assert_eq!(r["failed"], 0, "{r}");
+    assert_eq!(r["left_alone"], 1, "{r}");
+    assert!(r["converted"].as_u64().unwrap() > 0);
+    let one = &files
+        .iter()
+        .find(|f| f.1.len() > 8192)
+        .expect("a file with extents")
+        .0;
+    let es = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.squeezefs.extent_size"])
+        .arg(m.path("t").join(one))
+        .output()
+        .unwrap();
+    assert_eq!(es.stdout, b"1M");
+    same_tree(&m.path("t"), &files);
+    assert_eq!(fs::read(m.path("t/big.txt")).unwrap(), big);
+    let leftovers: Vec<_> = fs::read_dir(m.path("t"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("squeezefs-compress"))
+        .collect();
+    assert!(leftovers.is_empty());
+    m.unmount();
+    let c = squeezefs_json(&[os("check"), d.join("backing").as_os_str()]);
+    assert_eq!(c["damaged_files"], 0, "{c}");
+}
+
+#[test]
+fn an_interrupted_compress_leaves_every_file_whole() {
+    let d = scratch("compress-kill");
+    let backing = d.join("backing");
+    let mut files = real_tree(&backing);
+    // Enough work to be killed in the middle of.
+    for i in 0..40 {
+        let data: Vec<u8> = (0..50_000u32)
+            .flat_map(|j| format!("{i} {j} row\n").into_bytes())
+            .collect();
+        let rel = PathBuf::from(format!("rows/{i}.txt"));
+        fs::create_dir_all(backing.join("rows")).unwrap();
+        fs::write(backing.join(&rel), &data).unwrap();
+        files.push((rel, data));
+    }
+    for delay_ms in [30u64, 120, 400] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+            .args([os("compress"), backing.as_os_str(), os("--codec"), os("zstd:19")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let c = squeezefs_json(&[os("check"), backing.as_os_str()]);
+        assert_eq!(c["damaged_files"], 0, "after a kill at {delay_ms} ms: {c}");
+        let m = Mount::new(&d, "");
+        let visible = files.iter().filter(|f| m.mnt.join(&f.0).exists()).count();
+        assert_eq!(visible, files.len());
+        same_tree(&m.mnt, &files);
+        m.unmount();
+    }
+    let r = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:19")]);
+    assert_eq!(r["failed"], 0, "{r}");
+    let s = squeezefs_json(&[os("stats"), backing.as_os_str()]);
+    assert_eq!(s["plain"], 0, "{s}");
+    assert_eq!(s["files"], files.len() as u64, "no leftover copies counted");
+}
