@@ -25,6 +25,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rayon::prelude::*;
 use serde_json::json;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::convert::copy_into;
@@ -62,6 +63,8 @@ struct Summary {
     bytes: u64,
     disk_before: u64,
     disk_after: u64,
+    /// Directories on a mount where copies were renamed (synced at the end).
+    renamed_in: std::collections::BTreeSet<PathBuf>,
 }
 
 /// One file to do: its path to act on (mount path or backing path) and its backing file.
@@ -159,12 +162,17 @@ fn temp_beside(path: &Path) -> (PathBuf, File) {
     }
 }
 
+/// Publishes a durable copy. The directory is not synced here: a rename lost in a crash
+/// leaves the original, which is as good; one `syncfs` at the end makes the run durable.
 fn rename_over(tmp: &Path, path: &Path) -> Result<(), String> {
-    std::fs::rename(tmp, path).map_err(|e| err(path, format!("replacing it with the copy: {e}")))?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| err(dir, e))?;
+    std::fs::rename(tmp, path).map_err(|e| err(path, format!("replacing it with the copy: {e}")))
+}
+
+/// `syncfs` of the filesystem holding `path`.
+fn syncfs(path: &Path) -> Result<(), String> {
+    let f = File::open(path).map_err(|e| err(path, e))?;
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(err(path, std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -460,13 +468,14 @@ pub fn main(args: Args) -> Result<u8, String> {
     if args.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut s = Summary::default();
     let blocks = |p: &Path| {
         std::fs::symlink_metadata(p)
             .map(|m| m.blocks() * 512)
             .unwrap_or(0)
     };
-    for (job, on_mount) in &jobs {
+    // Files in parallel (each one's own extents are compressed in parallel too).
+    let summary = std::sync::Mutex::new(Summary::default());
+    jobs.par_iter().for_each(|(job, on_mount)| {
         pb.set_message(job.path.display().to_string());
         let disk_before = blocks(&job.backing);
         let r = if job.size == 0 {
@@ -476,14 +485,22 @@ pub fn main(args: Args) -> Result<u8, String> {
         } else {
             offline(&args, job, &pb)
         };
+        let disk_after = blocks(&job.backing);
+        let mut s = summary.lock().unwrap();
         match r {
             Ok(d) => {
                 s.bytes += job.size;
                 s.disk_before += disk_before;
-                s.disk_after += blocks(&job.backing);
+                s.disk_after += disk_after;
                 match d {
                     Done::Rewritten => s.rewritten += 1,
-                    Done::Converted => s.converted += 1,
+                    Done::Converted => {
+                        s.converted += 1;
+                        if *on_mount {
+                            s.renamed_in
+                                .insert(job.path.parent().unwrap_or(Path::new("/")).to_path_buf());
+                        }
+                    }
                     Done::Skipped => s.skipped += 1,
                     Done::LeftAlone => s.left_alone += 1,
                 }
@@ -492,6 +509,20 @@ pub fn main(args: Args) -> Result<u8, String> {
                 s.failed += 1;
                 pb.suspend(|| eprintln!("squeezefs compress: {e}"));
             }
+        }
+    });
+    let mut s = summary.into_inner().unwrap();
+    // Every rename durable before saying done: `syncfs` of backing filesystems, and on a
+    // mount (where the kernel does not pass `syncfs` on) an fsync of each directory.
+    let dirs = std::mem::take(&mut s.renamed_in);
+    let synced = dirs
+        .iter()
+        .map(|d| File::open(d).and_then(|f| f.sync_all()).map_err(|e| err(d, e)))
+        .chain(args.paths.iter().map(|p| syncfs(p)));
+    for r in synced {
+        if let Err(e) = r {
+            s.failed += 1;
+            eprintln!("squeezefs compress: {e}");
         }
     }
     pb.finish_and_clear();
