@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{real_tree, scratch, squeezefs, squeezefs_json, Mount};
+use common::{real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
@@ -325,4 +325,83 @@ fn an_interrupted_compress_leaves_every_file_whole() {
     let s = squeezefs_json(&[os("stats"), backing.as_os_str()]);
     assert_eq!(s["plain"], 0, "{s}");
     assert_eq!(s["files"], files.len() as u64, "no leftover copies counted");
+}
+
+fn codec_row<'a>(est: &'a Value, codec: &str) -> &'a Value {
+    est["codecs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["codec"] == codec)
+        .unwrap_or_else(|| panic!("{codec} missing: {est}"))
+}
+
+#[test]
+fn estimate_over_every_extent_is_exactly_what_compress_then_takes() {
+    let d = scratch("estimate-census");
+    let backing = d.join("backing");
+    real_tree(&backing);
+    let est = squeezefs_json(&[
+        os("estimate"),
+        backing.as_os_str(),
+        os("--codecs"),
+        os("zstd:3,lz4"),
+        os("--sample"),
+        os("1G"),
+    ]);
+    assert!(est["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["census"] == true));
+    let predicted = codec_row(&est, "zstd:3")["disk"].as_u64().unwrap();
+    assert_eq!(codec_row(&est, "zstd:3")["disk_stderr"], 0);
+    assert!(codec_row(&est, "lz4:1")["disk"].as_u64().unwrap() > predicted);
+    squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:3")]);
+    let actual = squeezefs_json(&[os("stats"), backing.as_os_str()])["disk"]
+        .as_u64()
+        .unwrap();
+    let err = (actual as f64 - predicted as f64).abs() / actual as f64;
+    assert!(err < 0.005, "predicted {predicted}, compress took {actual}");
+    // On the compressed tree (containers now) it reads the logical data: the same answer.
+    let again = squeezefs_json(&[
+        os("estimate"),
+        backing.as_os_str(),
+        os("--codecs"),
+        os("zstd:3"),
+        os("--sample"),
+        os("1G"),
+    ]);
+    assert_eq!(codec_row(&again, "zstd:3")["disk"], predicted);
+}
+
+#[test]
+fn a_sampled_estimate_is_within_its_error_of_a_real_compress() {
+    let d = scratch("estimate-sample");
+    let backing = d.join("backing");
+    let bytes = registry_tree(&backing, 40 << 20);
+    let start = std::time::Instant::now();
+    let est = squeezefs_json(&[
+        os("estimate"),
+        backing.as_os_str(),
+        os("--codecs"),
+        os("zstd:3"),
+        os("--sample"),
+        os("2M"),
+    ]);
+    let secs = start.elapsed().as_secs_f64();
+    let sampled = est["sampled_bytes"].as_u64().unwrap();
+    assert!(sampled * 4 < bytes, "it samples: {sampled} of {bytes} bytes");
+    let row = codec_row(&est, "zstd:3");
+    let (ratio, pm) = (row["ratio"].as_f64().unwrap(), row["ratio_pm"].as_f64().unwrap());
+    squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:3")]);
+    let s = squeezefs_json(&[os("stats"), backing.as_os_str()]);
+    let actual = s["uncompressed"].as_f64().unwrap() / s["disk"].as_f64().unwrap();
+    eprintln!("estimate {ratio:.3} ± {pm:.3} in {secs:.1} s (sampled {sampled} of {bytes} bytes); compress gave {actual:.3}");
+    assert!(pm > 0.0 && pm < ratio * 0.2, "a useful error bound: ± {pm}");
+    // Three standard errors (the ± is two): fails by chance about once in 400 trees.
+    assert!(
+        (actual - ratio).abs() <= 1.5 * pm,
+        "estimate {ratio:.3} ± {pm:.3}, compress gave {actual:.3}"
+    );
 }

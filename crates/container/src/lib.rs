@@ -8,6 +8,7 @@ mod container;
 pub mod convert;
 pub mod encode;
 pub mod format;
+pub mod predict;
 pub mod sim;
 pub mod stats;
 mod storage;

@@ -168,3 +168,34 @@ pub fn real_tree(into: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A bigger real tree: crate sources from cargo's registry (downloaded by the build), copied
+/// whole crate by crate in name order until `max_bytes`. Returns the bytes copied.
+pub fn registry_tree(into: &Path, max_bytes: u64) -> u64 {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo"));
+    let src = home.join("registry/src");
+    let mut crates: Vec<PathBuf> = fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo's registry sources)", src.display()))
+        .flat_map(|idx| fs::read_dir(idx.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    crates.sort();
+    let mut copied = 0;
+    for c in crates {
+        if copied >= max_bytes {
+            break;
+        }
+        let st = Command::new("cp").arg("-r").arg(&c).arg(into).status().unwrap();
+        assert!(st.success());
+        let du = Command::new("du").args(["-sb"]).arg(&c).output().unwrap();
+        copied += String::from_utf8_lossy(&du.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+    }
+    copied
+}
