@@ -140,6 +140,9 @@ fn read_extent(file: &File, index: u64, shift: u8) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{}: {e}", file.path.display()))
 }
 
+/// One draw under one codec: (stratum, codec index, length, prediction).
+type Sampled = (String, usize, u64, predict::Predicted);
+
 #[derive(Clone, Copy, Default)]
 struct Acc {
     n: f64,
@@ -209,8 +212,7 @@ pub fn main(args: Args) -> Result<u8, String> {
     if args.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    // Per draw and codec: (type, codec index, length, prediction).
-    let results: Vec<Result<Vec<(String, usize, u64, predict::Predicted)>, String>> = draws
+    let results: Vec<Result<Vec<Sampled>, String>> = draws
         .par_iter()
         .map(|(ty, d)| {
             let f = &files[d.file];
