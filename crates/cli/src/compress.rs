@@ -43,7 +43,7 @@ pub struct Args {
 }
 
 /// What happened to one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Done {
     Rewritten,
     Converted,
@@ -51,6 +51,9 @@ enum Done {
     Skipped,
     /// Left as it is, with a warning (hard links).
     LeftAlone,
+    /// Copied into this new container beside it, not yet durable: renamed over the file
+    /// after one `syncfs` for a whole batch of them.
+    Copied(PathBuf),
 }
 
 #[derive(Default)]
@@ -66,6 +69,9 @@ struct Summary {
     /// Directories on a mount where copies were renamed (synced at the end).
     renamed_in: std::collections::BTreeSet<PathBuf>,
 }
+
+/// Files per batch of copies made durable together.
+const BATCH: usize = 256;
 
 /// One file to do: its path to act on (mount path or backing path) and its backing file.
 struct Job {
@@ -279,15 +285,13 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
                 .map_err(|e| e.to_string())?;
         }
         copy_into(&mut src, &mut dst, |n| pb.inc(n)).map_err(|e| e.to_string())?;
-        copy_metadata(&src_file, &tf)?;
-        tf.sync_all().map_err(|e| e.to_string())?;
-        rename_over(&tmp, &job.backing)
+        copy_metadata(&src_file, &tf)
     })();
-    if r.is_err() {
+    if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
+        return Err(err(&job.backing, e));
     }
-    r.map_err(|e| err(&job.backing, e))?;
-    Ok(Done::Converted)
+    Ok(Done::Copied(tmp))
 }
 
 /// A file on a mount, through the daemon.
@@ -473,44 +477,71 @@ pub fn main(args: Args) -> Result<u8, String> {
             .map(|m| m.blocks() * 512)
             .unwrap_or(0)
     };
-    // Files in parallel (each one's own extents are compressed in parallel too).
+    // Files in parallel (each one's own extents are compressed in parallel too), in
+    // batches: the copies of a batch are made durable by one `syncfs` per filesystem, then
+    // renamed over their files.
     let summary = std::sync::Mutex::new(Summary::default());
-    jobs.par_iter().for_each(|(job, on_mount)| {
-        pb.set_message(job.path.display().to_string());
-        let disk_before = blocks(&job.backing);
-        let r = if job.size == 0 {
-            Ok(Done::Skipped)
-        } else if *on_mount {
-            mounted(&args, job, &pb)
-        } else {
-            offline(&args, job, &pb)
-        };
-        let disk_after = blocks(&job.backing);
-        let mut s = summary.lock().unwrap();
-        match r {
-            Ok(d) => {
-                s.bytes += job.size;
-                s.disk_before += disk_before;
-                s.disk_after += disk_after;
-                match d {
-                    Done::Rewritten => s.rewritten += 1,
-                    Done::Converted => {
-                        s.converted += 1;
-                        if *on_mount {
-                            s.renamed_in
-                                .insert(job.path.parent().unwrap_or(Path::new("/")).to_path_buf());
-                        }
-                    }
-                    Done::Skipped => s.skipped += 1,
-                    Done::LeftAlone => s.left_alone += 1,
+    for batch in jobs.chunks(BATCH) {
+        let done: Vec<(Result<Done, String>, u64)> = batch
+            .par_iter()
+            .map(|(job, on_mount)| {
+                pb.set_message(job.path.display().to_string());
+                let disk_before = blocks(&job.backing);
+                let r = if job.size == 0 {
+                    Ok(Done::Skipped)
+                } else if *on_mount {
+                    mounted(&args, job, &pb)
+                } else {
+                    offline(&args, job, &pb)
+                };
+                (r, disk_before)
+            })
+            .collect();
+        let mut devices = std::collections::BTreeMap::new();
+        for (r, _) in &done {
+            if let Ok(Done::Copied(tmp)) = r {
+                if let Ok(m) = std::fs::metadata(tmp) {
+                    devices.entry(m.dev()).or_insert_with(|| tmp.clone());
                 }
             }
-            Err(e) => {
-                s.failed += 1;
-                pb.suspend(|| eprintln!("squeezefs compress: {e}"));
+        }
+        let synced: Result<(), String> = devices.values().try_for_each(|p| syncfs(p));
+        let mut s = summary.lock().unwrap();
+        for ((job, on_mount), (r, disk_before)) in batch.iter().zip(done) {
+            let r = match (r, &synced) {
+                (Ok(Done::Copied(tmp)), Ok(())) => rename_over(&tmp, &job.backing).map(|()| Done::Converted),
+                (Ok(Done::Copied(tmp)), Err(e)) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    Err(e.clone())
+                }
+                (r, _) => r,
+            };
+            match r {
+                Ok(d) => {
+                    s.bytes += job.size;
+                    s.disk_before += disk_before;
+                    s.disk_after += blocks(&job.backing);
+                    match d {
+                        Done::Rewritten => s.rewritten += 1,
+                        Done::Converted => {
+                            s.converted += 1;
+                            if *on_mount {
+                                s.renamed_in
+                                    .insert(job.path.parent().unwrap_or(Path::new("/")).to_path_buf());
+                            }
+                        }
+                        Done::Skipped => s.skipped += 1,
+                        Done::LeftAlone => s.left_alone += 1,
+                        Done::Copied(_) => unreachable!("renamed above"),
+                    }
+                }
+                Err(e) => {
+                    s.failed += 1;
+                    pb.suspend(|| eprintln!("squeezefs compress: {e}"));
+                }
             }
         }
-    });
+    }
     let mut s = summary.into_inner().unwrap();
     // Every rename durable before saying done: `syncfs` of backing filesystems, and on a
     // mount (where the kernel does not pass `syncfs` on) an fsync of each directory.

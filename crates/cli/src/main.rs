@@ -1,18 +1,18 @@
 //! The `squeezefs` command.
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use squeezefs_container::format::FORMAT_VERSION;
-use squeezefs_fs::MountConfig;
+use clap::{CommandFactory, Parser, Subcommand};
+use squeezefs_container::format::{FORMAT_VERSION, MIN_FORMAT_VERSION};
 
 mod bench;
 mod check;
 mod compress;
+mod daemon;
 mod estimate;
 mod locate;
+mod logging;
 mod property;
 mod space;
 mod stats;
@@ -21,12 +21,18 @@ mod walk;
 #[derive(Parser)]
 #[command(
     name = "squeezefs",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (container format 2, reads 1)"),
+    version = version(),
     about = "Transparent compression for any directory, in userspace (FUSE).",
     long_about = "squeezefs stores every file under MOUNTPOINT compressed in BACKING: \
                   fixed-size extents (128 KiB by default), each compressed with zstd, lz4, lzo \
                   or zlib, checksummed, and replaced crash-safely.",
-    after_help = "Example:\n  squeezefs mount ./backing ./mnt -o compress=zstd:3\n  cp -r ~/logs ./mnt/\n  fusermount3 -u ./mnt"
+    after_help = "Example:\n  squeezefs estimate ~/logs                       # which codec pays off?\n  \
+        squeezefs mount ./backing ./mnt -o compress=zstd:3 --daemon\n  cp -r ~/logs ./mnt/\n  \
+        squeezefs stats ./mnt                           # space per codec, like compsize\n  \
+        squeezefs umount ./mnt\n\n\
+        Also as a mount helper: mount -t fuse.squeezefs BACKING MOUNTPOINT -o compress=zstd:3,\n\
+        or in /etc/fstab: BACKING MOUNTPOINT fuse.squeezefs compress=zstd:3,nofail 0 0\n\
+        (squeezefs BACKING MOUNTPOINT [-o OPTIONS] [-f] mounts and detaches; -f stays in front)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -56,12 +62,39 @@ enum Cmd {
         /// Mount options (see below).
         #[arg(short = 'o', value_name = "OPTIONS")]
         options: Vec<String>,
-        /// Detach once the filesystem is mounted.
+        /// Detach once the filesystem is mounted; from then on the log goes to syslog
+        /// (journald), tagged squeezefs[PID].
         #[arg(long)]
         daemon: bool,
     },
+    /// Unmount a squeezefs and wait until its daemon has written everything out and exited.
+    #[command(
+        after_help = "Examples:\n  squeezefs umount /mnt\n  squeezefs umount --lazy /mnt   # detach now even if busy"
+    )]
+    Umount {
+        mountpoint: PathBuf,
+        /// Detach now even if files are open there (the daemon exits once they close).
+        #[arg(long, short = 'l')]
+        lazy: bool,
+        /// Seconds to wait for the daemon to finish writing.
+        #[arg(long, default_value_t = 60)]
+        wait: u64,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  squeezefs completions bash > /usr/share/bash-completion/completions/squeezefs\n  \
+        squeezefs completions zsh > /usr/local/share/zsh/site-functions/_squeezefs"
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (squeezefs.1 and one per subcommand) into DIR.
+    #[command(after_help = "Example:\n  squeezefs man /usr/local/share/man/man1 && man squeezefs-compress")]
+    Man { dir: PathBuf },
     /// Measure codecs and filesystems on your own data.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  squeezefs bench codecs ~/data              # every codec and level, one core\n  \
+        sudo squeezefs bench fs ...                   # squeezefs vs kernel btrfs vs ext4"
+    )]
     Bench(bench::BenchCmd),
     /// Verify every container in BACKING (scrub): superblocks, extent checksums, decoding.
     /// Exit code 1 when something is damaged. Run it while BACKING is not mounted.
@@ -137,7 +170,11 @@ enum Cmd {
         json: bool,
     },
     /// Get or set compression properties of files and directories (like `btrfs property`).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
+        squeezefs property get /mnt/archive/old.log --json"
+    )]
     Property(property::PropertyCmd),
     /// How much space files take, per codec and level (like compsize); with --live, what a
     /// running daemon has done (extents compressed or stored raw and why, zstd workspaces).
@@ -168,34 +205,65 @@ enum Cmd {
     },
 }
 
+/// `0.1.0 (container format 2, reads 1–2)`.
+fn version() -> &'static str {
+    Box::leak(
+        format!(
+            "{} (container format {FORMAT_VERSION}, reads {MIN_FORMAT_VERSION}–{FORMAT_VERSION})",
+            env!("CARGO_PKG_VERSION")
+        )
+        .into_boxed_str(),
+    )
+}
+
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let cli = Cli::parse();
+    logging::init();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cmd = Cli::command();
+    let mut subcommands: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+    subcommands.push("help");
+    if let Some(h) = daemon::helper_form(&args, &subcommands) {
+        return match h {
+            Ok(h) => daemon::mount(h.backing, h.mountpoint, &h.options, !h.foreground),
+            Err(e) => {
+                eprintln!("squeezefs: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let cli = Cli::parse_from(args);
     match cli.cmd {
         Cmd::Mount {
             backing,
             mountpoint,
             options,
             daemon,
-        } => {
-            let mut cfg = MountConfig::default();
-            for o in &options {
-                if let Err(e) = cfg.apply_options(o) {
-                    eprintln!("squeezefs: {e}");
-                    return ExitCode::from(2);
-                }
+        } => daemon::mount(backing, mountpoint, &options, daemon),
+        Cmd::Umount {
+            mountpoint,
+            lazy,
+            wait,
+        } => match daemon::umount(&mountpoint, lazy, std::time::Duration::from_secs(wait)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs umount: {e}");
+                ExitCode::FAILURE
             }
-            if !backing.exists() {
-                if let Err(e) = std::fs::create_dir_all(&backing) {
-                    eprintln!(
-                        "squeezefs: cannot create backing directory {}: {e}",
-                        backing.display()
-                    );
-                    return ExitCode::FAILURE;
-                }
-            }
-            run_mount(backing, mountpoint, cfg, daemon)
+        },
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "squeezefs", &mut std::io::stdout());
+            ExitCode::SUCCESS
         }
+        Cmd::Man { dir } => match man(&dir) {
+            Ok(n) => {
+                println!("wrote {n} man pages into {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("squeezefs man: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Check {
             backing,
             repair,
@@ -283,59 +351,29 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_mount(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) -> ExitCode {
-    let fail = |e: std::io::Error| {
-        eprintln!(
-            "squeezefs: mounting {} at {} failed: {e}",
-            backing.display(),
-            mountpoint.display()
-        );
-        ExitCode::FAILURE
-    };
-    if !daemon {
-        log::info!(
-            "mounting {} at {} (compress={}, extent size {} KiB, format {FORMAT_VERSION})",
-            backing.display(),
-            mountpoint.display(),
-            cfg.codec,
-            (1u32 << cfg.extent_shift) / 1024
-        );
-        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(e),
-        };
-    }
-    // --daemon: the child mounts and reports readiness through a pipe; the parent exits 0
-    // only once the mount is live.
-    let mut fds = [0i32; 2];
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return fail(std::io::Error::last_os_error());
-    }
-    match unsafe { libc::fork() } {
-        -1 => fail(std::io::Error::last_os_error()),
-        0 => {
-            unsafe {
-                libc::close(fds[0]);
-                libc::setsid();
-            }
-            let mut tx = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
-            let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
-                let _ = tx.write_all(b"1");
-                let _ = std::env::set_current_dir("/");
-            });
-            match r {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(e),
-            }
+/// Writes squeezefs.1 and squeezefs-SUBCOMMAND.1 (and their subcommands') into `dir`.
+fn man(dir: &std::path::Path) -> Result<usize, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    fn write(cmd: clap::Command, name: String, dir: &std::path::Path, n: &mut usize) -> Result<(), String> {
+        let cmd = cmd.name(&*Box::leak(name.clone().into_boxed_str()));
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut out)
+            .map_err(|e| e.to_string())?;
+        std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
+        *n += 1;
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            write(sub.clone(), format!("{name}-{}", sub.get_name()), dir, n)?;
         }
-        _ => {
-            unsafe { libc::close(fds[1]) };
-            let mut rx = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
-            let mut b = [0u8; 1];
-            match rx.read(&mut b) {
-                Ok(1) => ExitCode::SUCCESS,
-                _ => ExitCode::FAILURE,
-            }
-        }
+        Ok(())
     }
+    let mut n = 0;
+    let mut cmd = Cli::command();
+    cmd.build();
+    write(cmd, "squeezefs".into(), dir, &mut n)?;
+    Ok(n)
 }

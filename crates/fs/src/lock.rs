@@ -45,6 +45,12 @@ fn describe(pid: u32) -> String {
     }
 }
 
+/// The process holding `backing`'s lock (the daemon serving it), if any.
+pub fn holder_of(backing: &Path) -> Option<u32> {
+    let m = std::fs::metadata(backing).ok()?;
+    holder(m.dev(), m.ino())
+}
+
 /// Takes the lock on `backing`, or fails with a message naming the holder.
 pub fn lock(backing: &Path) -> io::Result<BackingLock> {
     let dir = File::open(backing)

@@ -1,0 +1,297 @@
+//! Mounting and unmounting like any other filesystem: `squeezefs mount`, the mount-helper
+//! form `squeezefs BACKING MOUNTPOINT -o OPTS` that `mount -t fuse.squeezefs` (through
+//! mount.fuse3) and /etc/fstab use, detaching with `--daemon` (logging to syslog from
+//! then on), and `squeezefs umount`.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use squeezefs_container::format::FORMAT_VERSION;
+use squeezefs_fs::MountConfig;
+
+/// What the mount-helper form asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HelperArgs {
+    pub backing: PathBuf,
+    pub mountpoint: PathBuf,
+    pub options: Vec<String>,
+    /// `-f`: stay in the foreground (otherwise detach once mounted, as mount(8) expects).
+    pub foreground: bool,
+}
+
+/// Recognises `squeezefs [-fnsv] BACKING MOUNTPOINT [-o OPTS]…` (mount.fuse3 runs the
+/// program named by the type's subtype that way; `mount.fuse.squeezefs` as argv[0] too).
+/// `None`: an ordinary command line, for clap.
+pub fn helper_form(args: &[OsString], subcommands: &[&str]) -> Option<Result<HelperArgs, String>> {
+    let argv0 = args.first().map(|a| {
+        Path::new(a)
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    });
+    let as_helper = argv0.as_deref().is_some_and(|a| a.starts_with("mount."));
+    let first = args.get(1)?.to_string_lossy().into_owned();
+    if !as_helper && (first.starts_with('-') || subcommands.contains(&first.as_str())) {
+        return None;
+    }
+    let (mut positional, mut options, mut foreground) = (Vec::new(), Vec::new(), false);
+    let mut it = args[1..].iter();
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "-o" {
+            match it.next() {
+                Some(o) => options.push(o.to_string_lossy().into_owned()),
+                None => return Some(Err("-o needs a list of options".into())),
+            }
+        } else if let Some(o) = s.strip_prefix("-o") {
+            options.push(o.to_string());
+        } else if s == "-f" {
+            foreground = true;
+        } else if ["-n", "-s", "-v"].contains(&s.as_ref()) {
+            // mount(8)'s "no mtab", "sloppy", "verbose": nothing to do here.
+        } else if s.starts_with('-') {
+            return Some(Err(format!(
+                "unknown flag {s} (the mount form takes -o OPTIONS and -f)"
+            )));
+        } else {
+            positional.push(PathBuf::from(a));
+        }
+    }
+    if positional.len() != 2 {
+        if !as_helper && positional.len() < 2 {
+            return None; // e.g. a mistyped subcommand: let clap explain
+        }
+        return Some(Err(
+            "the mount form is: squeezefs BACKING MOUNTPOINT [-o OPTIONS] [-f]".into(),
+        ));
+    }
+    let mountpoint = positional.pop().expect("two");
+    let mut backing = positional.pop().expect("two");
+    // The old `fs#source` spelling of FUSE fstab lines.
+    if let Some(rest) = backing.to_str().and_then(|b| b.strip_prefix("squeezefs#")) {
+        backing = PathBuf::from(rest);
+    }
+    Some(Ok(HelperArgs {
+        backing,
+        mountpoint,
+        options,
+        foreground,
+    }))
+}
+
+/// Applies `-o` lists to a configuration, creating BACKING if needed, then mounts.
+pub fn mount(backing: PathBuf, mountpoint: PathBuf, options: &[String], daemon: bool) -> ExitCode {
+    let mut cfg = MountConfig::default();
+    for o in options {
+        if let Err(e) = cfg.apply_options(o) {
+            eprintln!("squeezefs: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if !backing.exists() {
+        if let Err(e) = std::fs::create_dir_all(&backing) {
+            eprintln!(
+                "squeezefs: cannot create backing directory {}: {e}",
+                backing.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    run(backing, mountpoint, cfg, daemon)
+}
+
+fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) -> ExitCode {
+    let fail = |e: std::io::Error| {
+        log::error!(
+            "mounting {} at {} failed: {e}",
+            backing.display(),
+            mountpoint.display()
+        );
+        ExitCode::FAILURE
+    };
+    log::info!(
+        "mounting {} at {} (compress={}, extent size {} KiB, format {FORMAT_VERSION})",
+        backing.display(),
+        mountpoint.display(),
+        cfg.codec,
+        (1u32 << cfg.extent_shift) / 1024
+    );
+    if !daemon {
+        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        };
+    }
+    // --daemon: the child mounts and reports readiness through a pipe; the parent exits 0
+    // only once the mount is live. Until then errors reach the terminal; after, syslog.
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return fail(std::io::Error::last_os_error());
+    }
+    match unsafe { libc::fork() } {
+        -1 => fail(std::io::Error::last_os_error()),
+        0 => {
+            unsafe {
+                libc::close(fds[0]);
+                libc::setsid();
+            }
+            let mut tx = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+            let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
+                if let Err(e) = crate::logging::to_syslog() {
+                    eprintln!("squeezefs: warning: no syslog socket ({e}): the daemon's log is discarded");
+                }
+                log::info!(
+                    "serving {} at {} (pid {})",
+                    backing.display(),
+                    mountpoint.display(),
+                    std::process::id()
+                );
+                let _ = tx.write_all(b"1");
+                let _ = std::env::set_current_dir("/");
+                detach_stdio();
+            });
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        _ => {
+            unsafe { libc::close(fds[1]) };
+            let mut rx = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+            let mut b = [0u8; 1];
+            match rx.read(&mut b) {
+                Ok(1) => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+/// Points stdin, stdout and stderr at /dev/null (a detached daemon keeps no terminal).
+fn detach_stdio() {
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    if null >= 0 {
+        for fd in 0..3 {
+            unsafe { libc::dup2(null, fd) };
+        }
+        if null > 2 {
+            unsafe { libc::close(null) };
+        }
+    }
+}
+
+/// `squeezefs umount MOUNTPOINT`: unmounts, then waits until the daemon has written
+/// everything out and exited, so the backing directory is complete when this returns.
+pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), String> {
+    let canon = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if !crate::locate::squeezefs_mounts(&info).contains(&canon) {
+        return Err(format!("{} is not a squeezefs mount point", canon.display()));
+    }
+    let daemon = crate::stats::read(&canon)
+        .ok()
+        .and_then(|v| v["mount"]["backing"].as_str().map(PathBuf::from))
+        .and_then(|b| squeezefs_fs::lock::holder_of(&b));
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = if root {
+        let c = std::ffi::CString::new(canon.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EBUSY) => format!(
+                    "{}: busy (a process has a file or its working directory there; `fuser -vm {}` \
+                     names it, or use --lazy)",
+                    canon.display(),
+                    canon.display()
+                ),
+                _ => format!("{}: {e}", canon.display()),
+            });
+        }
+        true
+    } else {
+        let mut cmd = std::process::Command::new("fusermount3");
+        cmd.arg("-u");
+        if lazy {
+            cmd.arg("-z");
+        }
+        cmd.arg(&canon)
+            .status()
+            .map_err(|e| format!("fusermount3: {e} (install fuse3)"))?
+            .success()
+    };
+    if !ok {
+        return Err(format!("{}: fusermount3 -u failed (see above)", canon.display()));
+    }
+    if let Some(pid) = daemon {
+        let start = Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            if start.elapsed() > wait {
+                return Err(format!(
+                    "unmounted, but the daemon (pid {pid}) is still writing after {} s",
+                    wait.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<OsString> {
+        s.iter().map(OsString::from).collect()
+    }
+
+    const SUBS: &[&str] = &["mount", "stats"];
+
+    #[test]
+    fn recognises_the_mount_helper_form() {
+        let h = helper_form(
+            &args(&["squeezefs", "/srv/b", "/srv/m", "-o", "rw,compress=zstd:3"]),
+            SUBS,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.backing, PathBuf::from("/srv/b"));
+        assert_eq!(h.mountpoint, PathBuf::from("/srv/m"));
+        assert_eq!(h.options, vec!["rw,compress=zstd:3".to_string()]);
+        assert!(!h.foreground);
+        let h = helper_form(
+            &args(&[
+                "/sbin/mount.fuse.squeezefs",
+                "squeezefs#/b",
+                "/m",
+                "-oro",
+                "-f",
+                "-n",
+            ]),
+            SUBS,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (h.backing, h.options, h.foreground),
+            (PathBuf::from("/b"), vec!["ro".to_string()], true)
+        );
+        assert!(helper_form(&args(&["squeezefs", "stats", "/m"]), SUBS).is_none());
+        assert!(helper_form(&args(&["squeezefs", "--help"]), SUBS).is_none());
+        assert!(helper_form(&args(&["squeezefs", "stast"]), SUBS).is_none());
+        assert!(helper_form(&args(&["squeezefs", "/b", "/m", "-x"]), SUBS)
+            .unwrap()
+            .is_err());
+        assert!(helper_form(&args(&["squeezefs", "/b", "/m", "/x"]), SUBS)
+            .unwrap()
+            .is_err());
+    }
+}

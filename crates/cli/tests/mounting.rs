@@ -1,0 +1,253 @@
+//! Mounting like any other filesystem (mount -t fuse.squeezefs, /etc/fstab, --daemon with
+//! syslog, squeezefs umount) and the finish of the command line (--version, --help examples,
+//! man pages, completions). Needs root: it installs the mount helper for the test.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{is_mounted, require_fuse, scratch, squeezefs};
+
+const HELPER: &str = "/usr/sbin/mount.fuse.squeezefs";
+
+/// Puts this build at /usr/sbin/mount.fuse.squeezefs (what scripts/install does) and puts
+/// back whatever was there when dropped.
+struct Helper {
+    before: Option<PathBuf>,
+}
+
+impl Helper {
+    fn install() -> Helper {
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "mount(8) helpers need root: run the tests as root"
+        );
+        require_fuse();
+        let before = fs::read_link(HELPER).ok();
+        let _ = fs::remove_file(HELPER);
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_squeezefs"), HELPER).unwrap();
+        Helper { before }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(HELPER);
+        if let Some(b) = &self.before {
+            let _ = std::os::unix::fs::symlink(b, HELPER);
+        }
+    }
+}
+
+fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
+    p.as_ref()
+}
+
+fn live(mnt: &Path) -> serde_json::Value {
+    let out = squeezefs(&[os("stats"), os("--live"), mnt.as_os_str(), os("--json")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn umount(mnt: &Path) {
+    let out = squeezefs(&[os("umount"), mnt.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "umount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(mnt));
+}
+
+/// The pid of the daemon serving `backing` (the holder of its lock).
+fn daemon_pid(backing: &Path) -> Option<u32> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "grep -l -- '{}' /proc/[0-9]*/cmdline 2>/dev/null",
+            backing.display()
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split('/').nth(2)?.parse().ok())
+        .find(|&p: &u32| p != std::process::id())
+}
+
+#[test]
+fn mount_t_fuse_squeezefs_and_fstab_lines_work_and_umount_waits_for_the_daemon() {
+    let _h = Helper::install();
+    let d = scratch("mount-t");
+    let (backing, mnt) = (d.join("backing"), d.join("mnt"));
+    let st = Command::new("mount")
+        .args(["-t", "fuse.squeezefs"])
+        .arg(&backing)
+        .arg(&mnt)
+        .args(["-o", "compress=zstd:9,nofail"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -t fuse.squeezefs failed");
+    assert!(is_mounted(&mnt), "mount(8) returns once the filesystem is there");
+    assert_eq!(live(&mnt)["mount"]["compress"], "zstd:9");
+    let text: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    fs::write(mnt.join("f"), &text).unwrap();
+    let pid = daemon_pid(&backing).expect("a detached daemon");
+    umount(&mnt);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "umount returns after the daemon has exited"
+    );
+    // What it wrote is complete and clean at rest.
+    let out = squeezefs(&[os("check"), backing.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // An fstab line (here a private fstab file), mounted by its mount point.
+    let fstab = d.join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "# squeezefs\n{} {} fuse.squeezefs compress=lz4,noauto,nofail,x-systemd.automount 0 0\n",
+            backing.display(),
+            mnt.display()
+        ),
+    )
+    .unwrap();
+    let st = Command::new("mount")
+        .arg("--fstab")
+        .arg(&fstab)
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount from an fstab line failed");
+    assert_eq!(live(&mnt)["mount"]["compress"], "lz4:1");
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), text);
+    umount(&mnt);
+
+    // Bad options are refused with the option named, and nothing is mounted.
+    let out = Command::new("mount")
+        .args(["-t", "fuse.squeezefs"])
+        .arg(&backing)
+        .arg(&mnt)
+        .args(["-o", "compress=zstd:99"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("zstd:99") || !is_mounted(&mnt));
+    assert!(!is_mounted(&mnt));
+    // umount of something that is not a squeezefs says so.
+    let out = squeezefs(&[os("umount"), d.as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a squeezefs mount"));
+}
+
+#[test]
+fn a_daemon_detaches_once_mounted_and_logs_to_syslog() {
+    require_fuse();
+    let d = scratch("daemon-syslog");
+    let (backing, mnt) = (d.join("backing"), d.join("mnt"));
+    let sock_path = d.join("log.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .env("SQUEEZEFS_SYSLOG_SOCKET", &sock_path)
+        .args([os("mount"), backing.as_os_str(), mnt.as_os_str(), os("--daemon")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_mounted(&mnt), "--daemon returns only once mounted");
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut recv_until = |want: &str, lines: &mut Vec<String>| {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let n = sock.recv(&mut buf).expect("a syslog line");
+            let l = String::from_utf8_lossy(&buf[..n]).into_owned();
+            lines.push(l.clone());
+            if l.contains(want) {
+                return l;
+            }
+        }
+        panic!("no syslog line with {want:?}: {lines:?}");
+    };
+    let l = recv_until("serving", &mut lines);
+    assert!(l.starts_with("<30>squeezefs["), "daemon.info, tagged: {l}");
+    // A warning from the running daemon reaches syslog too, with its priority.
+    fs::write(mnt.join("f"), b"x").unwrap();
+    let st = Command::new("setfattr")
+        .args(["-n", "user.squeezefs.compression", "-v", "zstd:99"])
+        .arg(mnt.join("f"))
+        .status()
+        .unwrap();
+    assert!(!st.success());
+    let l = recv_until("zstd:99", &mut lines);
+    assert!(l.starts_with("<28>squeezefs["), "daemon.warning: {l}");
+    umount(&mnt);
+}
+
+#[test]
+fn the_command_line_teaches_and_documents_itself() {
+    let out = squeezefs(&[os("--version")]);
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert!(v.contains("container format 2") && v.contains("reads 1"), "{v}");
+    let help = squeezefs(&[os("--help")]);
+    let subs: Vec<String> = String::from_utf8_lossy(&help.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .filter(|s| s != "help")
+        .collect();
+    for want in [
+        "mount", "umount", "stats", "compress", "estimate", "check", "property", "bench",
+    ] {
+        assert!(subs.iter().any(|s| s == want), "{want} not in {subs:?}");
+    }
+    for s in &subs {
+        let out = squeezefs(&[os(s), os("--help")]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Example"),
+            "`squeezefs {s} --help` has no example:\n{text}"
+        );
+    }
+    let d = scratch("man");
+    let out = squeezefs(&[os("man"), d.as_os_str()]);
+    assert!(out.status.success());
+    for page in [
+        "squeezefs.1",
+        "squeezefs-compress.1",
+        "squeezefs-estimate.1",
+        "squeezefs-property-set.1",
+    ] {
+        let text = fs::read_to_string(d.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH"), "{page} is a man page");
+    }
+    assert!(fs::read_to_string(d.join("squeezefs-compress.1"))
+        .unwrap()
+        .contains("btrfs"));
+    for shell in ["bash", "zsh", "fish"] {
+        let out = squeezefs(&[os("completions"), os(shell)]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("estimate") && text.contains("extent-size"),
+            "{shell}"
+        );
+    }
+    // Errors name the path and what to do.
+    let out = squeezefs(&[os("check"), os("/nonexistent/backing")]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/backing"));
+    let out = squeezefs(&[os("compress"), os("/tmp"), os("--codec"), os("zstd:99")]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("zstd:1 … zstd:19"), "{e}");
+}
