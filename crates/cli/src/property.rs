@@ -80,31 +80,10 @@ fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
     ))
 }
 
-/// The root of the squeezefs mount holding `path`: the highest ancestor on the same device.
-fn mount_root(path: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let abs = std::fs::canonicalize(path).ok()?;
-    let dev = std::fs::metadata(&abs).ok()?.dev();
-    let mut root = if abs.is_dir() {
-        abs.clone()
-    } else {
-        abs.parent()?.to_path_buf()
-    };
-    while let Some(parent) = root.parent() {
-        if std::fs::metadata(parent).ok()?.dev() != dev {
-            break;
-        }
-        root = parent.to_path_buf();
-    }
-    Some(root)
-}
-
 /// The mount's defaults, from its live statistics file.
 fn mount_defaults(path: &Path) -> Option<serde_json::Value> {
-    let root = mount_root(path)?;
-    let doc = std::fs::read(root.join(squeezefs_fs::statsfile::NAME)).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&doc).ok()?;
-    v.get("mount").cloned()
+    let mount = crate::locate::locate(path).ok()?.mount?;
+    crate::stats::read(&mount).ok()?.get("mount").cloned()
 }
 
 fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> {
