@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
+use common::{files_under, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
@@ -26,21 +26,12 @@ fn types(v: &Value) -> Vec<String> {
 
 /// What the files under `root` occupy, each inode once.
 fn allocated(root: &Path) -> u64 {
-    let mut sum = 0;
     let mut seen = std::collections::HashSet::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let md = fs::symlink_metadata(&p).unwrap();
-            if md.is_dir() {
-                stack.push(p);
-            } else if md.is_file() && seen.insert(md.ino()) {
-                sum += md.blocks() * 512;
-            }
-        }
-    }
-    sum
+    files_under(root)
+        .into_iter()
+        .filter(|(_, m)| seen.insert(m.ino()))
+        .map(|(_, m)| m.blocks() * 512)
+        .sum()
 }
 
 fn same_tree(root: &Path, files: &[(PathBuf, Vec<u8>)]) {

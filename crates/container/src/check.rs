@@ -3,7 +3,7 @@
 //! torn or stale extent copies next to a valid newer one, extents past the end, a container
 //! whose first superblock never landed — and never the only valid copy of anything.
 
-use crate::container::{has_extent_header, is_container};
+use crate::container::{read_head, Head};
 use crate::encode::{decode_payload, payload_ok};
 use crate::format::{
     half_offset, sb_offset, slot_size, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN,
@@ -106,13 +106,13 @@ fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, h: u8) -> Result<Half> {
 pub fn check<S: Storage>(st: &S) -> Result<Report> {
     let mut r = Report::default();
     let len = st.len()?;
-    if len == 0 {
-        return Ok(r);
-    }
-    let mut blocks = vec![0u8; 2 * BLOCK as usize];
-    let n = read_full(st, &mut blocks, 0)?;
-    if !is_container(&blocks[..n]) {
-        if blocks[..n].iter().all(|&b| b == 0) && has_extent_header(st)? {
+    let blocks = match read_head(st)? {
+        Head::Empty => return Ok(r),
+        Head::Plain => {
+            r.plain = true;
+            return Ok(r);
+        }
+        Head::Uncommitted => {
             r.findings.push(Finding {
                 severity: Severity::Leftover,
                 extent: None,
@@ -121,11 +121,11 @@ pub fn check<S: Storage>(st: &S) -> Result<Report> {
                     .into(),
                 fix: Some(Fix::Truncate(0)),
             });
-        } else {
-            r.plain = true;
+            return Ok(r);
         }
-        return Ok(r);
-    }
+        Head::Container(b) => b,
+    };
+    let n = blocks.len();
     let mut copies = Vec::new();
     for slot in 0..2u8 {
         let start = (sb_offset(slot) as usize).min(n);

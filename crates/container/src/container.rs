@@ -210,21 +210,16 @@ impl<S: Storage> Container<S> {
     /// Opens the container in `storage`. An empty file becomes an empty container (its
     /// superblock is written at the first flush); a file without the magic is plain.
     pub fn open(storage: S, opts: &Options) -> Result<Container<S>> {
-        let len = storage.len()?;
-        if len == 0 {
-            let p = Packed::new(opts.extent_shift, opts, 0);
-            return Ok(Container {
-                storage,
-                mode: Mode::Packed(Box::new(p)),
-            });
-        }
-        let mut blocks = vec![0u8; 2 * BLOCK as usize];
-        let n = read_full(&storage, &mut blocks, 0)?;
-        if !is_container(&blocks[..n]) {
-            if blocks[..n].iter().all(|&b| b == 0) && has_extent_header(&storage)? {
-                // A new container whose first superblock never reached the disk (a crash
-                // or kill between writing its extents and committing it): nothing of it
-                // was ever durable, so it is empty. Its extents go at the first flush.
+        let blocks = match read_head(&storage)? {
+            Head::Empty => {
+                let p = Packed::new(opts.extent_shift, opts, 0);
+                return Ok(Container {
+                    storage,
+                    mode: Mode::Packed(Box::new(p)),
+                });
+            }
+            Head::Uncommitted => {
+                // Its extents go at the first flush.
                 warn!("container without a superblock (never committed before a crash): empty");
                 let mut p = Packed::new(opts.extent_shift, opts, 0);
                 p.stale_from = Some(0);
@@ -233,11 +228,15 @@ impl<S: Storage> Container<S> {
                     mode: Mode::Packed(Box::new(p)),
                 });
             }
-            return Ok(Container {
-                storage,
-                mode: Mode::Plain,
-            });
-        }
+            Head::Plain => {
+                return Ok(Container {
+                    storage,
+                    mode: Mode::Plain,
+                })
+            }
+            Head::Container(b) => b,
+        };
+        let n = blocks.len();
         let mut best: Option<(u8, Superblock)> = None;
         let mut valid_copies = 0;
         let mut reasons = Vec::new();
@@ -1404,19 +1403,48 @@ impl Packed {
     }
 }
 
-/// Whether the first data past the superblocks is a valid extent header (of any extent
-/// size): what a container looks like before its first superblock lands. A plain file
-/// cannot pass by chance: the header carries a magic, its index and an XXH3 of itself.
+/// What the start of a backing file says it is (shared by open, check and usage).
+pub(crate) enum Head {
+    /// An empty file: an empty container.
+    Empty,
+    /// Not a container: served as it is.
+    Plain,
+    /// A new container whose first superblock never landed (a crash between writing its
+    /// extents and its first commit): nothing of it was ever durable, so it is empty.
+    Uncommitted,
+    /// A container, with its first two blocks (short if the file is).
+    Container(Vec<u8>),
+}
+
+pub(crate) fn read_head<S: Storage>(st: &S) -> Result<Head> {
+    if st.len()? == 0 {
+        return Ok(Head::Empty);
+    }
+    let mut blocks = vec![0u8; 2 * BLOCK as usize];
+    let n = read_full(st, &mut blocks, 0)?;
+    blocks.truncate(n);
+    if is_container(&blocks) {
+        return Ok(Head::Container(blocks));
+    }
+    if blocks.iter().all(|&b| b == 0) && has_extent_header(st)? {
+        return Ok(Head::Uncommitted);
+    }
+    Ok(Head::Plain)
+}
+
 /// Whether the first two blocks of a backing file (`blocks`, possibly short) are a
 /// container's: either superblock copy carries the magic, or one whose magic alone decayed.
-pub(crate) fn is_container(blocks: &[u8]) -> bool {
+fn is_container(blocks: &[u8]) -> bool {
     (0..2u8).any(|slot| {
         let start = (sb_offset(slot) as usize).min(blocks.len());
         is_superblock(&blocks[start..(start + BLOCK as usize).min(blocks.len())])
     })
 }
 
-pub(crate) fn has_extent_header<S: Storage>(st: &S) -> Result<bool> {
+/// Whether the first data past the superblocks is a valid extent header (of any extent
+/// size): what a container looks like before its first superblock lands. A plain file
+/// cannot pass by chance: the header carries a magic, its index and an XXH3 of itself.
+fn has_extent_header<S: Storage>(st: &S) -> Result<bool> {
     let Some(at) = st.next_data(DATA_START)? else {
         return Ok(false);
     };

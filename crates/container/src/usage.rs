@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use squeezefs_codec::Algorithm;
 
-use crate::container::{has_extent_header, is_container};
+use crate::container::{read_head, Head};
 use crate::format::{half_offset, sb_offset, ExtentHeader, Superblock, BLOCK, EXTENT_HEADER_LEN};
 use crate::storage::{read_full, Storage};
 use crate::Result;
@@ -79,18 +79,16 @@ fn blocks(n: u64) -> u64 {
 /// Accounts one backing file, reading its superblocks and the 48-byte header of each half.
 pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
     let mut u = Usage::default();
-    let len = st.len()?;
-    if len == 0 {
-        return Ok(u);
-    }
-    let mut head = vec![0u8; 2 * BLOCK as usize];
-    let n = read_full(st, &mut head, 0)?;
-    if !is_container(&head[..n]) {
-        // A never-committed container is empty; anything else is a plain file.
-        u.plain = !(head[..n].iter().all(|&b| b == 0) && has_extent_header(st)?);
-        u.size = if u.plain { len } else { 0 };
-        return Ok(u);
-    }
+    let head = match read_head(st)? {
+        Head::Empty | Head::Uncommitted => return Ok(u),
+        Head::Plain => {
+            u.plain = true;
+            u.size = st.len()?;
+            return Ok(u);
+        }
+        Head::Container(b) => b,
+    };
+    let n = head.len();
     let sb = (0..2u8)
         .filter_map(|slot| {
             let s = (sb_offset(slot) as usize).min(n);

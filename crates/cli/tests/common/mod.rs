@@ -143,12 +143,10 @@ pub fn squeezefs_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// A real tree to work on: this repository's sources, copied (every regular file, with its
-/// relative path), so the tests see real code and text, not generated data.
-pub fn real_tree(into: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates");
+/// Every regular file under `root` (symlinks not followed), with its metadata.
+pub fn files_under(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
     let mut out = Vec::new();
-    let mut stack = vec![root.clone()];
+    let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -156,15 +154,28 @@ pub fn real_tree(into: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             if md.is_dir() {
                 stack.push(p);
             } else if md.is_file() {
-                let rel = p.strip_prefix(&root).unwrap().to_path_buf();
-                let data = fs::read(&p).unwrap();
-                let dst = into.join(&rel);
-                fs::create_dir_all(dst.parent().unwrap()).unwrap();
-                fs::write(&dst, &data).unwrap();
-                out.push((rel, data));
+                out.push((p, md));
             }
         }
     }
+    out
+}
+
+/// A real tree to work on: this repository's sources, copied (every regular file, with its
+/// relative path), so the tests see real code and text, not generated data.
+pub fn real_tree(into: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates");
+    let mut out: Vec<(PathBuf, Vec<u8>)> = files_under(&root)
+        .into_iter()
+        .map(|(p, _)| {
+            let rel = p.strip_prefix(&root).unwrap().to_path_buf();
+            let data = fs::read(&p).unwrap();
+            let dst = into.join(&rel);
+            fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            fs::write(&dst, &data).unwrap();
+            (rel, data)
+        })
+        .collect();
     out.sort();
     out
 }
