@@ -33,7 +33,7 @@ use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, FileStorage, Options};
 use squeezefs_fs::{props, sys};
 
-use crate::bench::util::{bar, human};
+use crate::bench::util::{bytes_bar, human};
 
 pub struct Args {
     pub paths: Vec<PathBuf>,
@@ -468,7 +468,9 @@ pub fn main(args: Args) -> Result<u8, String> {
         }
     }
     let total: u64 = jobs.iter().map(|(j, _)| j.size).sum();
-    let pb = bar(total, "compress");
+    let pb = bytes_bar(total, "compress");
+    // The ratio so far (logical bytes done / disk they now take), shown beside the file.
+    let ratio_so_far = std::sync::Mutex::new(String::new());
     if args.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -485,7 +487,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         let done: Vec<(Result<Done, String>, u64)> = batch
             .par_iter()
             .map(|(job, on_mount)| {
-                pb.set_message(job.path.display().to_string());
+                pb.set_message(format!("{}{}", ratio_so_far.lock().unwrap(), job.path.display()));
                 let disk_before = blocks(&job.backing);
                 let r = if job.size == 0 {
                     Ok(Done::Skipped)
@@ -540,6 +542,9 @@ pub fn main(args: Args) -> Result<u8, String> {
                     pb.suspend(|| eprintln!("squeezefs compress: {e}"));
                 }
             }
+        }
+        if s.disk_after > 0 {
+            *ratio_so_far.lock().unwrap() = format!("ratio {:.2}  ", s.bytes as f64 / s.disk_after as f64);
         }
     }
     let mut s = summary.into_inner().unwrap();

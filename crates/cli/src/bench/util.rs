@@ -118,6 +118,19 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     b
 }
 
+/// A progress bar counting bytes, with the rate and the time left.
+pub fn bytes_bar(len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template(&format!(
+            "{what} [{{bar:30}}] {{binary_bytes}}/{{binary_total_bytes}} {{binary_bytes_per_sec}} {{msg}} ({{elapsed}}, {{eta}} left)"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    b
+}
+
 /// 1536 -> "1.5 KiB".
 pub fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
