@@ -79,6 +79,9 @@ struct Job {
     backing: PathBuf,
     size: u64,
     links: u64,
+    /// The codec in force for a file without its own property: the mount's `compress=`
+    /// (offline: zstd:3, what a mount uses by default).
+    default_codec: CodecSpec,
 }
 
 impl Job {
@@ -184,27 +187,22 @@ fn syncfs(path: &Path) -> Result<(), String> {
 }
 
 /// Whether the backing file is a container written with `codec` already: every extent is,
-/// and (for inline data, whose level is not recorded) `codec` is its compression property.
-fn already(backing: &Path, codec: CodecSpec) -> bool {
+/// or is inline or raw (whose codec and level are not recorded) in a file whose codec —
+/// its compression property, or `default` when it has none — is `codec`.
+fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
     let Ok(f) = File::open(backing) else { return false };
     let st = FileStorage::new(f);
     let Ok(u) = usage(&st) else { return false };
-    let level = if codec.alg == squeezefs_codec::Algorithm::None {
-        0
-    } else {
-        codec.level as i16
-    };
+    let none = squeezefs_codec::Algorithm::None;
+    let level = if codec.alg == none { 0 } else { codec.level as i16 };
     let want = Kind::Extent(codec.alg, level);
-    let inline_ok = || {
-        File::open(backing).is_ok_and(|f| {
-            Container::open(FileStorage::new(f), &Options::default())
-                .is_ok_and(|c| c.compression_property() == Some(codec))
-        })
-    };
-    !u.plain
-        && u.parts
-            .keys()
-            .all(|k| *k == want || (*k == Kind::Inline && inline_ok()))
+    let unrecorded = |k: &Kind| *k == Kind::Inline || *k == Kind::Extent(none, 0);
+    if u.plain || !u.parts.keys().all(|k| *k == want || unrecorded(k)) {
+        return false;
+    }
+    !u.parts.keys().any(unrecorded)
+        || Container::open(st, &Options::default())
+            .is_ok_and(|c| c.compression_property().unwrap_or(default) == codec)
 }
 
 /// Plain, or its extent shift when it is a container.
@@ -214,26 +212,23 @@ fn layout(backing: &Path) -> Result<Option<u8>, String> {
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 
-fn target_codec(args: &Args, job: &Job, mount: bool) -> CodecSpec {
+/// The codec a file on a mount is to have: `--codec`, else its own property (new files
+/// take their directory's when created), else the mount's.
+fn target_codec(args: &Args, job: &Job) -> CodecSpec {
     args.codec.unwrap_or_else(|| {
-        if mount {
-            // The codec the daemon would use for this file now: its own or inherited.
-            let c = cstring(props::COMPRESSION);
-            File::open(&job.path)
-                .ok()
-                .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
-                .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
-                .unwrap_or(CodecSpec::DEFAULT)
-        } else {
-            CodecSpec::DEFAULT
-        }
+        let c = cstring(props::COMPRESSION);
+        File::open(&job.path)
+            .ok()
+            .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
+            .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
+            .unwrap_or(job.default_codec)
     })
 }
 
 /// A backing directory handled directly (no daemon).
 fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
-    let codec = args.codec.unwrap_or(CodecSpec::DEFAULT);
+    let codec = args.codec.unwrap_or(job.default_codec);
     let opts = Options {
         codec,
         extent_shift: args
@@ -244,7 +239,7 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     };
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            if args.codec.is_none() || already(&job.backing, codec) {
+            if args.codec.is_none() || already(&job.backing, codec, job.default_codec) {
                 return Ok(Done::Skipped);
             }
             let f = OpenOptions::new()
@@ -297,10 +292,10 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
 /// A file on a mount, through the daemon.
 fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
-    let codec = target_codec(args, job, true);
+    let codec = target_codec(args, job);
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            if already(&job.backing, codec) {
+            if already(&job.backing, codec, job.default_codec) {
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
@@ -334,7 +329,9 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     let (tmp, mut tf) = temp_beside(&job.path);
     let r = (|| {
         let t = tf.as_raw_fd();
-        if args.codec.is_some() || shape.is_none() {
+        // Without --codec the copy keeps what it inherited when created (its directory's
+        // property, or the mount's codec).
+        if args.codec.is_some() {
             sys::xattr_set(t, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
                 .map_err(|e| format!("setting the copy's compression: {e}"))?;
         }
@@ -411,6 +408,13 @@ pub fn main(args: Args) -> Result<u8, String> {
     for p in &args.paths {
         let loc = crate::locate::locate(p)?;
         let on_mount = loc.mount.is_some();
+        let default_codec = match &loc.mount {
+            Some(m) => crate::stats::read(m)?["mount"]["compress"]
+                .as_str()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(CodecSpec::DEFAULT),
+            None => CodecSpec::DEFAULT,
+        };
         if !on_mount {
             not_served(&loc.backing)?;
         }
@@ -462,6 +466,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     backing,
                     size: m.len(),
                     links,
+                    default_codec,
                 },
                 on_mount,
             ));

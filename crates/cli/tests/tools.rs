@@ -279,6 +279,49 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
 }
 
 #[test]
+fn compress_without_a_codec_uses_the_mount_and_directory_codecs() {
+    let d = scratch("compress-default");
+    let files = real_tree(&d.join("backing/adopted"));
+    fs::create_dir_all(d.join("backing/deep")).unwrap();
+    let m = Mount::new(&d, "compress=lz4");
+    Command::new("setfattr")
+        .args(["-n", "user.squeezefs.compression", "-v", "zlib:9"])
+        .arg(m.path("deep"))
+        .status()
+        .unwrap();
+    // Plain files in an adopted directory, and one more in a directory with its own codec
+    // (put there behind the daemon's back: an adopted file, not a new one).
+    let big: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| format!("{i} row\n").into_bytes())
+        .collect();
+    fs::write(d.join("backing/deep/rows.txt"), &big).unwrap();
+    let r = squeezefs_json(&[os("compress"), m.mnt.as_os_str()]);
+    assert_eq!(r["failed"], 0, "{r}");
+    assert_eq!(r["converted"], files.len() as u64 + 1, "{r}");
+    let adopted = squeezefs_json(&[os("stats"), m.path("adopted").as_os_str()]);
+    assert!(
+        types(&adopted)
+            .iter()
+            .all(|t| t == "lz4:1" || t == "inline" || t == "none"),
+        "{adopted}"
+    );
+    let deep = squeezefs_json(&[os("stats"), m.path("deep").as_os_str()]);
+    assert_eq!(types(&deep), vec!["zlib:9".to_string()], "{deep}");
+    // Nothing was pinned: the files follow the mount's codec, and a second run has nothing to do.
+    let own = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.squeezefs.compression"])
+        .arg(m.path("adopted").join(&files[0].0))
+        .output()
+        .unwrap();
+    assert!(!own.status.success(), "no property of its own: {:?}", own.stdout);
+    let again = squeezefs_json(&[os("compress"), m.mnt.as_os_str()]);
+    assert_eq!(again["skipped"], files.len() as u64 + 1, "{again}");
+    same_tree(&m.path("adopted"), &files);
+    assert_eq!(fs::read(m.path("deep/rows.txt")).unwrap(), big);
+    m.unmount();
+}
+
+#[test]
 fn an_interrupted_compress_leaves_every_file_whole() {
     let d = scratch("compress-kill");
     let backing = d.join("backing");
