@@ -151,7 +151,7 @@ fn copy_metadata(from: &File, to: &File) -> Result<(), String> {
 }
 
 /// A new file beside `path` for the copy.
-fn temp_beside(path: &Path) -> (PathBuf, File) {
+fn temp_beside(path: &Path) -> Result<(PathBuf, File), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
     let mut n = 0u32;
@@ -164,9 +164,15 @@ fn temp_beside(path: &Path) -> (PathBuf, File) {
             .mode(0o600)
             .open(&tmp)
         {
-            Ok(f) => return (tmp, f),
-            Err(_) if n < 100 => n += 1,
-            Err(e) => panic!("{}: {e}", tmp.display()),
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the copy {}: {e} (compress writes a copy beside each file it \
+                     converts: it needs write access to the directory and room for one file)",
+                    tmp.display()
+                ))
+            }
         }
     }
 }
@@ -212,17 +218,13 @@ fn layout(backing: &Path) -> Result<Option<u8>, String> {
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 
-/// The codec a file on a mount is to have: `--codec`, else its own property (new files
-/// take their directory's when created), else the mount's.
-fn target_codec(args: &Args, job: &Job) -> CodecSpec {
-    args.codec.unwrap_or_else(|| {
-        let c = cstring(props::COMPRESSION);
-        File::open(&job.path)
-            .ok()
-            .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
-            .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
-            .unwrap_or(job.default_codec)
-    })
+/// A file's own compression property, read through the mount.
+fn own_codec(path: &Path) -> Option<CodecSpec> {
+    let c = cstring(props::COMPRESSION);
+    File::open(path)
+        .ok()
+        .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
+        .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
 }
 
 /// A backing directory handled directly (no daemon).
@@ -264,16 +266,21 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
         &opts,
     )
     .map_err(|e| err(&job.backing, e))?;
-    let (tmp, tf) = temp_beside(&job.backing);
+    // The copy gets `--codec`, else keeps the file's own property.
+    let own = args.codec.or(src.compression_property());
+    let opts = Options {
+        codec: own.unwrap_or(job.default_codec),
+        ..opts
+    };
+    let (tmp, tf) = temp_beside(&job.backing).map_err(|e| err(&job.backing, e))?;
     let r = (|| {
         let mut dst = Container::open(
             FileStorage::new(tf.try_clone().map_err(|e| e.to_string())?),
             &opts,
         )
         .map_err(|e| e.to_string())?;
-        if args.codec.is_some() {
-            dst.set_compression_property(Some(codec))
-                .map_err(|e| e.to_string())?;
+        if own.is_some() {
+            dst.set_compression_property(own).map_err(|e| e.to_string())?;
         }
         if args.extent_shift.is_some() {
             dst.set_extent_size_property(args.extent_shift)
@@ -292,7 +299,10 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
 /// A file on a mount, through the daemon.
 fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
-    let codec = target_codec(args, job);
+    // `--codec`, else the file's own property (new files take their directory's when
+    // created), else the mount's.
+    let own = args.codec.or_else(|| own_codec(&job.path));
+    let codec = own.unwrap_or(job.default_codec);
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
             if already(&job.backing, codec, job.default_codec) {
@@ -326,12 +336,12 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     }
     let mut src = File::open(&job.path).map_err(|e| err(&job.path, e))?;
     let before = src.metadata().map_err(|e| err(&job.path, e))?;
-    let (tmp, mut tf) = temp_beside(&job.path);
+    let (tmp, mut tf) = temp_beside(&job.path).map_err(|e| err(&job.path, e))?;
     let r = (|| {
         let t = tf.as_raw_fd();
-        // Without --codec the copy keeps what it inherited when created (its directory's
-        // property, or the mount's codec).
-        if args.codec.is_some() {
+        // The copy gets `--codec` or the file's own property; without either it keeps what
+        // it inherited when created (its directory's property, or the mount's codec).
+        if own.is_some() {
             sys::xattr_set(t, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
                 .map_err(|e| format!("setting the copy's compression: {e}"))?;
         }

@@ -186,6 +186,17 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
     // Run again: nothing left to do.
     let again = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
     assert_eq!(again["skipped"], files.len() as u64, "{again}");
+    // A new extent size alone: copies keep their codec (their own property).
+    let big = &files.iter().max_by_key(|f| f.1.len()).unwrap().0;
+    let r = squeezefs_json(&[
+        os("compress"),
+        backing.join(big).as_os_str(),
+        os("--extent-size"),
+        os("64K"),
+    ]);
+    assert_eq!(r["converted"], 1, "{r}");
+    let one = squeezefs_json(&[os("stats"), backing.join(big).as_os_str()]);
+    assert!(types(&one).iter().all(|t| t == "zstd:7" || t == "none"), "{one}");
 
     // Every byte reads back through a mount, and check finds nothing wrong.
     let m = Mount::new(&d, "");
@@ -265,6 +276,14 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
         .output()
         .unwrap();
     assert_eq!(es.stdout, b"1M");
+    let kept = Command::new("getfattr")
+        .args(["--only-values", "-n", "user.squeezefs.compression"])
+        .arg(m.path("t").join(one))
+        .output()
+        .unwrap();
+    assert_eq!(kept.stdout, b"zstd:5", "the copy keeps the file's own codec");
+    let s2 = squeezefs_json(&[os("stats"), m.path("t").as_os_str()]);
+    assert!(types(&s2).iter().all(|t| t != "zstd:3"), "{s2}");
     same_tree(&m.path("t"), &files);
     assert_eq!(fs::read(m.path("t/big.txt")).unwrap(), big);
     let leftovers: Vec<_> = fs::read_dir(m.path("t"))
