@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{files_under, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
+use common::{files_under, getfattr, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
@@ -176,12 +176,8 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
         (md.uid(), md.gid(), md.mtime()),
         (before.uid(), before.gid(), before.mtime())
     );
-    let x = Command::new("getfattr")
-        .args(["--only-values", "-n", "user.origin"])
-        .arg(&first)
-        .output()
-        .unwrap();
-    assert_eq!(x.stdout, b"adopted");
+    let x = getfattr(&first, "user.origin");
+    assert_eq!(x.as_deref(), Some(&b"adopted"[..]));
 
     // Run again: nothing left to do.
     let again = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
@@ -248,12 +244,8 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
     assert_eq!(fs::metadata(m.path("t/big.txt")).unwrap().ino(), ino);
     assert_eq!(fs::metadata(m.path("big-link")).unwrap().nlink(), 2);
     // The file now has the codec as its property, so later writes use it too.
-    let p = Command::new("getfattr")
-        .args(["--only-values", "-n", "user.squeezefs.compression"])
-        .arg(m.path("t/big.txt"))
-        .output()
-        .unwrap();
-    assert_eq!(p.stdout, b"zstd:5");
+    let p = getfattr(&m.path("t/big.txt"), "user.squeezefs.compression");
+    assert_eq!(p.as_deref(), Some(&b"zstd:5"[..]));
 
     // Another extent size: copied and renamed over; the hard-linked file is left alone.
     let r = squeezefs_json(&[
@@ -270,18 +262,14 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
         .find(|f| f.1.len() > 8192)
         .expect("a file with extents")
         .0;
-    let es = Command::new("getfattr")
-        .args(["--only-values", "-n", "user.squeezefs.extent_size"])
-        .arg(m.path("t").join(one))
-        .output()
-        .unwrap();
-    assert_eq!(es.stdout, b"1M");
-    let kept = Command::new("getfattr")
-        .args(["--only-values", "-n", "user.squeezefs.compression"])
-        .arg(m.path("t").join(one))
-        .output()
-        .unwrap();
-    assert_eq!(kept.stdout, b"zstd:5", "the copy keeps the file's own codec");
+    let es = getfattr(&m.path("t").join(one), "user.squeezefs.extent_size");
+    assert_eq!(es.as_deref(), Some(&b"1M"[..]));
+    let kept = getfattr(&m.path("t").join(one), "user.squeezefs.compression");
+    assert_eq!(
+        kept.as_deref(),
+        Some(&b"zstd:5"[..]),
+        "the copy keeps the file's own codec"
+    );
     let s2 = squeezefs_json(&[os("stats"), m.path("t").as_os_str()]);
     assert!(types(&s2).iter().all(|t| t != "zstd:3"), "{s2}");
     same_tree(&m.path("t"), &files);
@@ -327,12 +315,8 @@ fn compress_without_a_codec_uses_the_mount_and_directory_codecs() {
     let deep = squeezefs_json(&[os("stats"), m.path("deep").as_os_str()]);
     assert_eq!(types(&deep), vec!["zlib:9".to_string()], "{deep}");
     // Nothing was pinned: the files follow the mount's codec, and a second run has nothing to do.
-    let own = Command::new("getfattr")
-        .args(["--only-values", "-n", "user.squeezefs.compression"])
-        .arg(m.path("adopted").join(&files[0].0))
-        .output()
-        .unwrap();
-    assert!(!own.status.success(), "no property of its own: {:?}", own.stdout);
+    let own = getfattr(&m.path("adopted").join(&files[0].0), "user.squeezefs.compression");
+    assert_eq!(own, None, "no property of its own");
     let again = squeezefs_json(&[os("compress"), m.mnt.as_os_str()]);
     assert_eq!(again["skipped"], files.len() as u64 + 1, "{again}");
     same_tree(&m.path("adopted"), &files);

@@ -105,30 +105,30 @@ pub fn median(xs: &mut [f64]) -> f64 {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn bar(len: u64, what: &str) -> ProgressBar {
+/// A progress bar on stderr (hidden when stderr is not a terminal), `{counts}` filling in
+/// what it counts.
+fn styled_bar(len: u64, what: &str, counts: &str) -> ProgressBar {
     let b = ProgressBar::new(len);
     b.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{bar:30}}] {{pos}}/{{len}} {{msg}} ({{elapsed}})"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template(&format!("{what} [{{bar:30}}] {counts}"))
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     b
 }
 
+/// A progress bar counting items.
+pub fn bar(len: u64, what: &str) -> ProgressBar {
+    styled_bar(len, what, "{pos}/{len} {msg} ({elapsed})")
+}
+
 /// A progress bar counting bytes, with the rate and the time left.
 pub fn bytes_bar(len: u64, what: &str) -> ProgressBar {
-    let b = ProgressBar::new(len);
-    b.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{bar:30}}] {{binary_bytes}}/{{binary_total_bytes}} {{binary_bytes_per_sec}} {{msg}} ({{elapsed}}, {{eta}} left)"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    b
+    styled_bar(
+        len,
+        what,
+        "{binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {msg} ({elapsed}, {eta} left)",
+    )
 }
 
 /// 1536 -> "1.5 KiB".

@@ -210,3 +210,13 @@ pub fn registry_tree(into: &Path, max_bytes: u64) -> u64 {
     }
     copied
 }
+
+/// The value of xattr `name` on `path` (`getfattr`), or `None` when it has none.
+pub fn getfattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let out = Command::new("getfattr")
+        .args(["--only-values", "-n", name])
+        .arg(path)
+        .output()
+        .unwrap();
+    out.status.success().then_some(out.stdout)
+}
