@@ -57,6 +57,22 @@ pub fn main(args: Args) -> Result<u8, String> {
     let (mut containers, mut plain, mut verified, mut logical) = (0u64, 0u64, 0u64, 0u64);
     let (mut damaged_files, mut damaged_extents, mut leftovers, mut repaired) = (0u64, 0u64, 0u64, 0u64);
     let mut reports = Vec::new();
+    // Dictionaries first: extents compressed with one are verified by decoding with it, and
+    // a damaged dictionary is damage to every file that used it.
+    for why in crate::dict::load_for(&root) {
+        damaged_files += 1;
+        let finding = check::Finding {
+            severity: Severity::Damage,
+            extent: None,
+            detail: format!("dictionary refused: {why}"),
+            fix: None,
+        };
+        let r = Report {
+            findings: vec![finding],
+            ..Report::default()
+        };
+        reports.push((squeezefs_container::dicts::DIR_NAME.to_string(), r, 0));
+    }
     for (path, len) in &list {
         let rel = path.strip_prefix(&root).unwrap_or(path).display().to_string();
         pb.set_message(rel.clone());

@@ -31,6 +31,7 @@ use squeezefs_codec::CodecSpec;
 use squeezefs_container::convert::copy_into;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_fs::props::Prop;
 use squeezefs_fs::{props, sys};
 
 use crate::bench::util::{bytes_bar, human};
@@ -203,10 +204,12 @@ fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
     let level = if codec.alg == none { 0 } else { codec.level as i16 };
     let want = Kind::Extent(codec.alg, level);
     let unrecorded = |k: &Kind| *k == Kind::Inline || *k == Kind::Extent(none, 0);
-    if u.plain || !u.parts.keys().all(|k| *k == want || unrecorded(k)) {
+    // (Extents with a dictionary count as their codec: the dictionary is the file's.)
+    let kinds: Vec<Kind> = u.parts.keys().map(|k| k.without_dict()).collect();
+    if u.plain || !kinds.iter().all(|k| *k == want || unrecorded(k)) {
         return false;
     }
-    !u.parts.keys().any(unrecorded)
+    !kinds.iter().any(unrecorded)
         || Container::open(st, &Options::default())
             .is_ok_and(|c| c.compression_property().unwrap_or(default) == codec)
 }
@@ -227,10 +230,27 @@ fn own_codec(path: &Path) -> Option<CodecSpec> {
         .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
 }
 
+/// A file's own dictionary property, and its directory's (`squeezefs dict train` sets it
+/// on directories; a file written there afterwards gets it, and `compress` gives it to the
+/// files that were there before). `path` may be on a mount or in a backing directory: both
+/// show a directory's property as the same xattr.
+fn dictionaries(path: &Path) -> (Option<u32>, Option<u32>) {
+    let get = |p: &Path| {
+        crate::property::own(p, Prop::Dictionary)
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+    };
+    let dir = path.parent().and_then(|d| get(d));
+    (get(path), dir)
+}
+
 /// A backing directory handled directly (no daemon).
 fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
     let codec = args.codec.unwrap_or(job.default_codec);
+    // (Offline, a container's dictionary is in its superblock, not an xattr.)
+    let (_, dir_dict) = dictionaries(&job.backing);
     let opts = Options {
         codec,
         extent_shift: args
@@ -241,17 +261,24 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     };
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            if args.codec.is_none() || already(&job.backing, codec, job.default_codec) {
-                return Ok(Done::Skipped);
-            }
             let f = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .open(&job.backing)
                 .map_err(|e| err(&job.backing, e))?;
             let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
-            c.set_compression_property(Some(codec))
-                .map_err(|e| err(&job.backing, e))?;
+            let wants_dict = dir_dict.is_some() && c.dictionary_property().is_none();
+            if (args.codec.is_none() || already(&job.backing, codec, job.default_codec)) && !wants_dict {
+                return Ok(Done::Skipped);
+            }
+            if wants_dict {
+                c.set_dictionary_property(dir_dict)
+                    .map_err(|e| err(&job.backing, e))?;
+            }
+            if args.codec.is_some() {
+                c.set_compression_property(Some(codec))
+                    .map_err(|e| err(&job.backing, e))?;
+            }
             c.rewrite(0..u64::MAX).map_err(|e| err(&job.backing, e))?;
             pb.inc(job.size);
             return Ok(Done::Rewritten);
@@ -286,6 +313,10 @@ fn offline(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
             dst.set_extent_size_property(args.extent_shift)
                 .map_err(|e| e.to_string())?;
         }
+        let dict = src.dictionary_property().or(dir_dict);
+        if dict.is_some() {
+            dst.set_dictionary_property(dict).map_err(|e| e.to_string())?;
+        }
         copy_into(&mut src, &mut dst, |n| pb.inc(n)).map_err(|e| e.to_string())?;
         copy_metadata(&src_file, &tf)
     })();
@@ -303,12 +334,23 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     // created), else the mount's.
     let own = args.codec.or_else(|| own_codec(&job.path));
     let codec = own.unwrap_or(job.default_codec);
+    let (file_dict, dir_dict) = dictionaries(&job.path);
+    let wants_dict = file_dict.is_none() && dir_dict.is_some();
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            if already(&job.backing, codec, job.default_codec) {
+            if already(&job.backing, codec, job.default_codec) && !wants_dict {
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
+            if let (true, Some(d)) = (wants_dict, dir_dict) {
+                sys::xattr_set(
+                    f.as_raw_fd(),
+                    &cstring(props::DICTIONARY),
+                    d.to_string().as_bytes(),
+                    0,
+                )
+                .map_err(|e| err(&job.path, format!("setting its dictionary {d}: {e}")))?;
+            }
             if args.codec.is_some() {
                 sys::xattr_set(
                     f.as_raw_fd(),
@@ -417,6 +459,11 @@ pub fn main(args: Args) -> Result<u8, String> {
     let mut jobs: Vec<(Job, bool)> = Vec::new();
     for p in &args.paths {
         let loc = crate::locate::locate(p)?;
+        // Backing files are read directly (also on a mount): those that used a dictionary
+        // need it.
+        for why in crate::dict::load_near(&loc) {
+            eprintln!("warning: {why}");
+        }
         let on_mount = loc.mount.is_some();
         let default_codec = match &loc.mount {
             Some(m) => crate::stats::read(m)?["mount"]["compress"]

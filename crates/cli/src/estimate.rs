@@ -169,6 +169,11 @@ pub fn main(args: Args) -> Result<u8, String> {
     let mut files = Vec::new();
     for p in &args.paths {
         let loc = crate::locate::locate(p)?;
+        // Backing files are read directly (also on a mount): those that used a dictionary
+        // need it.
+        for why in crate::dict::load_near(&loc) {
+            eprintln!("warning: {why}");
+        }
         let md = std::fs::symlink_metadata(&loc.backing).map_err(|e| format!("{}: {e}", p.display()))?;
         let found = if md.is_dir() {
             let mut v = crate::walk::entries(&loc.backing)?;
@@ -222,10 +227,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                 .iter()
                 .enumerate()
                 .map(|(ci, codec)| {
-                    let policy = Policy {
-                        codec: *codec,
-                        force: false,
-                    };
+                    let policy = Policy::new(*codec, false);
                     let p = predict::extent(policy, args.extent_shift, f.size, d.index, &data);
                     (ty.to_string(), ci, data.len() as u64, p)
                 })

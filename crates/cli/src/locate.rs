@@ -11,6 +11,8 @@ pub struct Located {
     pub backing: PathBuf,
     /// The squeezefs mount the path was given on, if any.
     pub mount: Option<PathBuf>,
+    /// That mount's backing directory (the root of the squeezefs).
+    pub root: Option<PathBuf>,
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space).
@@ -61,6 +63,7 @@ pub fn locate(path: &Path) -> Result<Located, String> {
         return Ok(Located {
             backing: canon,
             mount: None,
+            root: None,
         });
     };
     let doc = crate::stats::read(&mount)?;
@@ -74,6 +77,7 @@ pub fn locate(path: &Path) -> Result<Located, String> {
     Ok(Located {
         backing: Path::new(root).join(rel),
         mount: Some(mount),
+        root: Some(PathBuf::from(root)),
     })
 }
 

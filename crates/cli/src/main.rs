@@ -10,6 +10,7 @@ mod bench;
 mod check;
 mod compress;
 mod daemon;
+mod dict;
 mod estimate;
 mod locate;
 mod logging;
@@ -169,6 +170,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// zstd dictionaries for directories of small files: train, list.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  squeezefs dict train /mnt/configs\n  squeezefs dict list /mnt"
+    )]
+    Dict(dict::DictCmd),
     /// Get or set compression properties of files and directories (like `btrfs property`).
     #[command(
         subcommand,
@@ -189,6 +196,7 @@ enum Cmd {
                       writes.\n\nWith --live MOUNTPOINT: the counters of the daemon serving it.",
         after_help = "Examples:\n  squeezefs stats /mnt/logs\n  \
         squeezefs stats /srv/logs.sqz/2026 /srv/logs.sqz/2025 --json | jq .disk\n  \
+        squeezefs stats /mnt/configs --dict-gain     # what its dictionary saves\n  \
         squeezefs stats --live /mnt\n  \
         squeezefs stats --live /mnt --json | jq .workspaces"
     )]
@@ -200,6 +208,10 @@ enum Cmd {
         /// Files or directories, on a mount or in a backing directory.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Also measure what dictionaries save: the files that use one are read back and
+        /// encoded without it (reads their payloads, so it takes longer).
+        #[arg(long)]
+        dict_gain: bool,
         #[arg(long)]
         json: bool,
     },
@@ -317,6 +329,13 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Cmd::Dict(d) => match dict::main(d) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs dict: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Property(p) => match property::main(p) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -324,14 +343,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Stats { live, paths, json } => {
+        Cmd::Stats {
+            live,
+            paths,
+            dict_gain,
+            json,
+        } => {
             let r = if live {
                 match paths.as_slice() {
                     [m] => stats::main(m, json).map(|()| 0),
                     _ => Err("--live takes exactly one MOUNTPOINT".into()),
                 }
             } else {
-                space::main(&paths, json)
+                space::main(&paths, dict_gain, json)
             };
             match r {
                 Ok(code) => ExitCode::from(code),

@@ -28,7 +28,8 @@ pub enum PropertyCmd {
     /// codec). An empty VALUE removes the property.
     #[command(after_help = "Properties:\n  \
         compression   none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000]\n  \
-        extent_size   4K, 8K, ... 1M (a file's only while it is empty)\n\n\
+        extent_size   4K, 8K, ... 1M (a file's only while it is empty)\n  \
+        dictionary    a zstd dictionary id (see `squeezefs dict`): small zstd data uses it\n\n\
         Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
         squeezefs property set /mnt/archive extent_size 1M\n  \
         squeezefs property set -r /mnt/photos compression none\n  \
@@ -47,8 +48,9 @@ fn prop_named(name: &str) -> Result<Prop, String> {
     match name.trim_start_matches("user.squeezefs.") {
         "compression" | "compress" => Ok(Prop::Compression),
         "extent_size" | "extent-size" => Ok(Prop::ExtentSize),
+        "dictionary" | "dict" => Ok(Prop::Dictionary),
         other => Err(format!(
-            "unknown property `{other}` (known: compression, extent_size)"
+            "unknown property `{other}` (known: compression, extent_size, dictionary)"
         )),
     }
 }
@@ -58,7 +60,7 @@ fn cpath(p: &Path) -> Result<CString, String> {
 }
 
 /// The property's own value on `path` (`None`: not set there).
-fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
+pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
     let c = cpath(path)?;
     let name = CString::new(p.xattr()).expect("no NUL");
     let mut buf = vec![0u8; 256];
@@ -94,6 +96,7 @@ fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> 
             let b = m.get("extent_size")?.as_u64()?;
             Some(props::format(props::Value::Shift(b.trailing_zeros() as u8)))
         }
+        Prop::Dictionary => None,
     }
 }
 
@@ -130,7 +133,7 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
 
 /// Sets one property on one path; `Ok(false)` when skipped (extent size of a file that
 /// holds data, in a recursive run).
-fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Result<bool, String> {
+pub(crate) fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Result<bool, String> {
     let c = cpath(path)?;
     let name = CString::new(p.xattr()).expect("no NUL");
     let r = if value.is_empty() {
@@ -156,6 +159,11 @@ fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Result<bool, S
                 ))
             }
         }
+        Some(libc::EINVAL) if p == Prop::Dictionary => Err(format!(
+            "{}: dictionary {value} is not in the backing directory's .squeezefs-dicts, or is \
+             damaged (the daemon's log says which); `squeezefs dict list` shows those there",
+            path.display()
+        )),
         Some(libc::EPERM) if recursive && !path.is_dir() && !path.is_file() => Ok(false),
         Some(libc::EPERM) => Err(format!(
             "{}: properties live on files and directories only ({e})",

@@ -28,6 +28,12 @@ pub struct Totals {
     pub leftover: u64,
     pub referenced: u64,
     pub damaged_extents: u64,
+    /// Files with extents or inline data compressed with a dictionary.
+    pub dict_files: u64,
+    /// Their logical size.
+    pub dict_referenced: u64,
+    /// With `--dict-gain`: what those files take written with their dictionary, and without.
+    pub dict_gain: Option<(u64, u64)>,
     pub errors: Vec<String>,
 }
 
@@ -46,12 +52,16 @@ impl Totals {
             return;
         }
         self.containers += 1;
+        if u.parts.keys().any(|k| k.uses_dict()) {
+            self.dict_files += 1;
+            self.dict_referenced += u.size;
+        }
         self.leftover += u.leftover;
         self.damaged_extents += u.damaged_extents;
         let mut in_extents = 0;
         for (k, p) in &u.parts {
             let mut p = *p;
-            if *k == Kind::Inline {
+            if k.without_dict() == Kind::Inline {
                 // The whole file is its superblock.
                 self.inline += 1;
                 p.disk = allocated;
@@ -61,6 +71,11 @@ impl Totals {
         }
         // Superblocks, and copies left by interrupted writes.
         self.overhead += allocated.saturating_sub(in_extents);
+    }
+
+    /// Logical bytes of the files that use a dictionary (only known with `--dict-gain`).
+    pub fn dict_uncompressed(&self) -> u64 {
+        self.dict_referenced
     }
 
     pub fn disk(&self) -> u64 {
@@ -86,11 +101,18 @@ fn pct(disk: u64, unc: u64) -> String {
 
 /// Counts the files under `paths` (each on a mount or in a backing directory). Every inode
 /// is counted once however many names it has.
-pub fn scan(paths: &[PathBuf]) -> Result<Totals, String> {
+pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
     let mut list = Vec::new();
     let mut seen = HashSet::new();
     for p in paths {
         let loc = crate::locate::locate(p)?;
+        if dict_gain {
+            // Reading payloads back needs the dictionaries (also on a mount: this reads
+            // the backing files, not the mount).
+            for why in crate::dict::load_near(&loc) {
+                eprintln!("warning: {why}");
+            }
+        }
         let md = std::fs::symlink_metadata(&loc.backing).map_err(|e| {
             format!(
                 "{}: {e} (its backing file is {})",
@@ -106,20 +128,36 @@ pub fn scan(paths: &[PathBuf]) -> Result<Totals, String> {
         found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
         list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512)));
     }
-    let results: Vec<Result<(Usage, u64), String>> = list
+    type Counted = (Usage, u64, Option<(u64, u64)>);
+    let results: Vec<Result<Counted, String>> = list
         .par_iter()
         .map(|(path, blocks)| {
             let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let u = usage(&FileStorage::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok((u, *blocks))
+            let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
+                Some(crate::dict::gain(path)?)
+            } else {
+                None
+            };
+            Ok((u, *blocks, gain))
         })
         .collect();
     let mut t = Totals::default();
     for r in results {
         match r {
-            Ok((u, blocks)) => t.add(&u, blocks),
+            Ok((u, blocks, gain)) => {
+                t.add(&u, blocks);
+                if let Some((w, wo)) = gain {
+                    let g = t.dict_gain.get_or_insert((0, 0));
+                    g.0 += w;
+                    g.1 += wo;
+                }
+            }
             Err(e) => t.errors.push(e),
         }
+    }
+    if dict_gain && t.dict_gain.is_none() {
+        t.dict_gain = Some((0, 0));
     }
     Ok(t)
 }
@@ -171,6 +209,28 @@ pub fn render(t: &Totals, secs: f64) -> String {
             t.damaged_extents
         );
     }
+    match t.dict_gain {
+        Some((with, without)) if t.dict_files > 0 => {
+            o += &format!(
+                "Dictionary gain: the {} files using a dictionary take {} written with it, {} without \
+                 (saves {}, ratio {:.2} → {:.2}).\n",
+                t.dict_files,
+                human(with),
+                human(without),
+                human(without.saturating_sub(with)),
+                t.dict_uncompressed() as f64 / without.max(1) as f64,
+                t.dict_uncompressed() as f64 / with.max(1) as f64,
+            );
+        }
+        None if t.dict_files > 0 => {
+            o += &format!(
+                "{} files use a dictionary (+dict rows): `--dict-gain` measures what it saves \
+                 (reads and re-encodes those files).\n",
+                t.dict_files
+            );
+        }
+        _ => {}
+    }
     o
 }
 
@@ -194,15 +254,19 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "metadata": t.overhead,
         "leftover": t.leftover,
         "damaged_extents": t.damaged_extents,
+        "dict_files": t.dict_files,
+        "dict_gain": t.dict_gain.map(|(with, without)| json!({
+            "disk_with": with, "disk_without": without, "uncompressed": t.dict_uncompressed(),
+        })),
         "types": rows,
         "errors": t.errors,
         "seconds": secs,
     })
 }
 
-pub fn main(paths: &[PathBuf], json: bool) -> Result<u8, String> {
+pub fn main(paths: &[PathBuf], dict_gain: bool, json: bool) -> Result<u8, String> {
     let start = Instant::now();
-    let t = scan(paths)?;
+    let t = scan(paths, dict_gain)?;
     let secs = start.elapsed().as_secs_f64();
     if json {
         println!(

@@ -4,7 +4,18 @@
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
-/// Every directory and regular file below `root` (not `root` itself), depth first, with its
+/// A backing directory's dictionary directory (`.squeezefs-dicts` holding only dictionary
+/// files): not data, so tools that walk a backing tree leave it alone.
+fn is_dict_dir(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == squeezefs_container::dicts::DIR_NAME)
+        && std::fs::read_dir(path).is_ok_and(|rd| {
+            rd.flatten()
+                .all(|e| e.file_name().to_str().is_some_and(|n| n.contains(".zdict")))
+        })
+}
+
+/// Every directory and regular file below `root` (the dictionary directory excepted) (not `root` itself), depth first, with its
 /// metadata; symlinks and special files are left out and never followed.
 pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
     let mut out = Vec::new();
@@ -16,6 +27,9 @@ pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
             let path = entry.path();
             let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             if meta.is_dir() {
+                if is_dict_dir(&path) {
+                    continue;
+                }
                 stack.push(path.clone());
             } else if !meta.is_file() {
                 continue;

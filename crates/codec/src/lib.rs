@@ -5,9 +5,11 @@
 //! * [`Codec`] is the one trait every algorithm implements; [`codec`] is the registry.
 //! * [`compress`] / [`decompress`] are the entry points the container uses.
 //!
+//! * [`dict`] trains, holds and applies zstd dictionaries for small files.
 //! * [`heuristic`] judges whether data is worth compressing without compressing it (btrfs).
 //! * [`workspace`] is the bounded, per-level pool of zstd compression contexts (btrfs).
 
+pub mod dict;
 pub mod heuristic;
 mod lz4;
 mod lzo;
@@ -30,4 +32,7 @@ pub enum CodecError {
     /// The library refused the input or level (should not happen for a validated spec).
     #[error("{alg} failed: {detail}")]
     Failed { alg: Algorithm, detail: String },
+    /// A zstd frame names a dictionary that is not loaded.
+    #[error("zstd payload needs dictionary {0}, which is not loaded (is its file in .squeezefs-dicts?)")]
+    MissingDictionary(u32),
 }

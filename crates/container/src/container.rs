@@ -23,8 +23,9 @@ use std::sync::Arc;
 use crate::encode::{decode_payload, encode_extent, encode_inline, payload_ok, Outcome, Policy};
 use crate::format::{
     half_offset, is_superblock, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK,
-    DATA_START, DEFAULT_EXTENT_SHIFT, EXTENT_HEADER_LEN, INLINE_MAX, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
-    PROP_COMPRESSION, PROP_EXTENT_SIZE, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
+    DATA_START, DEFAULT_EXTENT_SHIFT, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, INLINE_MAX, MAX_EXTENT_SHIFT,
+    MIN_EXTENT_SHIFT, PROP_COMPRESSION, PROP_DICTIONARY, PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_INLINE,
+    SB_FLAG_NOCOMPRESS,
 };
 use crate::stats::Stats;
 use crate::storage::{read_full, Storage};
@@ -156,6 +157,10 @@ struct Packed {
     shift_prop: bool,
     /// The mount's codec, used again when the file's property is removed.
     mount_codec: CodecSpec,
+    /// The file's dictionary property (`PROP_DICTIONARY`): small zstd data uses it.
+    dict: Option<u32>,
+    /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
+    dict_used: bool,
     force: bool,
     /// `SB_FLAG_NOCOMPRESS`: writes skip compression except every `RETRY_EVERY`th.
     nocompress: bool,
@@ -172,6 +177,9 @@ struct Packed {
     /// Both copies were valid at open, so we cannot tell whether the newer one reached the
     /// disk: the first superblock write syncs first.
     sb_unknown: bool,
+    /// The other superblock slot holds an older copy: punched once the current one is
+    /// durable, so a small file rewritten takes one block again, not two.
+    sb_other_dirty: bool,
     sb_inline: bool,
     /// Size, inline content or codec changed since the superblock was written.
     sb_dirty: bool,
@@ -275,6 +283,10 @@ impl<S: Storage> Container<S> {
             p.codec_prop = true;
         }
         p.shift_prop = sb.props & PROP_EXTENT_SIZE != 0;
+        if sb.props & PROP_DICTIONARY != 0 {
+            p.dict = Some(sb.dict_id);
+        }
+        p.dict_used = sb.flags & SB_FLAG_DICT != 0;
         if sb.flags & SB_FLAG_NOCOMPRESS != 0 {
             p.nocompress = true;
             p.fails = BACKOFF_AFTER;
@@ -290,9 +302,16 @@ impl<S: Storage> Container<S> {
         p.sb_dirty = false;
         if sb.is_inline() {
             let mut buf = vec![0u8; p.extent_len()].into_boxed_slice();
+            // The inline payload has no extent header: with `SB_FLAG_DICT`, its frame says
+            // whether it used a dictionary; without, it must not name one.
+            let named = squeezefs_codec::dict::frame_dict_id(&sb.inline).is_some();
             let h = ExtentHeader {
                 codec: sb.inline_codec,
-                flags: 0,
+                flags: if p.dict_used && named && sb.inline_codec == Algorithm::Zstd {
+                    EXTENT_FLAG_DICT
+                } else {
+                    0
+                },
                 level: 0,
                 index: 0,
                 generation: 0,
@@ -416,6 +435,37 @@ impl<S: Storage> Container<S> {
         p.sb_dirty = true;
         p.epoch += 1;
         Ok(())
+    }
+
+    /// The file's dictionary property (a zstd dictionary id).
+    pub fn dictionary_property(&self) -> Option<u32> {
+        match &self.mode {
+            Mode::Packed(p) => p.dict,
+            Mode::Plain => None,
+        }
+    }
+
+    /// Sets (or with `None` removes) the file's dictionary: small zstd extents and inline
+    /// data written from now on use it (when it is loaded, see `squeezefs_codec::dict`);
+    /// what is written keeps what it used. Recorded in the superblock at the next flush.
+    pub fn set_dictionary_property(&mut self, dict: Option<u32>) -> Result<()> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain (unconverted) file has no properties".into(),
+            ));
+        };
+        if dict == Some(0) {
+            return Err(Error::Invalid("dictionary id 0 is not a dictionary".into()));
+        }
+        p.dict = dict;
+        p.sb_dirty = true;
+        p.epoch += 1;
+        Ok(())
+    }
+
+    /// Whether some payload of the file was written with a dictionary.
+    pub fn uses_dictionary(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.dict_used)
     }
 
     /// Whether the file is flagged incompressible (its extents kept failing).
@@ -738,6 +788,8 @@ impl Packed {
             codec_prop: false,
             shift_prop: false,
             mount_codec: opts.codec,
+            dict: None,
+            dict_used: false,
             force: opts.force,
             nocompress: false,
             fails: 0,
@@ -748,6 +800,7 @@ impl Packed {
             sb_gen: 0,
             sb_durable: false,
             sb_unknown: false,
+            sb_other_dirty: false,
             sb_inline: false,
             sb_dirty: true,
             stale_from: None,
@@ -1111,6 +1164,7 @@ impl Packed {
         let policy = Policy {
             codec: self.codec,
             force: self.force,
+            dict: self.dict,
         };
         let shift = self.shift;
         // The backoff decides, in order, which extents are not even tried.
@@ -1145,6 +1199,11 @@ impl Packed {
             match res {
                 Ok(outcome) => {
                     self.learn(&outcome);
+                    if matches!(outcome, Outcome::Compressed { dict: true, .. }) && !self.dict_used {
+                        // The superblock must say so (version 3) at the next flush.
+                        self.dict_used = true;
+                        self.sb_dirty = true;
+                    }
                     let e = self.exts.get_mut(&idx).expect("planned");
                     e.dirty = false;
                     e.covered.clear();
@@ -1225,7 +1284,7 @@ impl Packed {
                 Some(d) => d[..len].to_vec(),
                 None => vec![0u8; len],
             };
-            inline = encode_inline(self.codec, &data, INLINE_MAX);
+            inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
         if let Some((alg, payload)) = inline {
@@ -1241,8 +1300,10 @@ impl Packed {
                 x.written = false;
             }
             self.stale_from = Some(0);
+            let dict = alg == Algorithm::Zstd && squeezefs_codec::dict::frame_dict_id(&payload).is_some();
+            self.dict_used |= dict;
             self.write_superblock(st, Some((alg, payload)), false)?;
-            self.stats.inline_file();
+            self.stats.inline_file(dict);
             return Ok(false);
         }
         // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
@@ -1340,7 +1401,13 @@ impl Packed {
         if self.nocompress {
             flags |= SB_FLAG_NOCOMPRESS;
         }
+        if self.dict_used {
+            flags |= SB_FLAG_DICT;
+        }
         let mut props = 0;
+        if self.dict.is_some() {
+            props |= PROP_DICTIONARY;
+        }
         if self.codec_prop {
             props |= PROP_COMPRESSION;
         }
@@ -1354,10 +1421,17 @@ impl Packed {
             extent_shift: self.shift,
             codec: self.codec,
             props,
+            dict_id: self.dict.unwrap_or(0),
             inline_codec,
             inline: payload,
         };
         st.write_at(&sb.encode(), sb_offset(slot))?;
+        // The other slot may hold an older copy (always, once a file had a superblock
+        // before this one): it goes once this one is durable. Only a writer gets here, so
+        // a read-only open never punches.
+        if self.sb_slot.is_some() {
+            self.sb_other_dirty = true;
+        }
         self.sb_slot = Some(slot);
         self.sb_gen += 1;
         self.sb_durable = false;
@@ -1382,9 +1456,14 @@ impl Packed {
     /// halves can go.
     fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
         self.unsynced = false;
-        if self.sb_slot.is_some() {
+        if let Some(s) = self.sb_slot {
             self.sb_durable = true;
             self.sb_unknown = false;
+            if self.sb_other_dirty {
+                // The current copy is durable: the older one is no longer a fallback.
+                st.punch(sb_offset(1 - s), BLOCK)?;
+                self.sb_other_dirty = false;
+            }
         }
         let shift = self.shift;
         for (idx, e) in self.exts.iter_mut() {

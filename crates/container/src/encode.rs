@@ -1,9 +1,9 @@
 //! Turning one extent's bytes into a stored half (`header ‖ payload`) and back. Pure: no I/O.
 
-use squeezefs_codec::{compress, decompress, heuristic, Algorithm, CodecSpec};
+use squeezefs_codec::{compress, decompress, dict, heuristic, Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::format::{ExtentHeader, BLOCK, EXTENT_HEADER_LEN};
+use crate::format::{ExtentHeader, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN};
 
 /// The largest compressed payload worth keeping for `logical` bytes: it must save at least
 /// 12.5 % and at least one 4 KiB block on disk (the btrfs and ZFS rules); `None` when no
@@ -50,8 +50,16 @@ pub enum Probe {
 /// What happened to one extent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    Compressed { codec: CodecSpec, probe: Option<Probe> },
-    Raw { why: RawWhy, probe: Option<Probe> },
+    /// `dict`: compressed with the file's dictionary.
+    Compressed {
+        codec: CodecSpec,
+        probe: Option<Probe>,
+        dict: bool,
+    },
+    Raw {
+        why: RawWhy,
+        probe: Option<Probe>,
+    },
 }
 
 impl Outcome {
@@ -68,12 +76,45 @@ impl Outcome {
     }
 }
 
-/// How extents are compressed: the codec, and whether the rules that skip compression
-/// apply (`compress=`) or not (`compress-force=`).
+/// How extents are compressed: the codec, whether the rules that skip compression apply
+/// (`compress=`) or not (`compress-force=`), and the file's zstd dictionary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub codec: CodecSpec,
     pub force: bool,
+    /// Dictionary id for small zstd data (`dict::DICT_MAX_INPUT`); used when it is loaded.
+    pub dict: Option<u32>,
+}
+
+impl Policy {
+    pub fn new(codec: CodecSpec, force: bool) -> Policy {
+        Policy {
+            codec,
+            force,
+            dict: None,
+        }
+    }
+}
+
+/// Compresses `data` with `codec`, with dictionary `dict` when the codec is zstd, the data
+/// is small enough and the dictionary is loaded. Returns whether it fit in `limit`, and
+/// whether the dictionary was used.
+pub fn compress_with_dict(
+    codec: CodecSpec,
+    dict: Option<u32>,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> (bool, bool) {
+    if codec.alg == Algorithm::Zstd && data.len() <= dict::DICT_MAX_INPUT {
+        if let Some(d) = dict.and_then(dict::get) {
+            return (
+                dict::compress(&d, codec.level, data, out, limit).unwrap_or(false),
+                true,
+            );
+        }
+    }
+    (compress(codec, data, out, limit).unwrap_or(false), false)
 }
 
 /// zstd levels from this one up are probed first (ZFS `zstd_earlyabort_pass`, cutoff level 3).
@@ -113,6 +154,7 @@ fn compress_extent(policy: Policy, skip: bool, data: &[u8], payload: &mut Vec<u8
                 return Outcome::Compressed {
                     codec,
                     probe: Some(Probe::Overruled),
+                    dict: false,
                 };
             }
             probe = Some(Probe::Overruled);
@@ -138,8 +180,9 @@ fn compress_extent(policy: Policy, skip: bool, data: &[u8], payload: &mut Vec<u8
             return raw(RawWhy::EarlyAbort);
         };
     }
-    if compress(codec, data, payload, limit).unwrap_or(false) {
-        Outcome::Compressed { codec, probe }
+    let (fits, dict) = compress_with_dict(codec, policy.dict, data, payload, limit);
+    if fits {
+        Outcome::Compressed { codec, probe, dict }
     } else {
         Outcome::Raw {
             why: RawWhy::NoGain,
@@ -162,17 +205,21 @@ pub fn encode_extent(
     out.resize(EXTENT_HEADER_LEN, 0);
     let mut payload = Vec::new();
     let outcome = compress_extent(policy, skip, data, &mut payload);
-    let (alg, level) = match outcome {
-        Outcome::Compressed { codec, .. } => (codec.alg, codec.level as i16),
+    let (alg, level, flags) = match outcome {
+        Outcome::Compressed { codec, dict, .. } => (
+            codec.alg,
+            codec.level as i16,
+            if dict { EXTENT_FLAG_DICT } else { 0 },
+        ),
         Outcome::Raw { .. } => {
             payload.clear();
             payload.extend_from_slice(data);
-            (Algorithm::None, 0)
+            (Algorithm::None, 0, 0)
         }
     };
     let h = ExtentHeader {
         codec: alg,
-        flags: 0,
+        flags,
         level,
         index,
         generation,
@@ -188,7 +235,7 @@ pub fn encode_extent(
 /// Encodes with `codec` on every extent, as `compress-force=` does (no heuristic, no early
 /// abort): what `squeezefs bench codecs` measures.
 pub fn encode_half(codec: CodecSpec, index: u64, generation: u64, data: &[u8]) -> Vec<u8> {
-    encode_extent(Policy { codec, force: true }, false, index, generation, data).0
+    encode_extent(Policy::new(codec, true), false, index, generation, data).0
 }
 
 /// Checks a payload against its header's checksum.
@@ -196,11 +243,17 @@ pub fn payload_ok(h: &ExtentHeader, payload: &[u8]) -> bool {
     payload.len() == h.stored_len as usize && xxh3_64(payload) == h.payload_sum
 }
 
-/// Decodes a verified payload into `dst[..logical_len]`.
+/// Decodes a verified payload into `dst[..logical_len]`. A zstd frame must name a
+/// dictionary exactly when the header's dictionary flag says so.
 pub fn decode_payload(h: &ExtentHeader, payload: &[u8], dst: &mut [u8]) -> Result<(), String> {
     let n = h.logical_len as usize;
     if dst.len() < n {
         return Err("logical length exceeds extent".into());
+    }
+    if h.codec == Algorithm::Zstd
+        && dict::frame_dict_id(payload).is_some() != (h.flags & EXTENT_FLAG_DICT != 0)
+    {
+        return Err("the frame's dictionary does not match the header's dictionary flag".into());
     }
     decompress(h.codec, payload, &mut dst[..n]).map_err(|e| e.to_string())
 }
@@ -221,15 +274,21 @@ pub fn decode_half(half: &[u8], index: u64, extent_shift: u8, dst: &mut [u8]) ->
 }
 
 /// Encodes a whole small file for the superblock's inline area: compressed when it fits in
-/// `max`, raw when the raw bytes fit, `None` when neither does.
-pub fn encode_inline(codec: CodecSpec, data: &[u8], max: usize) -> Option<(Algorithm, Vec<u8>)> {
+/// `max` (with the dictionary `dict` when it applies: the frame then names it), raw when the
+/// raw bytes fit, `None` when neither does.
+pub fn encode_inline(
+    codec: CodecSpec,
+    dict: Option<u32>,
+    data: &[u8],
+    max: usize,
+) -> Option<(Algorithm, Vec<u8>)> {
     if data.is_empty() {
         return Some((Algorithm::None, Vec::new()));
     }
     let mut out = Vec::new();
     if codec.alg != Algorithm::None {
         let limit = max.min(data.len().saturating_sub(1));
-        if limit > 0 && compress(codec, data, &mut out, limit).unwrap_or(false) {
+        if limit > 0 && compress_with_dict(codec, dict, data, &mut out, limit).0 {
             return Some((codec.alg, out));
         }
     }
@@ -297,7 +356,7 @@ mod tests {
         let zstd9 = CodecSpec::new(Algorithm::Zstd, 9).unwrap();
         let zstd1 = CodecSpec::new(Algorithm::Zstd, 1).unwrap();
         let compress =
-            |codec, force, skip, data: &[u8]| encode_extent(Policy { codec, force }, skip, 0, 1, data).1;
+            |codec, force, skip, data: &[u8]| encode_extent(Policy::new(codec, force), skip, 0, 1, data).1;
         let rnd = random(131072, 5);
         let txt = text(131072);
         // compress=: random data never reaches a compressor.
@@ -333,7 +392,8 @@ mod tests {
             compress(zstd9, false, false, &txt),
             Outcome::Compressed {
                 codec: zstd9,
-                probe: Some(Probe::Lz4)
+                probe: Some(Probe::Lz4),
+                dict: false,
             }
         );
         // Below level 3 (and below 128 KiB) there is no probe.
@@ -341,14 +401,16 @@ mod tests {
             compress(zstd1, false, false, &txt),
             Outcome::Compressed {
                 codec: zstd1,
-                probe: None
+                probe: None,
+                dict: false,
             }
         );
         assert_eq!(
             compress(zstd9, false, false, &txt[..65536]),
             Outcome::Compressed {
                 codec: zstd9,
-                probe: None
+                probe: None,
+                dict: false,
             }
         );
         assert_eq!(
@@ -370,26 +432,8 @@ mod tests {
             .collect();
         let v = heuristic::judge(&data);
         let zstd9 = CodecSpec::new(Algorithm::Zstd, 9).unwrap();
-        let (_, out) = encode_extent(
-            Policy {
-                codec: zstd9,
-                force: false,
-            },
-            false,
-            0,
-            1,
-            &data,
-        );
-        let (_, forced) = encode_extent(
-            Policy {
-                codec: zstd9,
-                force: true,
-            },
-            false,
-            0,
-            1,
-            &data,
-        );
+        let (_, out) = encode_extent(Policy::new(zstd9, false), false, 0, 1, &data);
+        let (_, forced) = encode_extent(Policy::new(zstd9, true), false, 0, 1, &data);
         if v.compress()
             && forced
                 == (Outcome::Raw {

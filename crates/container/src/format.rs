@@ -1,4 +1,4 @@
-//! On-disk structures of a container, version 2 (version 1 is read too). docs/FORMAT.md
+//! On-disk structures of a container, versions 2 and 3 (version 1 is read too). docs/FORMAT.md
 //! describes every field; this module is the only code that knows the byte layout. All
 //! integers little-endian.
 
@@ -8,8 +8,12 @@ use xxhash_rust::xxh3::xxh3_64;
 /// First bytes of a container (PNG-style: a non-ASCII byte, the name, CR LF, so text tools
 /// and line-ending conversions are detected).
 pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
-/// The format version this code writes.
-pub const FORMAT_VERSION: u16 = 2;
+/// The newest format version this code reads and writes. A superblock is written as version
+/// 3 only when the file uses a dictionary (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as
+/// version 2, so files without dictionaries stay readable by squeezefs versions before them.
+pub const FORMAT_VERSION: u16 = 3;
+/// The version written for files that use no dictionary.
+pub const FORMAT_VERSION_NO_DICT: u16 = 2;
 /// Oldest format version this code reads.
 pub const MIN_FORMAT_VERSION: u16 = 1;
 /// Size of one superblock copy and the alignment of extent slots.
@@ -30,12 +34,18 @@ pub const SB_FLAG_INLINE: u32 = 1 << 0;
 /// Superblock flag (version 2): the file's extents keep failing to compress, so writes skip
 /// compression except for a periodic retry (btrfs NOCOMPRESS, HAMMER2's backoff).
 pub const SB_FLAG_NOCOMPRESS: u32 = 1 << 1;
+/// Superblock flag (version 3): payloads of this file (extents, or the inline payload) may be
+/// zstd frames compressed with a dictionary, whose id is in each frame's header. Set when
+/// the first such payload is written and kept, so the file stays version 3 (older
+/// squeezefs then refuse it as newer instead of reporting its extents as damaged).
+pub const SB_FLAG_DICT: u32 = 1 << 2;
 /// Superblock flag bits each version understands; a container with any other bit set is
 /// refused (it was written by a newer squeezefs).
 pub fn sb_known_flags(version: u16) -> u32 {
     match version {
         1 => SB_FLAG_INLINE,
-        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
+        2 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
+        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT,
     }
 }
 
@@ -45,13 +55,26 @@ pub const PROP_COMPRESSION: u8 = 1 << 0;
 /// Superblock `props` bit (version 2): `extent_shift` was chosen as the file's property
 /// (`user.squeezefs.extent_size`).
 pub const PROP_EXTENT_SIZE: u8 = 1 << 1;
-pub const PROPS_KNOWN: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
+/// Superblock `props` bit (version 3): `dict_id` is the file's dictionary property
+/// (`user.squeezefs.dictionary`): its small zstd extents and inline data use it.
+pub const PROP_DICTIONARY: u8 = 1 << 2;
+/// Property bits each version understands.
+pub fn props_known(version: u16) -> u8 {
+    match version {
+        1 => 0,
+        2 => PROP_COMPRESSION | PROP_EXTENT_SIZE,
+        _ => PROP_COMPRESSION | PROP_EXTENT_SIZE | PROP_DICTIONARY,
+    }
+}
 
 /// Extent header magic.
 pub const EXTENT_MAGIC: [u8; 4] = *b"SQZE";
 pub const EXTENT_HEADER_LEN: usize = 48;
-/// Extent flag bits this version understands (none yet: bit 0 is reserved for dictionaries).
-pub const EXTENT_KNOWN_FLAGS: u8 = 0;
+/// Extent flag (files of version 3): the payload is a zstd frame compressed with a
+/// dictionary; the dictionary's id is in the frame header.
+pub const EXTENT_FLAG_DICT: u8 = 1 << 0;
+/// Extent flag bits this code understands.
+pub const EXTENT_KNOWN_FLAGS: u8 = EXTENT_FLAG_DICT;
 
 /// Bytes reserved for one half (A or B) of an extent: the header plus a raw payload fits.
 pub fn slot_size(extent_shift: u8) -> u64 {
@@ -75,7 +98,7 @@ pub enum FormatError {
     Magic,
     #[error("header checksum mismatch")]
     Checksum,
-    #[error("format version {0} is not one this squeezefs understands (1 … 2)")]
+    #[error("format version {0} is not one this squeezefs understands (1 … 3)")]
     Version(u16),
     #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
     Flags(u32),
@@ -106,6 +129,8 @@ pub struct Superblock {
     pub codec: CodecSpec,
     /// `PROP_*` bits: which fields are the file's own properties (0 in version 1).
     pub props: u8,
+    /// The file's dictionary (zstd dictionary id) when `props` has `PROP_DICTIONARY`, else 0.
+    pub dict_id: u32,
     /// Codec of the inline payload (when `SB_FLAG_INLINE`).
     pub inline_codec: Algorithm,
     /// Stored inline payload (empty unless inline).
@@ -117,12 +142,21 @@ impl Superblock {
         self.flags & SB_FLAG_INLINE != 0
     }
 
+    /// The version this superblock is written as: 3 only when it uses a dictionary.
+    pub fn version(&self) -> u16 {
+        if self.flags & SB_FLAG_DICT != 0 || self.props & PROP_DICTIONARY != 0 {
+            FORMAT_VERSION
+        } else {
+            FORMAT_VERSION_NO_DICT
+        }
+    }
+
     /// The 4096-byte block for this superblock.
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.inline.len() <= INLINE_MAX, "inline payload too large");
         let mut b = vec![0u8; SB_HEADER_LEN + self.inline.len()];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..10].copy_from_slice(&self.version().to_le_bytes());
         b[10..12].copy_from_slice(&(SB_HEADER_LEN as u16).to_le_bytes());
         b[12..16].copy_from_slice(&self.flags.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
@@ -134,7 +168,8 @@ impl Superblock {
         b[37] = self.props;
         b[38..40].copy_from_slice(&(self.inline.len() as u16).to_le_bytes());
         b[40..48].copy_from_slice(&xxh3_64(&self.inline).to_le_bytes());
-        // 48..56: reserved, zero
+        b[48..52].copy_from_slice(&self.dict_id.to_le_bytes());
+        // 52..56: reserved, zero
         let sum = xxh3_64(&b[0..56]);
         b[56..64].copy_from_slice(&sum.to_le_bytes());
         b[SB_HEADER_LEN..].copy_from_slice(&self.inline);
@@ -164,8 +199,13 @@ impl Superblock {
         }
         // Version 1 reserved byte 37 (written as zero, never checked): no properties.
         let props = if version >= 2 { block[37] } else { 0 };
-        if props & !PROPS_KNOWN != 0 {
-            return Err(FormatError::Props(props & !PROPS_KNOWN));
+        if props & !props_known(version) != 0 {
+            return Err(FormatError::Props(props & !props_known(version)));
+        }
+        // Bytes 48..56 were reserved before version 3 (written as zero, never checked).
+        let dict_id = if version >= 3 { u32_at(block, 48) } else { 0 };
+        if (props & PROP_DICTIONARY != 0) != (dict_id != 0) {
+            return Err(FormatError::Field("dictionary id"));
         }
         let extent_shift = block[32];
         if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
@@ -197,6 +237,7 @@ impl Superblock {
             extent_shift,
             codec,
             props,
+            dict_id,
             inline_codec,
             inline,
         })
@@ -265,6 +306,11 @@ impl ExtentHeader {
         if flags & !EXTENT_KNOWN_FLAGS != 0 {
             return Err(FormatError::Flags(flags as u32));
         }
+        if flags & EXTENT_FLAG_DICT != 0 && codec != Algorithm::Zstd {
+            return Err(FormatError::Field(
+                "dictionary flag on a payload that is not zstd",
+            ));
+        }
         let h = ExtentHeader {
             codec,
             flags,
@@ -304,6 +350,7 @@ mod tests {
             extent_shift: 17,
             codec: CodecSpec::DEFAULT,
             props: PROP_COMPRESSION,
+            dict_id: 0,
             inline_codec: Algorithm::Zstd,
             inline: vec![1, 2, 3],
         }
@@ -378,8 +425,8 @@ mod tests {
         let mut s = sb();
         s.flags |= 1 << 7;
         assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
-        let b = with_version(sb().encode(), 3);
-        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(3)));
+        let b = with_version(sb().encode(), 4);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(4)));
         let b = with_version(sb().encode(), 0);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(0)));
         let s = Superblock {
@@ -425,6 +472,84 @@ mod tests {
             bad[i] ^= 0x80;
             assert!(ExtentHeader::decode(&bad, 42, 17).is_err(), "flip at {i}");
         }
+    }
+
+    #[test]
+    fn only_files_using_a_dictionary_are_written_as_version_3() {
+        // No dictionary: version 2, readable by squeezefs before dictionaries.
+        assert_eq!(u16_at(&sb().encode(), 8), 2);
+        let with_prop = Superblock {
+            props: PROP_COMPRESSION | PROP_DICTIONARY,
+            dict_id: 0x1234_5678,
+            ..sb()
+        };
+        let b = with_prop.encode();
+        assert_eq!(u16_at(&b, 8), 3);
+        assert_eq!(Superblock::decode(&b).unwrap(), with_prop);
+        let used = Superblock {
+            flags: SB_FLAG_INLINE | SB_FLAG_DICT,
+            ..sb()
+        };
+        let b = used.encode();
+        assert_eq!(u16_at(&b, 8), 3);
+        assert_eq!(Superblock::decode(&b).unwrap(), used);
+        // What a version 2 reader sees in them: refused as newer, never misread.
+        assert_eq!(
+            Superblock::decode(&with_version(used.encode(), 2)),
+            Err(FormatError::Flags(SB_FLAG_DICT))
+        );
+        assert_eq!(
+            Superblock::decode(&with_version(with_prop.encode(), 2)),
+            Err(FormatError::Props(PROP_DICTIONARY))
+        );
+        // A dictionary id without the property bit (or the reverse) is refused.
+        let odd = Superblock {
+            dict_id: 9,
+            ..used.clone()
+        };
+        assert_eq!(
+            Superblock::decode(&odd.encode()),
+            Err(FormatError::Field("dictionary id"))
+        );
+        let odd = Superblock {
+            props: PROP_DICTIONARY,
+            dict_id: 0,
+            ..sb()
+        };
+        assert_eq!(
+            Superblock::decode(&odd.encode()),
+            Err(FormatError::Field("dictionary id"))
+        );
+        // Version 2 never used bytes 48..56: whatever they hold is ignored there.
+        let mut b = sb().encode();
+        b[48] = 0x77;
+        let b = with_version(b, 2);
+        assert_eq!(Superblock::decode(&b).unwrap().dict_id, 0);
+    }
+
+    #[test]
+    fn the_extent_dictionary_flag_is_only_valid_on_zstd() {
+        let h = ExtentHeader {
+            codec: Algorithm::Zstd,
+            flags: EXTENT_FLAG_DICT,
+            level: 3,
+            index: 1,
+            generation: 2,
+            stored_len: 100,
+            logical_len: 5000,
+            payload_sum: 1,
+        };
+        assert_eq!(ExtentHeader::decode(&h.encode(), 1, 17).unwrap(), h);
+        let lz4 = ExtentHeader {
+            codec: Algorithm::Lz4,
+            ..h
+        };
+        assert!(ExtentHeader::decode(&lz4.encode(), 1, 17).is_err());
+        let unknown = ExtentHeader { flags: 1 << 1, ..h };
+        assert_eq!(
+            ExtentHeader::decode(&unknown.encode(), 1, 17),
+            Err(FormatError::Flags(2))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod check;
 mod container;
 pub mod convert;
+pub mod dicts;
 pub mod encode;
 pub mod format;
 pub mod predict;

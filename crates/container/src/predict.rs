@@ -32,7 +32,7 @@ pub fn extent(policy: Policy, extent_shift: u8, file_size: u64, index: u64, data
     }
     let t = Instant::now();
     if file_size <= 1 << extent_shift {
-        if let Some((_, payload)) = encode_inline(policy.codec, data, INLINE_MAX) {
+        if let Some((_, payload)) = encode_inline(policy.codec, policy.dict, data, INLINE_MAX) {
             p.encode = t.elapsed();
             p.disk = blocks((SB_HEADER_LEN + payload.len()) as u64);
             return p;
@@ -94,10 +94,7 @@ mod tests {
                 codec: codec.parse().unwrap(),
                 ..Options::default()
             };
-            let policy = Policy {
-                codec: opts.codec,
-                force: false,
-            };
+            let policy = Policy::new(opts.codec, false);
             for data in [
                 &b"tiny"[..],
                 &text[..3000],

@@ -37,6 +37,10 @@ pub struct Stats {
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
     checksum_errors: AtomicU64,
+    dict_extents: AtomicU64,
+    dict_bytes_in: AtomicU64,
+    dict_bytes_out: AtomicU64,
+    dict_inline_files: AtomicU64,
     codecs: Mutex<BTreeMap<(Algorithm, i32), CodecCounts>>,
 }
 
@@ -71,6 +75,13 @@ pub struct Snapshot {
     pub files_unflagged: u64,
     /// Extent copies or superblocks that failed their checksum when read.
     pub checksum_errors: u64,
+    /// Extents compressed with a dictionary, their logical and stored bytes (also counted
+    /// in `codecs`).
+    pub dict_extents: u64,
+    pub dict_bytes_in: u64,
+    pub dict_bytes_out: u64,
+    /// Inline files whose payload was compressed with a dictionary.
+    pub dict_inline_files: u64,
     /// Compressed extents per codec and level.
     pub codecs: Vec<(CodecSpec, CodecCounts)>,
 }
@@ -83,8 +94,13 @@ impl Stats {
     /// Counts one extent written with `outcome`: `logical` bytes stored as `stored`.
     pub fn extent(&self, outcome: &Outcome, logical: usize, stored: usize) {
         match outcome {
-            Outcome::Compressed { codec, probe } => {
+            Outcome::Compressed { codec, probe, dict } => {
                 add(&self.extents_compressed, 1);
+                if *dict {
+                    add(&self.dict_extents, 1);
+                    add(&self.dict_bytes_in, logical as u64);
+                    add(&self.dict_bytes_out, stored as u64);
+                }
                 let mut m = self.codecs.lock().unwrap();
                 let e = m.entry((codec.alg, codec.level)).or_default();
                 e.extents += 1;
@@ -124,8 +140,12 @@ impl Stats {
         add(&self.extents_hole, 1);
     }
 
-    pub fn inline_file(&self) {
+    /// One file written inline; `dict`: its payload used a dictionary.
+    pub fn inline_file(&self, dict: bool) {
         add(&self.inline_files, 1);
+        if dict {
+            add(&self.dict_inline_files, 1);
+        }
     }
 
     pub fn flagged(&self, on: bool) {
@@ -162,6 +182,10 @@ impl Stats {
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),
             checksum_errors: g(&self.checksum_errors),
+            dict_extents: g(&self.dict_extents),
+            dict_bytes_in: g(&self.dict_bytes_in),
+            dict_bytes_out: g(&self.dict_bytes_out),
+            dict_inline_files: g(&self.dict_inline_files),
             codecs: self
                 .codecs
                 .lock()

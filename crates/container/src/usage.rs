@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use squeezefs_codec::Algorithm;
 
 use crate::container::{read_head, Head};
-use crate::format::{half_offset, sb_offset, ExtentHeader, Superblock, BLOCK, EXTENT_HEADER_LEN};
+use crate::format::{
+    half_offset, sb_offset, ExtentHeader, Superblock, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN,
+    SB_FLAG_DICT,
+};
 use crate::storage::{read_full, Storage};
 use crate::Result;
 
@@ -38,6 +41,10 @@ pub enum Kind {
     Extent(Algorithm, i16),
     /// Stored inside the superblock (small files): its disk usage is the file's.
     Inline,
+    /// zstd at this level with a dictionary.
+    DictExtent(i16),
+    /// Inline, compressed with a dictionary.
+    DictInline,
 }
 
 impl Kind {
@@ -45,13 +52,25 @@ impl Kind {
     pub fn label(&self) -> String {
         match *self {
             Kind::Inline => "inline".into(),
-            Kind::Extent(Algorithm::None | Algorithm::Lzo, _) | Kind::Extent(_, 0) => match self {
-                Kind::Extent(a, _) => a.name().into(),
-                Kind::Inline => unreachable!(),
-            },
+            Kind::DictInline => "inline+dict".into(),
+            Kind::DictExtent(l) => format!("{}+dict", Kind::Extent(Algorithm::Zstd, l).label()),
+            Kind::Extent(a @ (Algorithm::None | Algorithm::Lzo), _) | Kind::Extent(a, 0) => a.name().into(),
             Kind::Extent(Algorithm::Zstd, l) if l < 0 => format!("zstd-fast:{}", -(l as i32)),
             Kind::Extent(a, l) => format!("{}:{l}", a.name()),
         }
+    }
+
+    /// The same kind without the dictionary.
+    pub fn without_dict(self) -> Kind {
+        match self {
+            Kind::DictExtent(l) => Kind::Extent(Algorithm::Zstd, l),
+            Kind::DictInline => Kind::Inline,
+            k => k,
+        }
+    }
+
+    pub fn uses_dict(self) -> bool {
+        matches!(self, Kind::DictExtent(_) | Kind::DictInline)
     }
 }
 
@@ -105,8 +124,12 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
     u.extent_size = 1 << shift;
     if sb.is_inline() {
         if sb.size > 0 {
+            // The inline payload's frame names its dictionary (only in files flagged so).
+            let dict = sb.flags & SB_FLAG_DICT != 0
+                && sb.inline_codec == Algorithm::Zstd
+                && squeezefs_codec::dict::frame_dict_id(&sb.inline).is_some();
             u.parts.insert(
-                Kind::Inline,
+                if dict { Kind::DictInline } else { Kind::Inline },
                 Part {
                     extents: 1,
                     disk: 0,
@@ -138,14 +161,18 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
             u.leftover += torn;
             continue;
         };
-        let kind = Kind::Extent(
-            cur.codec,
-            if cur.codec == Algorithm::None {
-                0
-            } else {
-                cur.level
-            },
-        );
+        let kind = if cur.flags & EXTENT_FLAG_DICT != 0 {
+            Kind::DictExtent(cur.level)
+        } else {
+            Kind::Extent(
+                cur.codec,
+                if cur.codec == Algorithm::None {
+                    0
+                } else {
+                    cur.level
+                },
+            )
+        };
         u.parts.entry(kind).or_default().add(&Part {
             extents: 1,
             disk: blocks(EXTENT_HEADER_LEN as u64 + cur.stored_len as u64),

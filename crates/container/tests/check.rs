@@ -123,6 +123,19 @@ fn superblock_copies_and_leftovers_past_the_end() {
     repair(&disk, &r).unwrap();
     assert_eq!(disk.len().unwrap(), end);
     assert!(check(&disk).unwrap().findings.is_empty());
+    // Once a superblock is durable the older copy is punched: a rewritten file keeps one.
+    let zeros = |slot: u64| {
+        let mut b = [0u8; 4096];
+        disk.read_at(&mut b, slot * 4096).unwrap();
+        b.iter().all(|&x| x == 0)
+    };
+    assert!(zeros(0) != zeros(1), "exactly one superblock copy after fsync");
+    // A newer copy written but not yet synced (as a crash leaves it) keeps the older one.
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    c.write(E as u64 + 10, b"grown").unwrap();
+    c.flush().unwrap();
+    drop(c);
+    assert!(!zeros(0) && !zeros(1));
     // The newer superblock copy damaged: a warning (the older is used), not damage.
     let newest = (0..2u64)
         .max_by_key(|s| {

@@ -33,6 +33,28 @@ enum Op {
     WriteBack,
     /// A sync of the whole disk, then `commit_after_sync` (a group commit).
     Commit,
+    /// Gives the file the test's zstd dictionary, or removes its dictionary property
+    /// (extents and inline data already written keep what they used).
+    SetDict(bool),
+}
+
+/// A zstd dictionary trained on text like the payloads' (registered once per process).
+fn test_dict() -> u32 {
+    static ID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        let samples: Vec<Vec<u8>> = (0..400u32)
+            .map(|i| {
+                format!(
+                    "{i} the quick brown fox jumps over the lazy dog, record {}\n",
+                    i % 13
+                )
+                .into_bytes()
+            })
+            .collect();
+        let refs: Vec<&[u8]> = samples.iter().map(|v| v.as_slice()).collect();
+        let d = squeezefs_codec::dict::train(&refs, 2048).unwrap();
+        squeezefs_codec::dict::register(&d).unwrap()
+    })
 }
 
 /// Bytes that compress (text-like), don't (noise), or are zeros: all three paths.
@@ -69,6 +91,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::WriteBack),
         1 => Just(Op::Commit),
         1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
+        1 => any::<bool>().prop_map(Op::SetDict),
     ]
 }
 
@@ -131,6 +154,7 @@ fn apply_container(
         Op::SetCodec(i) => c
             .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
             .map(|_| None),
+        Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
         Op::Commit => {
             disk.sync_data()?;
             c.commit_after_sync().map(|_| None)

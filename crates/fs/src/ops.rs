@@ -17,7 +17,7 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use log::{error, warn};
-use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_container::{dicts, Container, FileStorage, Options};
 
 use crate::commit::Committer;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
@@ -53,6 +53,8 @@ pub struct SqueezeFs {
     as_root: bool,
     /// The backing directory, for the statistics file.
     backing: String,
+    /// `BACKING/.squeezefs-dicts`: the dictionaries (hidden from the mount).
+    dict_dir: std::path::PathBuf,
     /// Owner of the mount root, given to the statistics file.
     root_owner: (u32, u32),
     /// Open statistics files: the document rendered at their open.
@@ -143,6 +145,14 @@ impl SqueezeFs {
         let raw = std::os::fd::AsRawFd::as_raw_fd(&root);
         let st = sys::fstat(raw)?;
         let root_dir = sys::reopen(raw, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // Dictionaries: every file that used one needs it to be read.
+        let (ids, refused) = dicts::load_all(&backing.join(dicts::DIR_NAME));
+        if !ids.is_empty() {
+            log::info!("{} zstd dictionaries loaded: {ids:?}", ids.len());
+        }
+        for why in refused {
+            error!("dictionary refused (files compressed with it will read as EIO): {why}");
+        }
         Ok(SqueezeFs {
             inodes: Arc::new(Inodes::new(root, root_dir, &st)),
             committer: Committer::new(),
@@ -155,6 +165,7 @@ impl SqueezeFs {
             next_fh: AtomicU64::new(1),
             as_root: unsafe { libc::geteuid() } == 0,
             backing: backing.display().to_string(),
+            dict_dir: backing.join(dicts::DIR_NAME),
             root_owner: (st.st_uid, st.st_gid),
             stats_open: Mutex::new(Default::default()),
         })
@@ -329,7 +340,37 @@ impl SqueezeFs {
         })
     }
 
+    /// Whether `name` in directory `parent` is the dictionary directory: hidden from the
+    /// mount, and no entry may be made under its name.
+    fn is_dict_dir(parent: u64, name: &[u8]) -> bool {
+        parent == 1 && name == dicts::DIR_NAME.as_bytes()
+    }
+
+    fn is_root(&self, inode: &Arc<Inode>) -> bool {
+        self.inodes.get(1).is_some_and(|r| Arc::ptr_eq(&r, inode))
+    }
+
+    fn refuse_dict_dir(parent: u64, name: &OsStr) -> Result<(), Errno> {
+        if Self::is_dict_dir(parent, name.as_bytes()) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Makes sure dictionary `id` is loaded, loading it from the backing directory's
+    /// `.squeezefs-dicts` if needed (`squeezefs dict train` stores it there before setting
+    /// the property). The error says what is wrong.
+    fn ensure_dict(&self, id: u32) -> Result<(), String> {
+        if squeezefs_codec::dict::get(id).is_some() {
+            return Ok(());
+        }
+        dicts::load(&self.dict_dir, id)
+    }
+
     fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
+        if self.is_root(parent) && Self::is_dict_dir(1, name.as_bytes()) {
+            return Err(Errno::ENOENT);
+        }
         let c = sys::entry_name(name).map_err(errno)?;
         let fd = sys::open_path(self.fd(parent)?.raw(), &c).map_err(errno)?;
         let st = sys::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map_err(errno)?;
@@ -378,6 +419,9 @@ impl SqueezeFs {
         name: &OsStr,
         mode: u32,
     ) -> Result<(u64, FileAttr), Errno> {
+        if self.is_root(p) {
+            Self::refuse_dict_dir(1, name)?;
+        }
         let c = sys::entry_name(name).map_err(errno)?;
         let pfd = self.fd(p)?;
         let file = sys::create_rw(pfd.raw(), &c, mode).map_err(errno)?;
@@ -412,6 +456,11 @@ impl SqueezeFs {
             container
                 .set_extent_size_property(dp.shift)
                 .map_err(|e| self.container_error(&inode, "inherit extent size", e))?;
+        }
+        if dp.dict.is_some() {
+            container
+                .set_dictionary_property(dp.dict)
+                .map_err(|e| self.container_error(&inode, "inherit dictionary", e))?;
         }
         {
             let mut open = inode.open.lock().unwrap();
@@ -466,6 +515,7 @@ impl SqueezeFs {
                     Prop::ExtentSize => c
                         .extent_size_property()
                         .map(|b| Value::Shift(b.trailing_zeros() as u8)),
+                    Prop::Dictionary => c.dictionary_property().map(Value::Dict),
                 })
             },
             "get property",
@@ -492,6 +542,14 @@ impl SqueezeFs {
         if !inode.is_dir && !inode.is_reg {
             // Like user.* xattrs on the host: not on symlinks and special files.
             return Err(Errno::EPERM);
+        }
+        if let Some(Value::Dict(id)) = v {
+            // Only a dictionary that is there and intact: data written with it must be
+            // readable again.
+            if let Err(why) = self.ensure_dict(id) {
+                warn!("{}: refusing {} = {id}: {why}", self.describe(inode), p.xattr());
+                return Err(Errno::EINVAL);
+            }
         }
         let current = self.get_prop(inode, p)?;
         if (flags & libc::XATTR_CREATE != 0 && current.is_some())
@@ -521,6 +579,8 @@ impl SqueezeFs {
                 (Prop::Compression, _) => c.set_compression_property(None),
                 (Prop::ExtentSize, Some(Value::Shift(s))) => c.set_extent_size_property(Some(s)),
                 (Prop::ExtentSize, _) => c.set_extent_size_property(None),
+                (Prop::Dictionary, Some(Value::Dict(d))) => c.set_dictionary_property(Some(d)),
+                (Prop::Dictionary, _) => c.set_dictionary_property(None),
             },
             "set property",
         )
@@ -561,6 +621,7 @@ impl SqueezeFs {
     ) {
         let r = (|| {
             self.check_writable()?;
+            Self::refuse_dict_dir(parent.0, name)?;
             let p = self.inode(parent)?;
             let c = sys::entry_name(name).map_err(errno)?;
             let pfd = self.fd(&p)?;
@@ -794,6 +855,7 @@ impl Filesystem for SqueezeFs {
                     let mut ct = Container::open(FileStorage::new(file), &self.opts)?;
                     ct.set_compression_property(dp.codec)?;
                     ct.set_extent_size_property(dp.shift)?;
+                    ct.set_dictionary_property(dp.dict)?;
                     ct.fsync()
                 };
                 inherit().map_err(|e| {
@@ -868,6 +930,8 @@ impl Filesystem for SqueezeFs {
     ) {
         let r = (|| {
             self.check_writable()?;
+            Self::refuse_dict_dir(parent.0, name)?;
+            Self::refuse_dict_dir(newparent.0, newname)?;
             let p = self.inode(parent)?;
             let np = self.inode(newparent)?;
             let a = sys::entry_name(name).map_err(errno)?;
@@ -880,6 +944,7 @@ impl Filesystem for SqueezeFs {
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let r = (|| {
             self.check_writable()?;
+            Self::refuse_dict_dir(newparent.0, newname)?;
             let inode = self.inode(ino)?;
             let np = self.inode(newparent)?;
             let c = sys::entry_name(newname).map_err(errno)?;
@@ -1057,8 +1122,11 @@ impl Filesystem for SqueezeFs {
                 .filter_map(|(n, _, _)| std::ffi::CString::new(n.clone()).ok())
                 .collect();
             self.prefetch.directory(dfd, files);
-            let list: Vec<(Vec<u8>, FileType)> =
-                entries.into_iter().map(|(n, _, t)| (n, dtype_kind(t))).collect();
+            let list: Vec<(Vec<u8>, FileType)> = entries
+                .into_iter()
+                .filter(|(n, _, _)| !Self::is_dict_dir(ino.0, n))
+                .map(|(n, _, t)| (n, dtype_kind(t)))
+                .collect();
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
             self.dirs.lock().unwrap().insert(fh, Arc::new(list));
             Ok(fh)

@@ -3,6 +3,9 @@
 //!
 //! * `user.squeezefs.compression` — `zstd:9`, `zstd-fast:5`, `lz4`, `zlib:6`, `lzo`, `none`
 //! * `user.squeezefs.extent_size` — `4K` … `1M` (a power of two)
+//! * `user.squeezefs.dictionary` — a zstd dictionary id (decimal) from the backing
+//!   directory's `.squeezefs-dicts/` (`squeezefs dict train` sets it): small zstd data
+//!   written afterwards is compressed with it
 //!
 //! A directory keeps them as real xattrs on its backing directory; a regular file keeps them
 //! in its container superblock (so they cost no extra syscall at open, and travel with the
@@ -18,6 +21,7 @@ use crate::{parse_extent_size, sys};
 
 pub const COMPRESSION: &str = "user.squeezefs.compression";
 pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
+pub const DICTIONARY: &str = "user.squeezefs.dictionary";
 /// Not a property but a request (`squeezefs compress` through a mount): setting it on a
 /// regular file rewrites its extents with the codec in force now, crash-safely, inside the
 /// daemon (so no write can slip between a read and its rewrite). The value is empty (the
@@ -39,16 +43,18 @@ pub fn parse_rewrite(v: &[u8]) -> Option<std::ops::Range<u64>> {
 pub enum Prop {
     Compression,
     ExtentSize,
+    Dictionary,
 }
 
 impl Prop {
-    pub const ALL: [Prop; 2] = [Prop::Compression, Prop::ExtentSize];
+    pub const ALL: [Prop; 3] = [Prop::Compression, Prop::ExtentSize, Prop::Dictionary];
 
     /// The property an xattr name stands for (`None`: an ordinary xattr).
     pub fn from_xattr(name: &[u8]) -> Option<Prop> {
         match name {
             n if n == COMPRESSION.as_bytes() => Some(Prop::Compression),
             n if n == EXTENT_SIZE.as_bytes() => Some(Prop::ExtentSize),
+            n if n == DICTIONARY.as_bytes() => Some(Prop::Dictionary),
             _ => None,
         }
     }
@@ -57,6 +63,7 @@ impl Prop {
         match self {
             Prop::Compression => COMPRESSION,
             Prop::ExtentSize => EXTENT_SIZE,
+            Prop::Dictionary => DICTIONARY,
         }
     }
 
@@ -71,6 +78,8 @@ pub enum Value {
     Codec(CodecSpec),
     /// log2 of the extent size.
     Shift(u8),
+    /// A zstd dictionary id (never 0).
+    Dict(u32),
 }
 
 /// Parses a value as `setfattr` delivers it (trailing NULs and whitespace ignored); the
@@ -88,6 +97,12 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
         Prop::ExtentSize => parse_extent_size(text)
             .map(Value::Shift)
             .map_err(|e| e.replace("extent_size=", "")),
+        Prop::Dictionary => match text.parse::<u32>() {
+            Ok(id) if id != 0 => Ok(Value::Dict(id)),
+            _ => Err(format!(
+                "`{text}` is not a dictionary id (a number as `squeezefs dict list` shows)"
+            )),
+        },
     }
 }
 
@@ -97,6 +112,7 @@ pub fn format(v: Value) -> String {
         Value::Codec(c) => c.to_string(),
         Value::Shift(s) if s >= 20 => format!("{}M", 1u64 << (s - 20)),
         Value::Shift(s) => format!("{}K", 1u64 << (s - 10)),
+        Value::Dict(id) => id.to_string(),
     }
 }
 
@@ -105,6 +121,7 @@ pub fn format(v: Value) -> String {
 pub struct DirProps {
     pub codec: Option<CodecSpec>,
     pub shift: Option<u8>,
+    pub dict: Option<u32>,
 }
 
 impl DirProps {
@@ -112,6 +129,7 @@ impl DirProps {
         match p {
             Prop::Compression => self.codec.map(Value::Codec),
             Prop::ExtentSize => self.shift.map(Value::Shift),
+            Prop::Dictionary => self.dict.map(Value::Dict),
         }
     }
 
@@ -121,6 +139,8 @@ impl DirProps {
             (Prop::Compression, None) => self.codec = None,
             (Prop::ExtentSize, Some(Value::Shift(s))) => self.shift = Some(s),
             (Prop::ExtentSize, None) => self.shift = None,
+            (Prop::Dictionary, Some(Value::Dict(d))) => self.dict = Some(d),
+            (Prop::Dictionary, None) => self.dict = None,
             _ => {}
         }
     }
@@ -177,5 +197,10 @@ mod tests {
             Some(Prop::Compression)
         );
         assert_eq!(Prop::from_xattr(b"user.other"), None);
+        assert_eq!(parse(Prop::Dictionary, b"123456\0"), Ok(Value::Dict(123456)));
+        assert_eq!(format(Value::Dict(42)), "42");
+        for bad in [&b"0"[..], b"-1", b"abc", b"99999999999"] {
+            assert!(parse(Prop::Dictionary, bad).is_err());
+        }
     }
 }
