@@ -241,7 +241,7 @@ fn dictionaries(path: &Path) -> (Option<u32>, Option<u32>) {
             .flatten()
             .and_then(|v| v.parse().ok())
     };
-    let dir = path.parent().and_then(|d| get(d));
+    let dir = path.parent().and_then(&get);
     (get(path), dir)
 }
 

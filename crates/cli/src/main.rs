@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use squeezefs_container::format::{FORMAT_VERSION, MIN_FORMAT_VERSION};
+use squeezefs_container::format::{FORMAT_VERSION, FORMAT_VERSION_NO_DICT, MIN_FORMAT_VERSION};
 
 mod bench;
 mod check;
@@ -217,11 +217,12 @@ enum Cmd {
     },
 }
 
-/// `0.1.0 (container format 2, reads 1–2)`.
+/// `0.1.0 (container format 3, 2 for files without a dictionary; reads 1–3)`.
 fn version() -> &'static str {
     Box::leak(
         format!(
-            "{} (container format {FORMAT_VERSION}, reads {MIN_FORMAT_VERSION}–{FORMAT_VERSION})",
+            "{} (container format {FORMAT_VERSION}, {FORMAT_VERSION_NO_DICT} for files without a dictionary; \
+             reads {MIN_FORMAT_VERSION}–{FORMAT_VERSION})",
             env!("CARGO_PKG_VERSION")
         )
         .into_boxed_str(),

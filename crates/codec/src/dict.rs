@@ -180,7 +180,7 @@ pub fn compress(
 
 /// The prepared decompression dictionary for a frame that names `id`.
 pub(crate) fn with_ddict<T>(id: u32, f: impl FnOnce(&DDict<'static>) -> T) -> Result<T, CodecError> {
-    let d = get(id).ok_or_else(|| CodecError::MissingDictionary(id))?;
+    let d = get(id).ok_or(CodecError::MissingDictionary(id))?;
     Ok(f(&d.ddict))
 }
 

@@ -1,0 +1,187 @@
+//! zstd dictionaries on a real mount: `dict train`, the property, new files using it,
+//! `compress` applying it to files already there, `stats` showing it and its gain, `check`
+//! and a remount reading it back, and a damaged dictionary being refused, never used.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::{getfattr, scratch, squeezefs, squeezefs_json, Mount};
+use serde_json::Value;
+
+fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
+    p.as_ref()
+}
+
+/// Debian's per-package licence files: a real tree of small text files sharing much of
+/// their wording (every Debian system has them, also images that drop other docs).
+fn copyright_files() -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = fs::read_dir("/usr/share/doc")
+        .expect("/usr/share/doc")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let data = fs::read(e.path().join("copyright")).ok()?;
+            (!data.is_empty() && data.len() <= 128 << 10)
+                .then(|| (e.file_name().to_string_lossy().into_owned(), data))
+        })
+        .collect();
+    v.sort();
+    assert!(
+        v.len() >= 100,
+        "only {} copyright files in /usr/share/doc",
+        v.len()
+    );
+    v
+}
+
+fn put(dir: &Path, files: &[&(String, Vec<u8>)]) {
+    fs::create_dir_all(dir).unwrap();
+    for (name, data) in files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+fn same(dir: &Path, files: &[&(String, Vec<u8>)]) {
+    for (name, data) in files {
+        let got = fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(got == *data, "{name} differs");
+    }
+}
+
+fn types(v: &Value) -> Vec<String> {
+    v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn disk(stats: &Value) -> u64 {
+    stats["disk"].as_u64().unwrap()
+}
+
+#[test]
+fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_remount() {
+    let d = scratch("dict-mount");
+    let all = copyright_files();
+    // Trained on half, used on the other half (files it never saw).
+    let (seen, unseen): (Vec<_>, Vec<_>) = all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let seen: Vec<&(String, Vec<u8>)> = seen.into_iter().map(|(_, f)| f).collect();
+    let unseen: Vec<&(String, Vec<u8>)> = unseen.into_iter().map(|(_, f)| f).collect();
+    let m = Mount::new(&d, "compress=zstd:3");
+    put(&m.path("docs/learn"), &seen);
+    put(&m.path("control"), &unseen);
+
+    let t = squeezefs_json(&[os("dict"), os("train"), m.path("docs").as_os_str()]);
+    let id = t["id"].as_u64().unwrap();
+    assert!(t["trained_on"]["files"].as_u64().unwrap() > 40, "{t}");
+    // Held-out files: the dictionary must pay on files it did not learn from.
+    assert!(
+        t["held_out"]["disk_with"].as_u64() < t["held_out"]["disk_without"].as_u64(),
+        "{t}"
+    );
+    assert_eq!(t["directories_set"], 2, "docs and docs/learn: {t}");
+    assert_eq!(
+        getfattr(&m.path("docs"), "user.squeezefs.dictionary").unwrap(),
+        id.to_string().as_bytes()
+    );
+    let stored = d.join("backing/.squeezefs-dicts").join(format!("{id}.zdict"));
+    assert!(stored.is_file(), "{}", stored.display());
+    let listed = squeezefs_json(&[os("dict"), os("list"), m.mnt.as_os_str()]);
+    assert_eq!(listed[0]["id"], id, "{listed}");
+    assert_eq!(listed[0]["state"], "ok");
+
+    // New files under the directory (and a directory made there later) use it.
+    put(&m.path("docs/new"), &unseen);
+    same(&m.path("docs/new"), &unseen);
+    let with = squeezefs_json(&[os("stats"), m.path("docs/new").as_os_str()]);
+    let without = squeezefs_json(&[os("stats"), m.path("control").as_os_str()]);
+    assert!(types(&with).iter().all(|t| t.ends_with("+dict")), "{with}");
+    assert!(types(&without).iter().all(|t| !t.ends_with("+dict")), "{without}");
+    assert_eq!(with["dict_files"].as_u64().unwrap(), unseen.len() as u64);
+    assert!(
+        disk(&with) < disk(&without) * 9 / 10,
+        "with {with}\nwithout {without}"
+    );
+    let gain = squeezefs_json(&[os("stats"), m.path("docs/new").as_os_str(), os("--dict-gain")]);
+    let g = &gain["dict_gain"];
+    assert!(g["disk_with"].as_u64() < g["disk_without"].as_u64(), "{gain}");
+    // Without the dictionary they would take what the same files take without one.
+    let diff = g["disk_without"].as_u64().unwrap().abs_diff(disk(&without));
+    assert!(diff < disk(&without) / 10, "{gain}\n{without}");
+
+    // Files already there get it from `compress` once their directory has it.
+    let set = squeezefs(&[
+        os("property"),
+        os("set"),
+        m.path("control").as_os_str(),
+        os("dictionary"),
+        os(&id.to_string()),
+    ]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let r = squeezefs_json(&[os("compress"), m.path("control").as_os_str()]);
+    assert_eq!(r["failed"], 0, "{r}");
+    assert_eq!(r["rewritten"].as_u64().unwrap(), unseen.len() as u64, "{r}");
+    let after = squeezefs_json(&[os("stats"), m.path("control").as_os_str()]);
+    assert!(types(&after).iter().all(|t| t.ends_with("+dict")), "{after}");
+    assert!(disk(&after) < disk(&without) * 9 / 10, "{after}");
+    // Rewritten small files take one block again (the older superblock copy is punched).
+    assert!(
+        disk(&after) <= disk(&with) + 64 * 1024,
+        "after {after}\nnew {with}"
+    );
+    let again = squeezefs_json(&[os("compress"), m.path("control").as_os_str()]);
+    assert_eq!(again["rewritten"], 0, "a second run has nothing to do: {again}");
+    same(&m.path("control"), &unseen);
+
+    // The dictionary directory is not part of the mount, and cannot be made there.
+    let names: Vec<String> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n == ".squeezefs-dicts"), "{names:?}");
+    assert!(fs::metadata(m.path(".squeezefs-dicts")).is_err());
+    assert!(fs::create_dir(m.path(".squeezefs-dicts")).is_err());
+    // A dictionary that is not there is refused as a property.
+    let bad = squeezefs(&[
+        os("property"),
+        os("set"),
+        m.path("control").as_os_str(),
+        os("dictionary"),
+        os("12345"),
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not in the backing directory"));
+    m.unmount();
+
+    // Offline: check decodes every extent with it; a remount loads it and reads it all back.
+    let c = squeezefs_json(&[os("check"), d.join("backing").as_os_str()]);
+    assert_eq!(c["damaged_files"], 0, "{c}");
+    let m = Mount::new(&d, "compress=zstd:3");
+    same(&m.path("docs/new"), &unseen);
+    same(&m.path("control"), &unseen);
+    m.unmount();
+
+    // A damaged dictionary is refused: check reports it, and the files that need it read
+    // as EIO, never as wrong bytes.
+    let mut f = fs::read(&stored).unwrap();
+    let n = f.len();
+    f[n / 2] ^= 0x20;
+    fs::write(&stored, &f).unwrap();
+    let out = squeezefs(&[os("check"), d.join("backing").as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dictionary refused"));
+    let m = Mount::new(&d, "compress=zstd:3");
+    let victim: PathBuf = m.path("docs/new").join(&unseen[0].0);
+    let e = fs::read(&victim).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{}", victim.display());
+    m.unmount();
+    let log = fs::read_to_string(d.join("daemon.log")).unwrap();
+    assert!(
+        log.contains(&format!("{id}.zdict")) && log.contains("damaged"),
+        "{log}"
+    );
+}
