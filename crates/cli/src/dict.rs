@@ -112,15 +112,16 @@ fn codec_of(dir: &Path, mount: &Path) -> Option<CodecSpec> {
     }
 }
 
-/// What one container (a backing file) would take on disk written now with its dictionary
-/// and without it: its content read back, encoded both ways as the filesystem would
-/// (`container::predict`). For `squeezefs stats --dict-gain`.
-pub fn gain(backing: &Path) -> Result<(u64, u64), String> {
+/// What one container (a backing file) would take on disk written now with `codec` (the
+/// one its superblock names) with its dictionary and without it: its content read back,
+/// encoded both ways as the filesystem would (`container::predict`). For `squeezefs stats
+/// --dict-gain`.
+pub fn gain(backing: &Path, codec: CodecSpec) -> Result<(u64, u64), String> {
     use squeezefs_container::{Container, FileStorage, Options};
     let f = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
     let mut c = Container::open(FileStorage::new(f), &Options::default())
         .map_err(|e| format!("{}: {e}", backing.display()))?;
-    let (Some(codec), Some(extent)) = (c.effective_codec(), c.extent_size()) else {
+    let Some(extent) = c.extent_size() else {
         return Ok((0, 0));
     };
     let shift = extent.trailing_zeros() as u8;

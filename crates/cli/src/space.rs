@@ -135,7 +135,10 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let u = usage(&FileStorage::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
             let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
-                Some(crate::dict::gain(path)?)
+                Some(crate::dict::gain(
+                    path,
+                    u.codec.unwrap_or(squeezefs_codec::CodecSpec::DEFAULT),
+                )?)
             } else {
                 None
             };

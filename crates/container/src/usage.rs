@@ -82,6 +82,9 @@ pub struct Usage {
     /// Logical size of the file (what `ls -l` shows through the mount).
     pub size: u64,
     pub extent_size: u64,
+    /// The codec the superblock names: the file's property, or the codec in force when it
+    /// was last written.
+    pub codec: Option<squeezefs_codec::CodecSpec>,
     /// Current copies by kind.
     pub parts: BTreeMap<Kind, Part>,
     /// Bytes of older or torn copies an interrupted write left beside current ones
@@ -120,6 +123,7 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         return Ok(u);
     };
     u.size = sb.size;
+    u.codec = Some(sb.codec);
     let shift = sb.extent_shift;
     u.extent_size = 1 << shift;
     if sb.is_inline() {
