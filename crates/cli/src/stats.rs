@@ -99,6 +99,17 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
     );
     line(
         &mut o,
+        format!(
+            "dictionaries      {} loaded; {} extents compressed with one ({} → {}), {} inline files",
+            v["dictionaries"]["loaded"].as_array().map_or(0, |a| a.len()),
+            n(v, &["dictionaries", "extents"]),
+            human(n(v, &["dictionaries", "bytes_in"])),
+            human(n(v, &["dictionaries", "bytes_out"])),
+            n(v, &["dictionaries", "inline_files"])
+        ),
+    );
+    line(
+        &mut o,
         format!("checksum errors   {}", n(v, &["checksum_errors"])),
     );
     line(&mut o, String::new());

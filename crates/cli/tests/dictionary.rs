@@ -102,6 +102,13 @@ fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_
     assert!(types(&with).iter().all(|t| t.ends_with("+dict")), "{with}");
     assert!(types(&without).iter().all(|t| !t.ends_with("+dict")), "{without}");
     assert_eq!(with["dict_files"].as_u64().unwrap(), unseen.len() as u64);
+    // The daemon counts what it compressed with a dictionary.
+    let live = squeezefs_json(&[os("stats"), os("--live"), m.mnt.as_os_str()]);
+    let dl = &live["dictionaries"];
+    assert_eq!(dl["loaded"][0], id, "{dl}");
+    let used = dl["extents"].as_u64().unwrap() + dl["inline_files"].as_u64().unwrap();
+    assert!(used >= unseen.len() as u64, "{dl}");
+    assert!(dl["bytes_out"].as_u64() < dl["bytes_in"].as_u64(), "{dl}");
     assert!(
         disk(&with) < disk(&without) * 9 / 10,
         "with {with}\nwithout {without}"

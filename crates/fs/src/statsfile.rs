@@ -100,6 +100,13 @@ pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
             "unflagged": s.files_unflagged,
         },
         "checksum_errors": s.checksum_errors,
+        "dictionaries": {
+            "loaded": squeezefs_codec::dict::loaded(),
+            "extents": s.dict_extents,
+            "bytes_in": s.dict_bytes_in,
+            "bytes_out": s.dict_bytes_out,
+            "inline_files": s.dict_inline_files,
+        },
         "codecs": codecs,
         "workspaces": {
             "max": pool.max_workspaces,
