@@ -360,6 +360,37 @@ fn more_files_than_the_daemon_may_open() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn small_files_rewritten_through_the_mount_take_one_block() {
+    let dir = scratch("one-block");
+    let m = Mount::new(&dir, "compress=zstd:3");
+    let names: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+    for round in 0..3 {
+        for (i, n) in names.iter().enumerate() {
+            // Closed without fsync: committed by the group commit.
+            fs::write(m.path(n), format!("round {round} of file {i}\n").repeat(20 + i)).unwrap();
+        }
+        // Opening the statistics file commits every closed file now.
+        fs::read(m.path(".squeezefs-stats")).unwrap();
+    }
+    for (i, n) in names.iter().enumerate() {
+        let b = fs::metadata(dir.join("backing").join(n)).unwrap();
+        assert_eq!(b.blocks() * 512, 4096, "{n}: both superblock copies kept");
+        assert_eq!(
+            fs::read(m.path(n)).unwrap(),
+            format!("round 2 of file {i}\n").repeat(20 + i).into_bytes()
+        );
+    }
+    m.unmount();
+    let m = Mount::new(&dir, "");
+    assert_eq!(
+        fs::read(m.path("f7")).unwrap(),
+        "round 2 of file 7\n".repeat(27).into_bytes()
+    );
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Whether the first page of `path` is in the page cache (mincore).
 fn first_page_cached(path: &Path) -> bool {
     let f = fs::File::open(path).unwrap();

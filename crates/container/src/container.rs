@@ -749,6 +749,40 @@ impl<S: Storage> Container<S> {
         }
     }
 
+    /// A token for the state written so far: it changes with every change to the file.
+    pub fn epoch(&self) -> u64 {
+        match &self.mode {
+            Mode::Packed(p) => p.epoch,
+            Mode::Plain => 0,
+        }
+    }
+
+    /// After a sync that covers everything this container wrote up to [`Container::epoch`]
+    /// `epoch` (a group commit's second `syncfs`): that is durable now, so what it replaced
+    /// goes — the older superblock copy and old extent halves. Does nothing when the file
+    /// changed since `epoch` (what was written since may not be durable).
+    pub fn settle(&mut self, epoch: u64) -> Result<()> {
+        match &mut self.mode {
+            Mode::Packed(p)
+                if p.epoch == epoch && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
+            {
+                p.synced(&self.storage)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether copies replaced by what was written (the older superblock copy, old extent
+    /// halves) wait for a sync before they can be removed ([`Container::settle`]).
+    pub fn needs_settle(&self) -> bool {
+        match &self.mode {
+            Mode::Packed(p) => {
+                p.sb_other_dirty || p.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
+            }
+            Mode::Plain => false,
+        }
+    }
+
     /// Whether a superblock is waiting for [`Container::commit_after_sync`].
     pub fn commit_pending(&self) -> bool {
         matches!(&self.mode, Mode::Packed(p) if p.pending.is_some())

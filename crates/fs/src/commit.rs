@@ -2,7 +2,8 @@
 //! `close`), but a container's superblock may only be written once those extents are
 //! durable. Instead of one `fdatasync` per closed file, closed files wait here and one
 //! `syncfs` of the backing filesystem covers a whole batch; then each superblock is
-//! written (it becomes durable with the next batch's sync, or at unmount). A file is
+//! written, and a second `syncfs` makes them durable, after which each file's older
+//! superblock copy is punched (so a small file rewritten takes one block, not two). A file is
 //! committed within [`INTERVAL`] of its close, or sooner when [`Committer::max_pending`]
 //! files wait (each holds an open fd).
 
@@ -113,6 +114,9 @@ impl Committer {
             error!("syncfs of the backing filesystem failed: {e}; syncing files one by one");
         }
         let mut again = Vec::new();
+        // Committed files: their superblocks become durable with a second `syncfs`, after
+        // which each older superblock copy is punched (a small file takes one block).
+        let mut committed = Vec::new();
         for (ino, inode) in batch {
             let mut open = inode.open.lock().unwrap();
             let Some(of) = open.as_mut() else { continue };
@@ -124,6 +128,8 @@ impl Committer {
             match r {
                 Ok(true) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
+                    committed.push((ino, inode.clone(), of.container.epoch()));
+                    continue;
                 }
                 Ok(false) => {
                     // Changed since its write-back (or committed by an fsync meanwhile):
@@ -134,7 +140,12 @@ impl Committer {
                                 again.push((ino, inode.clone()));
                                 continue;
                             }
-                            Ok(false) => {}
+                            Ok(false) => {
+                                // Written out whole (its superblock too): settled after
+                                // the second sync like the others.
+                                committed.push((ino, inode.clone(), of.container.epoch()));
+                                continue;
+                            }
                             Err(e) => error!("{}: write-back failed: {e}", inodes.describe(&inode)),
                         }
                     }
@@ -149,6 +160,31 @@ impl Committer {
                 *open = None;
                 drop(open);
                 inodes.forget(ino, 0);
+            }
+        }
+        if !committed.is_empty() {
+            let second = inodes.syncfs();
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = &second {
+                error!("syncfs of the backing filesystem failed: {e}; superblocks stay in pairs");
+            }
+            for (ino, inode, epoch) in committed {
+                let mut open = inode.open.lock().unwrap();
+                let Some(of) = open.as_mut() else { continue };
+                if second.is_ok() {
+                    if let Err(e) = of.container.settle(epoch) {
+                        error!(
+                            "{}: removing the older superblock copy failed: {e}",
+                            inodes.describe(&inode)
+                        );
+                    }
+                }
+                if of.handles == 0 {
+                    *inode.size_cache.lock().unwrap() = of.container.size().ok();
+                    *open = None;
+                    drop(open);
+                    inodes.forget(ino, 0);
+                }
             }
         }
         for (ino, inode) in again {

@@ -1082,7 +1082,10 @@ impl Filesystem for SqueezeFs {
             // Last handle: write everything out and drop the state (and its memory), or
             // keep it, cache emptied, until the group commit writes its superblock.
             match of.container.write_back() {
-                Ok(true) => {
+                // A superblock to commit, or old copies to remove once a sync covers what
+                // replaced them (a rewritten small file's older superblock copy): the
+                // group commit does both.
+                Ok(pending) if pending || of.container.needs_settle() => {
                     of.container.drop_cache();
                     drop(open);
                     self.committer.push(ino.0, inode.clone());
