@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{getfattr, scratch, squeezefs, squeezefs_json, Mount};
+use common::{getfattr, scratch, squeezefs, squeezefs_json, types, Mount};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
@@ -48,15 +48,6 @@ fn same(dir: &Path, files: &[&(String, Vec<u8>)]) {
         let got = fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(got == *data, "{name} differs");
     }
-}
-
-fn types(v: &Value) -> Vec<String> {
-    v["types"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["type"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn disk(stats: &Value) -> u64 {

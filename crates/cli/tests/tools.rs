@@ -8,20 +8,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{files_under, getfattr, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, Mount};
+use common::{
+    files_under, getfattr, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, types, Mount,
+};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
     p.as_ref()
-}
-
-fn types(v: &Value) -> Vec<String> {
-    v["types"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["type"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// What the files under `root` occupy, each inode once.

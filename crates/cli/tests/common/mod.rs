@@ -143,6 +143,16 @@ pub fn squeezefs_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The type labels (`zstd:3`, `inline+dict`, …) of a `squeezefs stats --json` document.
+pub fn types(v: &serde_json::Value) -> Vec<String> {
+    v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Every regular file under `root` (symlinks not followed), with its metadata.
 pub fn files_under(root: &Path) -> Vec<(PathBuf, fs::Metadata)> {
     let mut out = Vec::new();
