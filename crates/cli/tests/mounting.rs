@@ -228,6 +228,7 @@ fn the_command_line_teaches_and_documents_itself() {
         "squeezefs-compress.1",
         "squeezefs-estimate.1",
         "squeezefs-property-set.1",
+        "squeezefs-dict-train.1",
     ] {
         let text = fs::read_to_string(d.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.contains(".TH"), "{page} is a man page");
