@@ -56,7 +56,8 @@ pub enum DictCmd {
         #[arg(long)]
         json: bool,
     },
-    /// List the dictionaries of the squeezefs that PATH is on (mount or backing directory).
+    /// List the dictionaries of the squeezefs that PATH is on (mount or backing directory),
+    /// with how many files need each (a header scan of the whole backing directory).
     #[command(
         after_help = "Examples:\n  squeezefs dict list /mnt\n  squeezefs dict list /srv/data.sqz --json"
     )]
@@ -329,16 +330,18 @@ fn train(
 
 fn list(path: &Path, as_json: bool) -> Result<(), String> {
     let l = locate::locate(path)?;
-    let Some(dir) = dict_dir(&l) else {
-        if as_json {
-            println!("[]");
-        } else {
-            println!("no dictionaries (no {} directory)", dicts::DIR_NAME);
-        }
-        return Ok(());
+    let dir = dict_dir(&l);
+    // Which files need each dictionary: a header scan of the whole squeezefs (like `stats`),
+    // or of PATH when no dictionary directory is found above it.
+    let root = match &dir {
+        Some(d) => d.parent().unwrap_or(d).to_path_buf(),
+        None => l.backing.clone(),
     };
+    let users = crate::space::scan(&[root], false)?.dict_users;
     let mut rows = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir(&dir)
+    let mut names: Vec<PathBuf> = dir
+        .as_ref()
+        .and_then(|d| std::fs::read_dir(d).ok())
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     names.sort();
@@ -347,26 +350,57 @@ fn list(path: &Path, as_json: bool) -> Result<(), String> {
         .filter(|p| p.extension().is_some_and(|e| e == "zdict"))
     {
         let file = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        // A damaged file is still known by its name.
+        let named = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<u32>().ok());
         let (id, size, state) = match dicts::decode(&file) {
             Ok((id, b)) => (Some(id), b.len(), "ok".to_string()),
-            Err(e) => (None, file.len(), e),
+            Err(e) => (named, file.len(), e),
         };
-        rows.push(json!({ "id": id, "size": size, "path": p.display().to_string(), "state": state }));
+        let files = id.map_or(0, |i| users.get(&i).copied().unwrap_or(0));
+        rows.push(json!({ "id": id, "size": size, "files": files, "path": p.display().to_string(), "state": state }));
+    }
+    // Dictionaries files need but that are not there (deleted, or files copied in from
+    // another squeezefs).
+    let missing: Vec<u32> = users
+        .keys()
+        .copied()
+        .filter(|i| !rows.iter().any(|r| r["id"].as_u64() == Some(u64::from(*i))))
+        .collect();
+    for i in &missing {
+        rows.push(json!({ "id": i, "size": 0, "files": users[i], "path": null, "state": "missing" }));
     }
     if as_json {
         println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
         return Ok(());
     }
-    println!("{:>12}  {:>10}  state  path", "id", "size");
+    println!("{:>12}  {:>10}  {:>8}  state  path", "id", "size", "files");
     for r in &rows {
         println!(
-            "{:>12}  {:>10}  {}  {}",
+            "{:>12}  {:>10}  {:>8}  {}  {}",
             r["id"].as_u64().map_or("?".into(), |i| i.to_string()),
             human(r["size"].as_u64().unwrap_or(0)),
+            r["files"].as_u64().unwrap_or(0),
             r["state"].as_str().unwrap_or(""),
             r["path"].as_str().unwrap_or("")
         );
     }
+    if !missing.is_empty() {
+        println!(
+            "MISSING: files need dictionaries that are not in {}: {} (they read as EIO; restore \
+             the .zdict files from a backup)",
+            dir.as_ref()
+                .map_or_else(|| dicts::DIR_NAME.to_string(), |d| d.display().to_string()),
+            missing
+                .iter()
+                .map(|i| format!("{i} ({} files)", users[i]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!("A dictionary used by files must stay: without it they cannot be read.");
     Ok(())
 }
 

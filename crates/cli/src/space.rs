@@ -32,6 +32,8 @@ pub struct Totals {
     pub dict_files: u64,
     /// Their logical size.
     pub dict_referenced: u64,
+    /// Files that need or use each dictionary (payloads naming it, or the property).
+    pub dict_users: BTreeMap<u32, u64>,
     /// With `--dict-gain`: what those files take written with their dictionary, and without.
     pub dict_gain: Option<(u64, u64)>,
     pub errors: Vec<String>,
@@ -52,6 +54,9 @@ impl Totals {
             return;
         }
         self.containers += 1;
+        for id in &u.dicts {
+            *self.dict_users.entry(*id).or_default() += 1;
+        }
         if u.parts.keys().any(|k| k.uses_dict()) {
             self.dict_files += 1;
             self.dict_referenced += u.size;

@@ -131,6 +131,9 @@ fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_
         disk(&after) <= disk(&with) + 64 * 1024,
         "after {after}\nnew {with}"
     );
+    // `dict list` counts the files that need it (so nobody deletes it by mistake).
+    let listed = squeezefs_json(&[os("dict"), os("list"), m.mnt.as_os_str()]);
+    assert_eq!(listed[0]["files"], 2 * unseen.len() as u64, "{listed}");
     let again = squeezefs_json(&[os("compress"), m.path("control").as_os_str()]);
     assert_eq!(again["rewritten"], 0, "a second run has nothing to do: {again}");
     same(&m.path("control"), &unseen);
@@ -171,6 +174,11 @@ fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_
     fs::write(&stored, &f).unwrap();
     let out = squeezefs(&[os("check"), d.join("backing").as_os_str()]);
     assert_eq!(out.status.code(), Some(1));
+    let listed = squeezefs_json(&[os("dict"), os("list"), d.join("backing").as_os_str()]);
+    assert!(
+        listed[0]["state"].as_str().unwrap().contains("damaged"),
+        "{listed}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("dictionary refused"));
     let m = Mount::new(&d, "compress=zstd:3");
     let victim: PathBuf = m.path("docs/new").join(&unseen[0].0);

@@ -92,6 +92,9 @@ pub struct Usage {
     pub leftover: u64,
     /// Extents inside the size whose copies all have damaged headers.
     pub damaged_extents: u64,
+    /// Dictionaries this file needs (named by its current payloads) or will use (its
+    /// dictionary property).
+    pub dicts: std::collections::BTreeSet<u32>,
 }
 
 fn blocks(n: u64) -> u64 {
@@ -124,14 +127,19 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
     };
     u.size = sb.size;
     u.codec = Some(sb.codec);
+    if sb.dict_id != 0 {
+        u.dicts.insert(sb.dict_id);
+    }
     let shift = sb.extent_shift;
     u.extent_size = 1 << shift;
     if sb.is_inline() {
         if sb.size > 0 {
             // The inline payload's frame names its dictionary (only in files flagged so).
-            let dict = sb.flags & SB_FLAG_DICT != 0
-                && sb.inline_codec == Algorithm::Zstd
-                && squeezefs_codec::dict::frame_dict_id(&sb.inline).is_some();
+            let named = squeezefs_codec::dict::frame_dict_id(&sb.inline);
+            let dict = sb.flags & SB_FLAG_DICT != 0 && sb.inline_codec == Algorithm::Zstd && named.is_some();
+            if dict {
+                u.dicts.extend(named);
+            }
             u.parts.insert(
                 if dict { Kind::DictInline } else { Kind::Inline },
                 Part {
@@ -153,12 +161,12 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
                 continue;
             }
             match ExtentHeader::decode(&hb[..got], idx, shift) {
-                Ok(h) => copies.push(h),
+                Ok(h) => copies.push((h, half)),
                 Err(_) => torn += BLOCK,
             }
         }
-        copies.sort_by_key(|h| std::cmp::Reverse(h.generation));
-        let Some(cur) = copies.first() else {
+        copies.sort_by_key(|(h, _)| std::cmp::Reverse(h.generation));
+        let Some(&(cur, cur_half)) = copies.first() else {
             if torn > 0 {
                 u.damaged_extents += 1;
             }
@@ -166,6 +174,13 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
             continue;
         };
         let kind = if cur.flags & EXTENT_FLAG_DICT != 0 {
+            // Which dictionary: the frame header, the first bytes of the payload.
+            let mut frame = [0u8; 18];
+            let len = (cur.stored_len as usize).min(frame.len());
+            let at = half_offset(shift, idx, cur_half) + EXTENT_HEADER_LEN as u64;
+            let got = read_full(st, &mut frame[..len], at)?;
+            u.dicts
+                .extend(squeezefs_codec::dict::frame_dict_id(&frame[..got]));
             Kind::DictExtent(cur.level)
         } else {
             Kind::Extent(
@@ -185,7 +200,7 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         u.leftover += torn
             + copies[1..]
                 .iter()
-                .map(|h| blocks(EXTENT_HEADER_LEN as u64 + h.stored_len as u64))
+                .map(|(h, _)| blocks(EXTENT_HEADER_LEN as u64 + h.stored_len as u64))
                 .sum::<u64>();
     }
     Ok(u)
