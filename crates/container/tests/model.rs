@@ -36,6 +36,9 @@ enum Op {
     /// Gives the file the test's zstd dictionary, or removes its dictionary property
     /// (extents and inline data already written keep what they used).
     SetDict(bool),
+    /// A sync of the whole disk, then `settle` (the group commit's second sync): what the
+    /// written copies replaced is removed.
+    Settle,
 }
 
 /// A zstd dictionary trained on text like the payloads' (registered once per process).
@@ -92,6 +95,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::Commit),
         1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
         1 => any::<bool>().prop_map(Op::SetDict),
+        1 => Just(Op::Settle),
     ]
 }
 
@@ -155,6 +159,11 @@ fn apply_container(
             .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
             .map(|_| None),
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
+        Op::Settle => {
+            let epoch = c.epoch();
+            disk.sync_data()?;
+            c.settle(epoch).map(|_| None)
+        }
         Op::Commit => {
             disk.sync_data()?;
             c.commit_after_sync().map(|_| None)
