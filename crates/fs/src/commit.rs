@@ -9,12 +9,12 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use log::error;
 
-use crate::inode::{Inode, Inodes};
+use crate::inode::{Inode, Inodes, OpenFile};
 
 /// How long a closed file may wait for its superblock.
 pub const INTERVAL: Duration = Duration::from_secs(2);
@@ -155,12 +155,7 @@ impl Committer {
                     inodes.describe(&inode)
                 ),
             }
-            if of.handles == 0 {
-                *inode.size_cache.lock().unwrap() = of.container.size().ok();
-                *open = None;
-                drop(open);
-                inodes.forget(ino, 0);
-            }
+            drop_if_closed(inodes, ino, &inode, open);
         }
         if !committed.is_empty() {
             let second = inodes.syncfs();
@@ -179,17 +174,23 @@ impl Committer {
                         );
                     }
                 }
-                if of.handles == 0 {
-                    *inode.size_cache.lock().unwrap() = of.container.size().ok();
-                    *open = None;
-                    drop(open);
-                    inodes.forget(ino, 0);
-                }
+                drop_if_closed(inodes, ino, &inode, open);
             }
         }
         for (ino, inode) in again {
             self.push(ino, inode);
         }
+    }
+}
+
+/// A file nobody has open any more: its state (and its fd) goes, its size is remembered.
+fn drop_if_closed(inodes: &Inodes, ino: u64, inode: &Arc<Inode>, mut open: MutexGuard<'_, Option<OpenFile>>) {
+    let Some(of) = open.as_ref() else { return };
+    if of.handles == 0 {
+        *inode.size_cache.lock().unwrap() = of.container.size().ok();
+        *open = None;
+        drop(open);
+        inodes.forget(ino, 0);
     }
 }
 
