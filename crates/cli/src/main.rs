@@ -256,59 +256,51 @@ fn main() -> ExitCode {
             mountpoint,
             lazy,
             wait,
-        } => match daemon::umount(&mountpoint, lazy, std::time::Duration::from_secs(wait)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("squeezefs umount: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        } => finish(
+            "umount",
+            daemon::umount(&mountpoint, lazy, std::time::Duration::from_secs(wait)).map(|()| 0),
+            1,
+        ),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "squeezefs", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Cmd::Man { dir } => match man(&dir) {
-            Ok(n) => {
+        Cmd::Man { dir } => finish(
+            "man",
+            man(&dir).map(|n| {
                 println!("wrote {n} man pages into {}", dir.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("squeezefs man: {e}");
-                ExitCode::FAILURE
-            }
-        },
+                0
+            }),
+            1,
+        ),
         Cmd::Check {
             backing,
             repair,
             json,
-        } => match check::main(check::Args {
-            backing,
-            repair,
-            json,
-        }) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => {
-                eprintln!("squeezefs check: {e}");
-                ExitCode::from(2)
-            }
-        },
+        } => finish(
+            "check",
+            check::main(check::Args {
+                backing,
+                repair,
+                json,
+            }),
+            2,
+        ),
         Cmd::Compress {
             paths,
             codec,
             extent_size,
             json,
-        } => match compress::main(compress::Args {
-            paths,
-            codec,
-            extent_shift: extent_size,
-            json,
-        }) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => {
-                eprintln!("squeezefs compress: {e}");
-                ExitCode::from(2)
-            }
-        },
+        } => finish(
+            "compress",
+            compress::main(compress::Args {
+                paths,
+                codec,
+                extent_shift: extent_size,
+                json,
+            }),
+            2,
+        ),
         Cmd::Estimate {
             paths,
             codecs,
@@ -316,34 +308,20 @@ fn main() -> ExitCode {
             sample,
             seed,
             json,
-        } => match estimate::main(estimate::Args {
-            paths,
-            codecs,
-            extent_shift: extent_size,
-            budget: sample,
-            seed,
-            json,
-        }) {
-            Ok(code) => ExitCode::from(code),
-            Err(e) => {
-                eprintln!("squeezefs estimate: {e}");
-                ExitCode::from(2)
-            }
-        },
-        Cmd::Dict(d) => match dict::main(d) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("squeezefs dict: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Cmd::Property(p) => match property::main(p) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("squeezefs property: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        } => finish(
+            "estimate",
+            estimate::main(estimate::Args {
+                paths,
+                codecs,
+                extent_shift: extent_size,
+                budget: sample,
+                seed,
+                json,
+            }),
+            2,
+        ),
+        Cmd::Dict(d) => finish("dict", dict::main(d).map(|()| 0), 1),
+        Cmd::Property(p) => finish("property", property::main(p).map(|()| 0), 1),
         Cmd::Stats {
             live,
             paths,
@@ -358,21 +336,22 @@ fn main() -> ExitCode {
             } else {
                 space::main(&paths, dict_gain, json)
             };
-            match r {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("squeezefs stats: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            finish("stats", r, 2)
         }
-        Cmd::Bench(b) => match bench::main(b) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("squeezefs bench: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Cmd::Bench(b) => finish("bench", bench::main(b).map(|()| 0), 1),
+    }
+}
+
+/// A subcommand's exit code: its own on success; on failure its error on stderr, prefixed
+/// with the command, and `failed` (2 for the commands whose code 1 means "found damage" or
+/// "some files failed", 1 for the others).
+fn finish(cmd: &str, r: Result<u8, String>, failed: u8) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("squeezefs {cmd}: {e}");
+            ExitCode::from(failed)
+        }
     }
 }
 
