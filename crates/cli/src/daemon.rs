@@ -72,8 +72,12 @@ pub fn helper_form(args: &[OsString], subcommands: &[&str]) -> Option<Result<Hel
     }
     let mountpoint = positional.pop().expect("two");
     let mut backing = positional.pop().expect("two");
-    // The old `fs#source` spelling of FUSE fstab lines.
-    if let Some(rest) = backing.to_str().and_then(|b| b.strip_prefix("squeezefs#")) {
+    // The old `fs#source` spelling of FUSE fstab lines, and the source name mountinfo shows
+    // (`squeezefs:BACKING`, which is what tools that remount by source pass back).
+    if let Some(rest) = backing.to_str().and_then(|b| {
+        b.strip_prefix("squeezefs#")
+            .or_else(|| b.strip_prefix("squeezefs:"))
+    }) {
         backing = PathBuf::from(rest);
     }
     Some(Ok(HelperArgs {
@@ -84,8 +88,23 @@ pub fn helper_form(args: &[OsString], subcommands: &[&str]) -> Option<Result<Hel
     }))
 }
 
-/// Applies `-o` lists to a configuration, creating BACKING if needed, then mounts.
+/// Applies `-o` lists to a configuration, creating BACKING if needed, then mounts. With
+/// `remount` among the options (`mount -o remount,ro MOUNTPOINT` runs the helper so), changes
+/// the live mount's flags instead.
 pub fn mount(backing: PathBuf, mountpoint: PathBuf, options: &[String], daemon: bool) -> ExitCode {
+    if options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o.trim() == "remount")
+    {
+        return match remount(&mountpoint, options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("squeezefs: remount {}: {e}", mountpoint.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut cfg = MountConfig::default();
     for o in options {
         if let Err(e) = cfg.apply_options(o) {
@@ -170,6 +189,82 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
             }
         }
     }
+}
+
+/// The per-mount flags `mount(2)` takes, by option name: (flag, set by the name).
+const REMOUNT_FLAGS: &[(&str, libc::c_ulong, bool)] = &[
+    ("ro", libc::MS_RDONLY, true),
+    ("rw", libc::MS_RDONLY, false),
+    ("nosuid", libc::MS_NOSUID, true),
+    ("suid", libc::MS_NOSUID, false),
+    ("nodev", libc::MS_NODEV, true),
+    ("dev", libc::MS_NODEV, false),
+    ("noexec", libc::MS_NOEXEC, true),
+    ("exec", libc::MS_NOEXEC, false),
+    ("noatime", libc::MS_NOATIME, true),
+    ("atime", libc::MS_NOATIME, false),
+    ("nodiratime", libc::MS_NODIRATIME, true),
+    ("diratime", libc::MS_NODIRATIME, false),
+    ("relatime", libc::MS_RELATIME, true),
+    ("norelatime", libc::MS_RELATIME, false),
+    ("strictatime", libc::MS_STRICTATIME, true),
+    ("sync", libc::MS_SYNCHRONOUS, true),
+    ("async", libc::MS_SYNCHRONOUS, false),
+];
+
+/// `mount(2)` flags for a remount: the mount's current ones (a remount replaces them all)
+/// with the asked-for changes applied. Options that cannot change on a live mount (the
+/// codec, the extent size, FUSE's own) are ignored, as mount(8) passes fstab's along.
+fn remount_flags(current: &str, asked: &[String]) -> libc::c_ulong {
+    let mut flags = libc::MS_REMOUNT;
+    for o in current.split(',').chain(asked.iter().flat_map(|o| o.split(','))) {
+        if let Some(&(_, f, set)) = REMOUNT_FLAGS.iter().find(|(n, _, _)| *n == o.trim()) {
+            if set {
+                flags |= f;
+            } else {
+                flags &= !f;
+            }
+        }
+    }
+    flags
+}
+
+/// `mount -o remount,OPTS MOUNTPOINT` on a squeezefs mount: read-only or read-write again,
+/// suid, dev, exec and atime flags. The daemon keeps running; the kernel refuses writes
+/// while the mount is read-only, after writing out what it had cached.
+fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let canon = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let m = squeezefs_fs::mountinfo::current()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == canon)
+        .ok_or_else(|| format!("{} is not a squeezefs mount point", canon.display()))?;
+    let flags = remount_flags(&m.options, options);
+    let target = std::ffi::CString::new(canon.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a remount names only the target (a NUL-terminated path that outlives the
+    // call); source, type and data may be NULL for it.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) => format!("{e} (only root can remount)"),
+            Some(libc::EBUSY) => {
+                format!("{e} (a file is open for writing there: close it, then remount read-only)")
+            }
+            _ => e.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Points stdin, stdout and stderr at /dev/null (a detached daemon keeps no terminal).

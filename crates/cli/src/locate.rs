@@ -15,37 +15,11 @@ pub struct Located {
     pub root: Option<PathBuf>,
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Mount points of squeezefs filesystems, from a mountinfo document.
 pub fn squeezefs_mounts(mountinfo: &str) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut fields = right.split(' ');
-            let (fstype, source) = (fields.next()?, fields.next()?);
-            let mountpoint = left.split(' ').nth(4)?;
-            // Mounted through fusermount3 the type is `fuse.squeezefs`; mounted directly by
-            // root it is `fuse`, and the source (`squeezefs:BACKING`) says what it is.
-            let ours = fstype == "fuse.squeezefs" || (fstype == "fuse" && source.starts_with("squeezefs:"));
-            ours.then(|| PathBuf::from(unescape(mountpoint)))
-        })
+    squeezefs_fs::mountinfo::squeezefs_mounts(mountinfo)
+        .into_iter()
+        .map(|m| m.mountpoint)
         .collect()
 }
 

@@ -2,6 +2,12 @@
 //! inode) so hard links share one FUSE inode; lookup counts released on FORGET. Open
 //! regular files share one container state, whatever the number of handles.
 //!
+//! Inode numbers are the backing files' own (`st_ino`), so `stat`, `readdir`'s `d_ino`,
+//! `ls -i`, `find -inum` and `du`'s hard-link detection agree through the mount and with the
+//! backing directory. The backing root is FUSE's inode 1; the few backing inodes whose
+//! number cannot be used as is (on another filesystem mounted inside BACKING, number 1 or
+//! numbers from [`REMAP_BASE`] up) get numbers from [`REMAP_BASE`] up instead.
+//!
 //! Each inode is reached through an `O_PATH` fd. When the daemon may open files by handle
 //! (root: CAP_DAC_READ_SEARCH), an inode keeps its kernel file handle and its fd is only
 //! cached: at most [`FD_CACHE`] such fds are held, the oldest closed first and reopened
@@ -59,11 +65,46 @@ pub struct Inode {
     pub dir_props: Mutex<Option<crate::props::DirProps>>,
 }
 
+/// First number given to a backing inode whose own number cannot be its FUSE number. Far
+/// above what ext4, xfs, btrfs or tmpfs hand out (the statistics file is `u64::MAX - 1`).
+pub const REMAP_BASE: u64 = 1 << 63;
+
 #[derive(Default)]
 struct Table {
     by_ino: HashMap<u64, Arc<Inode>>,
     by_key: HashMap<(u64, u64), u64>,
+    /// The backing root's (device, inode): FUSE's inode 1.
+    root: (u64, u64),
+    /// Next number from [`REMAP_BASE`] up.
     next: u64,
+}
+
+impl Table {
+    /// The FUSE number of a backing inode first seen now: its own `st_ino` when that is
+    /// on the backing root's filesystem and free to use, else the next remapped number.
+    fn number_for(&mut self, key: (u64, u64)) -> u64 {
+        let (dev, ino) = key;
+        if dev == self.root.0 && ino > 1 && ino < REMAP_BASE && !self.by_ino.contains_key(&ino) {
+            return ino;
+        }
+        while self.by_ino.contains_key(&self.next) {
+            self.next += 1;
+        }
+        self.next += 1;
+        self.next - 1
+    }
+
+    /// The number `readdir` reports for entry `d_ino` of a directory on device `dev`: the
+    /// number a lookup gives (or gave) it.
+    fn entry_number(&self, dev: u64, d_ino: u64) -> u64 {
+        if (dev, d_ino) == self.root {
+            return 1;
+        }
+        if let Some(&n) = self.by_key.get(&(dev, d_ino)) {
+            return n;
+        }
+        d_ino
+    }
 }
 
 pub struct Inodes {
@@ -100,7 +141,8 @@ impl Inodes {
             dir_props: Mutex::new(None),
         });
         let mut t = Table {
-            next: 2,
+            root: key,
+            next: REMAP_BASE,
             ..Table::default()
         };
         t.by_ino.insert(1, root_inode);
@@ -225,8 +267,7 @@ impl Inodes {
             no_caps: AtomicBool::new(false),
             dir_props: Mutex::new(None),
         });
-        let ino = t.next;
-        t.next += 1;
+        let ino = t.number_for(key);
         t.by_ino.insert(ino, inode.clone());
         t.by_key.insert(key, ino);
         drop(t);
@@ -256,6 +297,12 @@ impl Inodes {
             // Its fd closes when the last operation using it ends.
             *inode.fd.lock().unwrap() = None;
         }
+    }
+
+    /// The inode number `readdir` reports for an entry with backing `d_ino` in a directory
+    /// on device `dev`: the same as `stat` through the mount gives.
+    pub fn entry_number(&self, dev: u64, d_ino: u64) -> u64 {
+        self.t.read().unwrap().entry_number(dev, d_ino)
     }
 
     /// Every known inode (for flushing at unmount).

@@ -4,6 +4,7 @@
 mod commit;
 mod inode;
 pub mod lock;
+pub mod mountinfo;
 mod ops;
 mod prefetch;
 pub mod props;
@@ -129,7 +130,25 @@ impl MountConfig {
         let mut c = Config::default();
         c.mount_options
             .push(MountOption::FSName(format!("squeezefs:{}", backing.display())));
-        c.mount_options.push(MountOption::Subtype("squeezefs".into()));
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            // Root mounts with mount(2) itself, where fuser leaves the subtype out: passed to
+            // the kernel, it makes the type `fuse.squeezefs`, so mount(8) finds our helper
+            // (for `mount -o remount,ro`) and `findmnt -t fuse.squeezefs` finds the mount.
+            c.mount_options
+                .push(MountOption::CUSTOM("subtype=squeezefs".into()));
+            // And, as mount(8) does for any filesystem root mounts, suid and dev unless
+            // asked otherwise (others' mounts are always nosuid,nodev: fusermount3).
+            if !self.other.iter().any(|o| o == "nosuid") {
+                c.mount_options.push(MountOption::Suid);
+            }
+            if !self.other.iter().any(|o| o == "nodev") {
+                c.mount_options.push(MountOption::Dev);
+            }
+        } else {
+            c.mount_options.push(MountOption::Subtype("squeezefs".into()));
+        }
         if self.default_permissions {
             c.mount_options.push(MountOption::DefaultPermissions);
         }
@@ -239,13 +258,21 @@ fn raise_fd_limit() -> u64 {
     1024
 }
 
+/// How long a new mount waits for the previous daemon of its backing directory, unmounted
+/// but still writing its files out.
+pub const UNMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
 pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
-    // One daemon per backing directory; held until this function returns. (A daemon just
-    // unmounted may take a moment to finish: wait a little for it.)
-    let _lock = lock::lock_wait(&backing, std::time::Duration::from_secs(3), |why| {
-        log::warn!("{why}; waiting up to 3 s in case it is still unmounting")
+    // One daemon per backing directory; held until this function returns. A daemon just
+    // unmounted may still be writing its last files out (on a loaded machine, seconds):
+    // wait for it, as long as it serves no mount.
+    let _lock = lock::lock_wait(&backing, UNMOUNT_WAIT, |why| {
+        log::warn!(
+            "{why}; its mount is gone, so waiting up to {} s for it to finish writing",
+            UNMOUNT_WAIT.as_secs()
+        )
     })?;
     if !cfg.read_only {
         check_backing(&backing)?;
@@ -266,7 +293,9 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
              trees of more than about {limit} files may hit EMFILE (raise `ulimit -n`)"
         );
     }
+    let notifier = fs.notifier_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
+    let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     // SIGINT/SIGTERM unmount cleanly, so dirty data is written.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };

@@ -81,9 +81,11 @@ pub fn lock(backing: &Path) -> io::Result<BackingLock> {
     ))
 }
 
-/// [`lock`], retrying for up to `wait` while another process holds it: a daemon that was
-/// just unmounted may still be writing its last files out.
-/// `waiting` is called once, with the reason, if it has to wait.
+/// [`lock`], waiting for a holder that is finishing: a daemon whose mount is gone (just
+/// unmounted: `umount` returns before the daemon has written its last files out and
+/// exited) or a `check --repair`, for up to `wait`. A holder still serving a mount of
+/// `backing` is refused at once, naming where it is mounted. `waiting` is called once,
+/// with the reason, if it has to wait.
 pub fn lock_wait(
     backing: &Path,
     wait: std::time::Duration,
@@ -93,11 +95,23 @@ pub fn lock_wait(
     let mut waiting = Some(waiting);
     loop {
         match lock(backing) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(m) = crate::mountinfo::mounted_from(backing) {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{e}; it is mounted at {}", m.mountpoint.display()),
+                    ));
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{e}; still held after {} s", wait.as_secs()),
+                    ));
+                }
                 if let Some(w) = waiting.take() {
                     w(&e.to_string());
                 }
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(std::time::Duration::from_millis(20));
             }
             r => return r,
         }

@@ -30,11 +30,27 @@ use crate::sys;
 /// directory (the kernel invalidates what its own changes affect).
 const TTL: Duration = Duration::from_secs(60);
 
+/// Most kernel cache write-backs (for SEEK_DATA/SEEK_HOLE) waited for at once: each holds
+/// a daemon thread while others serve the WRITEs it causes (the session runs at least 4).
+const KERNEL_FLUSHES: usize = 1;
+
 /// Most containers kept open without a handle after a lookup.
 const IDLE_MAX: usize = 128;
 
-/// A directory's entries as read at opendir: name and type.
-type DirList = Vec<(Vec<u8>, FileType)>;
+/// A directory's entries as read at opendir (and again at a rewind): name, inode number
+/// (as `stat` through the mount gives it) and type; `..`'s number apart.
+struct DirList {
+    entries: Vec<(Vec<u8>, u64, FileType)>,
+    dotdot: u64,
+}
+
+/// An open directory: its listing, and whether a `readdir` has used it yet (a `readdir`
+/// from offset 0 after that is a `rewinddir`: it lists the directory again, so names
+/// made since `opendir` appear, as POSIX asks).
+struct DirHandle {
+    list: Arc<DirList>,
+    used: bool,
+}
 
 pub struct SqueezeFs {
     inodes: Arc<Inodes>,
@@ -42,8 +58,8 @@ pub struct SqueezeFs {
     commit_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     opts: Options,
     read_only: bool,
-    /// Directory handles: a snapshot of the entries taken at opendir.
-    dirs: Mutex<std::collections::HashMap<u64, Arc<DirList>>>,
+    /// Directory handles: a snapshot of the entries taken at opendir (or the last rewind).
+    dirs: Mutex<std::collections::HashMap<u64, DirHandle>>,
     /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
     /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
     idle: Mutex<std::collections::VecDeque<(u64, std::sync::Weak<Inode>)>>,
@@ -57,6 +73,10 @@ pub struct SqueezeFs {
     dict_dir: std::path::PathBuf,
     /// Owner of the mount root, given to the statistics file.
     root_owner: (u32, u32),
+    /// Asks the kernel to write back its page cache (set once the session exists).
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// Kernel cache write-backs under way (at most [`KERNEL_FLUSHES`]).
+    kernel_flushes: std::sync::atomic::AtomicUsize,
     /// Open statistics files: the document rendered at their open.
     stats_open: Mutex<std::collections::HashMap<u64, Arc<Vec<u8>>>>,
 }
@@ -168,11 +188,18 @@ impl SqueezeFs {
             dict_dir: backing.join(dicts::DIR_NAME),
             root_owner: (st.st_uid, st.st_gid),
             stats_open: Mutex::new(Default::default()),
+            notifier: Default::default(),
+            kernel_flushes: Default::default(),
         })
     }
 
     fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
         self.inodes.get(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    /// Where the mount puts the session's notifier once the session exists.
+    pub fn notifier_slot(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
     }
 
     /// Whether inode fds are cached and reopened by handle (see `inode.rs`).
@@ -321,6 +348,16 @@ impl SqueezeFs {
         } else {
             st.st_size as u64
         };
+        // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
+        // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
+        let blksize = if inode.is_reg {
+            let open = inode.open.lock().unwrap();
+            open.as_ref()
+                .and_then(|of| of.container.extent_size())
+                .unwrap_or(1 << self.opts.extent_shift)
+        } else {
+            4096
+        };
         Ok(FileAttr {
             ino: INodeNo(ino),
             size,
@@ -335,7 +372,7 @@ impl SqueezeFs {
             uid: st.st_uid,
             gid: st.st_gid,
             rdev: st.st_rdev as u32,
-            blksize: 4096,
+            blksize: blksize as u32,
             flags: 0,
         })
     }
@@ -603,6 +640,78 @@ impl SqueezeFs {
         self.with_container(inode, |c| c.rewrite(range).map(|_| ()), "rewrite")
     }
 
+    /// A directory listing as `readdir` reports it: the dictionary directory hidden, inode
+    /// numbers as `stat` through the mount gives them.
+    fn dir_list(&self, ino: u64, dir: &Arc<Inode>, entries: Vec<(Vec<u8>, u64, u8)>) -> DirList {
+        let dev = dir.key.0;
+        let mut list = DirList {
+            entries: Vec::with_capacity(entries.len()),
+            // The backing root's parent is outside the mount: the root is its own parent.
+            dotdot: ino,
+        };
+        for (name, d_ino, t) in entries {
+            if name == b".." {
+                if ino != 1 {
+                    list.dotdot = self.inodes.entry_number(dev, d_ino);
+                }
+            } else if !Self::is_dict_dir(ino, &name) {
+                list.entries
+                    .push((name, self.inodes.entry_number(dev, d_ino), dtype_kind(t)));
+            }
+        }
+        list
+    }
+
+    /// SEEK_DATA / SEEK_HOLE, exact. While the file is open for writing, written data may
+    /// still sit in the kernel's page cache (writeback cache), unseen here: the kernel is
+    /// asked to write it back first, so holes and data are answered from every byte
+    /// written. Only when it cannot be asked (several such seeks at once) is the answer
+    /// the coarse one POSIX allows: all data up to a size only the kernel knows.
+    fn do_lseek(&self, ino: INodeNo, offset: i64, whence: i32) -> Result<i64, Errno> {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return Err(Errno::EINVAL);
+        }
+        // lseek(2): ENXIO for an offset beyond the end, and so for a negative one.
+        let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        let i = self.inode(ino)?;
+        let writers = i.open.lock().unwrap().as_ref().is_some_and(|of| of.writers > 0);
+        if writers && !self.write_back_kernel_cache(ino) {
+            return match whence {
+                libc::SEEK_DATA => Ok(offset),
+                _ => Ok(i64::MAX),
+            };
+        }
+        let found = match whence {
+            libc::SEEK_DATA => self.with_container(&i, |c| c.seek_data(off), "lseek")?,
+            _ => self.with_container(&i, |c| c.seek_hole(off), "lseek")?,
+        };
+        found.map(|o| o as i64).ok_or(Errno::ENXIO)
+    }
+
+    /// Has the kernel write back (and drop) its cached pages of `ino`, so the container
+    /// holds every byte written: a FUSE_NOTIFY_INVAL_INODE launders dirty pages, as WRITE
+    /// requests that other daemon threads serve while this one waits. At most
+    /// [`KERNEL_FLUSHES`] at once, so threads are always left to serve them; `false` when
+    /// none could be made (or the kernel refused).
+    fn write_back_kernel_cache(&self, ino: INodeNo) -> bool {
+        let Some(n) = self.notifier.get() else {
+            return false;
+        };
+        if self.kernel_flushes.fetch_add(1, Ordering::AcqRel) >= KERNEL_FLUSHES {
+            self.kernel_flushes.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        let r = n.inval_inode(ino, 0, 0);
+        self.kernel_flushes.fetch_sub(1, Ordering::AcqRel);
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                warn!("inode {}: the kernel refused to write its cache back: {e}", ino.0);
+                false
+            }
+        }
+    }
+
     fn check_writable(&self) -> Result<(), Errno> {
         if self.read_only {
             Err(Errno::EROFS)
@@ -682,7 +791,8 @@ impl SqueezeFs {
         }
     }
 
-    /// getxattr on an inode's fd: `Ok(Ok(value))`, or `Ok(Err(len))` for a size query.
+    /// getxattr on an inode's fd: `Ok(Ok(value))`, or `Ok(Err(len))` for a size query
+    /// (`size` 0: the value's length, which getfattr, getfacl and getcap ask first).
     fn getxattr_at(
         &self,
         fd: &PathFd,
@@ -690,14 +800,7 @@ impl SqueezeFs {
         size: u32,
     ) -> Result<Result<Vec<u8>, usize>, Errno> {
         if size == 0 {
-            return sys::xattr_get(fd.raw(), c, 0)
-                .map(|v| Err(v.len()))
-                .or_else(|_| {
-                    // Size query: ask with a buffer large enough for any value.
-                    let v = sys::xattr_get(fd.raw(), c, 65536)?;
-                    Ok(Err(v.len()))
-                })
-                .map_err(errno);
+            return sys::xattr_size(fd.raw(), c).map(Err).map_err(errno);
         }
         sys::xattr_get(fd.raw(), c, size as usize).map(Ok).map_err(errno)
     }
@@ -1125,13 +1228,12 @@ impl Filesystem for SqueezeFs {
                 .filter_map(|(n, _, _)| std::ffi::CString::new(n.clone()).ok())
                 .collect();
             self.prefetch.directory(dfd, files);
-            let list: Vec<(Vec<u8>, FileType)> = entries
-                .into_iter()
-                .filter(|(n, _, _)| !Self::is_dict_dir(ino.0, n))
-                .map(|(n, _, t)| (n, dtype_kind(t)))
-                .collect();
+            let list = Arc::new(self.dir_list(ino.0, &inode, entries));
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.dirs.lock().unwrap().insert(fh, Arc::new(list));
+            self.dirs
+                .lock()
+                .unwrap()
+                .insert(fh, DirHandle { list, used: false });
             Ok(fh)
         })();
         match r {
@@ -1141,21 +1243,46 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(list) = self.dirs.lock().unwrap().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let list = {
+            let mut dirs = self.dirs.lock().unwrap();
+            let Some(h) = dirs.get_mut(&fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let rewound = offset == 0 && h.used;
+            h.used = true;
+            if rewound {
+                drop(dirs);
+                let fresh = self.inode(ino).and_then(|inode| {
+                    let entries = sys::read_dir(self.fd(&inode)?.raw()).map_err(errno)?;
+                    Ok(Arc::new(self.dir_list(ino.0, &inode, entries)))
+                });
+                let fresh = match fresh {
+                    Ok(l) => l,
+                    Err(e) => return reply.error(e),
+                };
+                if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh.0) {
+                    h.list = fresh.clone();
+                }
+                fresh
+            } else {
+                h.list.clone()
+            }
         };
         // Offsets: 1 = ".", 2 = "..", 3.. = entries.
         let mut off = offset;
         while off < 2 {
-            let name = if off == 0 { "." } else { ".." };
-            if reply.add(ino, off + 1, FileType::Directory, name) {
+            let (name, n) = if off == 0 {
+                (".", ino.0)
+            } else {
+                ("..", list.dotdot)
+            };
+            if reply.add(INodeNo(n), off + 1, FileType::Directory, name) {
                 return reply.ok();
             }
             off += 1;
         }
-        for (i, (name, kind)) in list.iter().enumerate().skip((off - 2) as usize) {
-            // The inode number in a readdir entry is informational; lookup gives the real one.
-            if reply.add(INodeNo(u64::MAX), i as u64 + 3, *kind, OsStr::from_bytes(name)) {
+        for (i, (name, n, kind)) in list.entries.iter().enumerate().skip((off - 2) as usize) {
+            if reply.add(INodeNo(*n), i as u64 + 3, *kind, OsStr::from_bytes(name)) {
                 break;
             }
         }
@@ -1407,32 +1534,7 @@ impl Filesystem for SqueezeFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let r = (|| {
-            let i = self.inode(ino)?;
-            if offset < 0 {
-                return Err(Errno::EINVAL);
-            }
-            let off = offset as u64;
-            // While the file is open for writing, written data may still sit in the kernel's
-            // page cache, unseen here, anywhere up to a size only the kernel knows: answer as
-            // if the whole file were data (POSIX allows it). Reporting a hole there could make
-            // a hole-aware copy skip data.
-            let writers = i.open.lock().unwrap().as_ref().is_some_and(|of| of.writers > 0);
-            if writers {
-                return match whence {
-                    libc::SEEK_DATA => Ok(offset),
-                    libc::SEEK_HOLE => Ok(i64::MAX),
-                    _ => Err(Errno::EINVAL),
-                };
-            }
-            let found = match whence {
-                libc::SEEK_DATA => self.with_container(&i, |c| c.seek_data(off), "lseek")?,
-                libc::SEEK_HOLE => self.with_container(&i, |c| c.seek_hole(off), "lseek")?,
-                _ => return Err(Errno::EINVAL),
-            };
-            found.map(|o| o as i64).ok_or(Errno::ENXIO)
-        })();
-        match r {
+        match self.do_lseek(ino, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
         }

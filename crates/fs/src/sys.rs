@@ -177,6 +177,7 @@ pub fn statvfs(fd: RawFd) -> io::Result<libc::statvfs> {
 }
 
 /// Entries of a directory (without `.` and `..`): name, backing inode, d_type.
+/// A directory's entries (name, `d_ino`, `d_type`), `..` included, `.` not.
 pub fn read_dir(fd: RawFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
     let d = reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
     let raw = d.as_raw_fd();
@@ -201,7 +202,7 @@ pub fn read_dir(fd: RawFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
         }
         let ent = unsafe { &*ent };
         let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
-        if name == b"." || name == b".." {
+        if name == b"." {
             continue;
         }
         out.push((name.to_vec(), ent.d_ino, ent.d_type));
@@ -225,6 +226,18 @@ pub fn xattr_get(fd: RawFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
     }
     buf.truncate(n as usize);
     Ok(buf)
+}
+
+/// The length of an xattr's value (`getxattr` with an empty buffer: the kernel's size query).
+pub fn xattr_size(fd: RawFd, name: &CStr) -> io::Result<usize> {
+    let p = proc_path(fd);
+    // SAFETY: a NULL buffer with size 0 is getxattr's documented size query; both strings
+    // are NUL-terminated and live across the call.
+    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 pub fn xattr_list(fd: RawFd, size: usize) -> io::Result<Vec<u8>> {
