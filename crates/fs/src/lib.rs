@@ -2,6 +2,7 @@
 //! every regular file is a container (see `squeezefs-container`).
 
 mod commit;
+mod creds;
 mod inode;
 pub mod lock;
 pub mod mountinfo;

@@ -20,6 +20,7 @@ use log::{error, warn};
 use squeezefs_container::{dicts, Container, FileStorage, Options};
 
 use crate::commit::Committer;
+use crate::creds;
 use crate::inode::{Inode, Inodes, OpenFile, PathFd};
 use crate::prefetch::{self, Prefetcher};
 use crate::props::{self, DirProps, Prop, Value};
@@ -421,6 +422,102 @@ impl SqueezeFs {
         }
     }
 
+    /// The mode to create an entry in `parent` with. The kernel leaves the umask to us
+    /// (FUSE_POSIX_ACL with FUSE_DONT_MASK): a directory with a default ACL gets the mode
+    /// unmasked, and the backing filesystem applies the ACL to it (this daemon's own umask
+    /// is 0), as POSIX says; elsewhere the caller's umask applies.
+    fn creation_mode(&self, parent: INodeNo, mode: u32, umask: u32) -> u32 {
+        let default_acl = self
+            .inode(parent)
+            .ok()
+            .and_then(|p| self.fd(&p).ok())
+            .is_some_and(|fd| sys::xattr_size(fd.raw(), c"system.posix_acl_default").is_ok_and(|n| n > 0));
+        if default_acl {
+            mode
+        } else {
+            mode & !umask
+        }
+    }
+
+    /// Clears the setuid/setgid bits a change to `inode`'s data by the request's caller
+    /// clears on a local filesystem (see `creds`): after a write FUSE flags, a truncate, an
+    /// fallocate.
+    fn kill_privs(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
+        let fd = self.fd(inode)?;
+        let st = sys::fstat(fd.raw()).map_err(errno)?;
+        if st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return Ok(());
+        }
+        let caller = creds::Caller::of(req.pid(), req.gid());
+        let kill = creds::privs_to_kill(st.st_mode, st.st_gid, &caller);
+        if kill != 0 {
+            sys::chmod(fd.raw(), st.st_mode & 0o7777 & !kill).map_err(errno)?;
+            self.invalidate_attr(ino);
+        }
+        Ok(())
+    }
+
+    /// fallocate's promise, as far as a compressing filesystem can keep it (ZFS's rule):
+    /// ENOSPC unless the holes in `start..end` would fit on the backing filesystem even
+    /// stored uncompressed. Nothing is reserved: other writes may still use that room.
+    fn check_room_for(&self, inode: &Arc<Inode>, start: u64, end: u64) -> Result<(), Errno> {
+        let holes = self.with_container(
+            inode,
+            |c| {
+                let mut holes = 0u64;
+                let mut off = start;
+                while off < end {
+                    let Some(data) = c.seek_data(off)?.filter(|&d| d < end) else {
+                        holes += end - off;
+                        break;
+                    };
+                    holes += data - off;
+                    off = c.seek_hole(data)?.unwrap_or(end).min(end);
+                }
+                Ok(holes)
+            },
+            "fallocate",
+        )?;
+        let root = self.inode(INodeNo(1))?;
+        let st = sys::statvfs(self.fd(&root)?.raw()).map_err(errno)?;
+        let room = st.f_bavail.saturating_mul(st.f_frsize);
+        if holes > room {
+            return Err(Errno::ENOSPC);
+        }
+        Ok(())
+    }
+
+    /// After an access ACL is set: the setgid bit goes if the caller is outside the file's
+    /// group without CAP_FSETID (the kernel cannot tell us without FUSE_SETXATTR_EXT).
+    fn kill_sgid_after_acl(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
+        let fd = self.fd(inode)?;
+        let st = sys::fstat(fd.raw()).map_err(errno)?;
+        if st.st_mode & libc::S_ISGID == 0 {
+            return Ok(());
+        }
+        let kill =
+            creds::sgid_to_kill_on_acl(st.st_mode, st.st_gid, &creds::Caller::of(req.pid(), req.gid()));
+        if kill != 0 {
+            sys::chmod(fd.raw(), st.st_mode & 0o7777 & !kill).map_err(errno)?;
+            self.invalidate_attr(ino);
+        }
+        Ok(())
+    }
+
+    /// Tells the kernel its cached attributes of `ino` are stale (a mode changed behind a
+    /// request that does not return attributes). Only attributes: no page is touched, so
+    /// this cannot wait on I/O.
+    fn invalidate_attr(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                // ENOENT: the kernel has already forgotten the inode; nothing is cached.
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    warn!("inode {}: cannot invalidate the kernel's attributes: {e}", ino.0);
+                }
+            }
+        }
+    }
+
     /// Gives a newly created entry to the caller (the daemon creates as itself).
     fn chown_new(&self, req: &Request, parent: &Arc<Inode>, name: &OsStr) -> Result<(), Errno> {
         if !self.as_root {
@@ -810,7 +907,14 @@ impl Filesystem for SqueezeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ATOMIC_O_TRUNC;
+        // POSIX ACLs enforced by the kernel, with the umask left to us (a default ACL
+        // replaces it); setuid/setgid cleared by us on write, truncate and fallocate, by the
+        // rule local filesystems follow (see `creds`).
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if !self.read_only {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -867,7 +971,7 @@ impl Filesystem for SqueezeFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -904,6 +1008,7 @@ impl Filesystem for SqueezeFs {
                     });
                 }
                 self.with_container(&inode, |c| c.set_size(s), "truncate")?;
+                self.kill_privs(req, ino, &inode)?;
                 // The backing file's mtime/ctime follow a size change like a kernel
                 // filesystem's do (the kernel may also send explicit times).
                 if mtime.is_none() {
@@ -942,7 +1047,7 @@ impl Filesystem for SqueezeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let mode = mode & !umask;
+        let mode = self.creation_mode(parent, mode, umask);
         if mode & libc::S_IFMT == libc::S_IFREG {
             // A regular file made by mknod is an empty container, like any other, and
             // inherits its directory's properties (written into its superblock now).
@@ -975,8 +1080,9 @@ impl Filesystem for SqueezeFs {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         // A new directory inherits its parent's properties.
         let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+        let mode = self.creation_mode(parent, mode, umask);
         self.new_entry(req, parent, name, reply, |p, c| {
-            sys::mkdirat(p, c, mode & !umask)?;
+            sys::mkdirat(p, c, mode)?;
             if dp != DirProps::default() {
                 let fd = sys::open_path(p, c)?;
                 let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
@@ -1060,7 +1166,7 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if ino.0 == statsfile::INO {
             if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
                 return reply.error(Errno::EACCES);
@@ -1083,7 +1189,11 @@ impl Filesystem for SqueezeFs {
                 return Err(Errno::EROFS);
             }
             let writable = acc != libc::O_RDONLY;
-            self.attach(&inode, flags.0 & libc::O_TRUNC != 0 && writable, writable)?;
+            let truncate = flags.0 & libc::O_TRUNC != 0 && writable;
+            self.attach(&inode, truncate, writable)?;
+            if truncate {
+                self.kill_privs(req, ino, &inode)?;
+            }
             Ok(())
         })();
         match r {
@@ -1122,12 +1232,12 @@ impl Filesystem for SqueezeFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wf: WriteFlags,
+        wf: WriteFlags,
         _flags: OpenFlags,
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
@@ -1135,6 +1245,10 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             self.check_writable()?;
             let i = self.inode(ino)?;
+            // A caller without CAP_FSETID writing a setuid/setgid file (FUSE_HANDLE_KILLPRIV_V2).
+            if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                self.kill_privs(req, ino, &i)?;
+            }
             self.with_container(&i, |c| c.write(offset, data), "write")
         })();
         match r {
@@ -1332,7 +1446,7 @@ impl Filesystem for SqueezeFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -1351,7 +1465,11 @@ impl Filesystem for SqueezeFs {
             }
             let c = sys::cstr(name).map_err(errno)?;
             i.no_caps.store(false, Ordering::Relaxed);
-            sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)
+            sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)?;
+            if name.as_bytes() == b"system.posix_acl_access" {
+                self.kill_sgid_after_acl(req, ino, &i)?;
+            }
+            Ok(())
         })();
         reply_empty(reply, r)
     }
@@ -1458,7 +1576,7 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let excl = flags & libc::O_EXCL != 0;
-            let mode = (mode & !umask) & 0o7777;
+            let mode = self.creation_mode(parent, mode, umask) & 0o7777;
             match self.create_new(req, &p, name, mode) {
                 Ok((_, attr)) => return Ok(attr),
                 Err(e) if e == Errno::EEXIST && !excl => {}
@@ -1471,11 +1589,12 @@ impl Filesystem for SqueezeFs {
                 self.inodes.forget(ino, 1);
                 return Err(Errno::EISDIR);
             }
-            self.attach(
-                &inode,
-                flags & libc::O_TRUNC != 0,
-                flags & libc::O_ACCMODE != libc::O_RDONLY,
-            )?;
+            let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+            let truncate = flags & libc::O_TRUNC != 0;
+            self.attach(&inode, truncate, writable)?;
+            if truncate {
+                self.kill_privs(req, INodeNo(ino), &inode)?;
+            }
             let attr = self.attr(ino, &inode).unwrap_or(attr);
             Ok(attr)
         })();
@@ -1487,7 +1606,7 @@ impl Filesystem for SqueezeFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1506,6 +1625,10 @@ impl Filesystem for SqueezeFs {
             if mode & !known != 0 || (punch && !keep) || (punch && zero) {
                 return Err(Errno::EOPNOTSUPP);
             }
+            self.kill_privs(req, ino, &i)?;
+            if !punch && !zero {
+                self.check_room_for(&i, offset, end)?;
+            }
             self.with_container(
                 &i,
                 |c| {
@@ -1513,7 +1636,8 @@ impl Filesystem for SqueezeFs {
                         c.punch_hole(offset, length)?;
                     }
                     // Plain allocation reserves nothing (extents are allocated when written,
-                    // compressed); it only grows the file unless KEEP_SIZE.
+                    // compressed; docs/ARCHITECTURE.md "Space"); it only grows the file
+                    // unless KEEP_SIZE.
                     if !keep && end > c.size()? {
                         c.set_size(end)?;
                     }
