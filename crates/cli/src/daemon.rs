@@ -191,6 +191,62 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
     }
 }
 
+/// What keeps a mount busy: the processes with an open file, a working or root directory,
+/// or a mapped file under `mountpoint` (what `fuser -vm` shows), or a mount on top of it.
+pub fn busy_because(mountpoint: &Path) -> String {
+    let mut found: Vec<String> = Vec::new();
+    let under = |p: &Path| p.starts_with(mountpoint);
+    let procs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    for e in procs {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let base = e.path();
+        let mut how: Vec<String> = Vec::new();
+        for (link, what) in [("cwd", "working directory"), ("root", "root directory")] {
+            if std::fs::read_link(base.join(link)).is_ok_and(|t| under(&t)) {
+                how.push(what.into());
+            }
+        }
+        let fds = std::fs::read_dir(base.join("fd")).into_iter().flatten().flatten();
+        for fd in fds {
+            if let Ok(t) = std::fs::read_link(fd.path()) {
+                if under(&t) {
+                    how.push(format!("open {}", t.display()));
+                }
+            }
+        }
+        let maps = std::fs::read_to_string(base.join("maps")).unwrap_or_default();
+        if let Some(m) = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| under(Path::new(p)))
+        {
+            how.push(format!("mapped {m}"));
+        }
+        if !how.is_empty() {
+            let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+            how.dedup();
+            found.push(format!("pid {pid} ({}): {}", comm.trim(), how.join(", ")));
+        }
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for l in info.lines() {
+        let Some(mp) = l.split(' ').nth(4) else { continue };
+        let mp = PathBuf::from(squeezefs_fs::mountinfo::unescape(mp));
+        if mp != mountpoint && mp.starts_with(mountpoint) {
+            found.push(format!("a mount at {}", mp.display()));
+        }
+    }
+    if found.is_empty() {
+        "nothing visible from here holds it (a process in another mount namespace, or a \
+         file still being released: try again)"
+            .into()
+    } else {
+        found.join("; ")
+    }
+}
+
 /// The per-mount flags `mount(2)` takes, by option name: (flag, set by the name).
 const REMOUNT_FLAGS: &[(&str, libc::c_ulong, bool)] = &[
     ("ro", libc::MS_RDONLY, true),
@@ -302,10 +358,9 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::EBUSY) => format!(
-                    "{}: busy (a process has a file or its working directory there; `fuser -vm {}` \
-                     names it, or use --lazy)",
+                    "{}: busy: {} (close those, or use --lazy)",
                     canon.display(),
-                    canon.display()
+                    busy_because(&canon)
                 ),
                 _ => format!("{}: {e}", canon.display()),
             });
@@ -323,7 +378,11 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
             .success()
     };
     if !ok {
-        return Err(format!("{}: fusermount3 -u failed (see above)", canon.display()));
+        return Err(format!(
+            "{}: fusermount3 -u failed (see above); busy: {}",
+            canon.display(),
+            busy_because(&canon)
+        ));
     }
     if let Some(pid) = daemon {
         let start = Instant::now();

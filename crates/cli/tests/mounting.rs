@@ -252,3 +252,78 @@ fn the_command_line_teaches_and_documents_itself() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("zstd:1 … zstd:19"), "{e}");
 }
+
+#[test]
+fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
+    let _h = Helper::install();
+    let d = scratch("remount");
+    let (backing, mnt) = (d.join("backing"), d.join("mnt"));
+    let source = format!("squeezefs:{}", backing.canonicalize().unwrap().display());
+    // Mounted by the name mountinfo shows (what xfstests and scripts pass back).
+    let st = Command::new("mount")
+        .args(["-t", "fuse.squeezefs", &source])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -t fuse.squeezefs {source}");
+    let line = |mnt: &Path| {
+        let canon = mnt.canonicalize().unwrap();
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(' ').nth(4) == canon.to_str())
+            .map(str::to_string)
+            .expect("mounted")
+    };
+    let l = line(&mnt);
+    assert!(l.contains(&format!(" - fuse.squeezefs {source} ")), "{l}");
+    fs::write(mnt.join("kept"), b"before").unwrap();
+    let remount = |how: &str| {
+        let out = Command::new("mount")
+            .args(["-o", &format!("remount,{how}")])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "remount,{how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    remount("ro");
+    assert!(
+        line(&mnt).split(' ').nth(5).unwrap().starts_with("ro"),
+        "{}",
+        line(&mnt)
+    );
+    let e = fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(fs::read(mnt.join("kept")).unwrap(), b"before");
+    remount("rw");
+    assert!(line(&mnt).split(' ').nth(5).unwrap().starts_with("rw"));
+    fs::write(mnt.join("new"), b"after").unwrap();
+    // The flags a remount does not mention stay as they were.
+    remount("nosuid");
+    let opts = line(&mnt).split(' ').nth(5).unwrap().to_string();
+    assert!(opts.starts_with("rw") && opts.contains("nosuid"), "{opts}");
+    let pid = daemon_pid(&backing).expect("a detached daemon");
+    // umount(8) by source name.
+    let st = Command::new("umount").arg(&source).status().unwrap();
+    assert!(st.success(), "umount {source}");
+    assert!(!is_mounted(&mnt));
+    // And mounted again at once, while the old daemon may still be finishing.
+    let st = Command::new("mount")
+        .args(["-t", "fuse.squeezefs", &source])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount right after umount");
+    // The old daemon had released the backing directory: it only has its exit left.
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the old daemon exits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read(mnt.join("new")).unwrap(), b"after");
+    umount(&mnt);
+}

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{is_mounted, scratch, Mount};
+use common::{as_tests, is_mounted, open_to_others, scratch, tests_ids, Mount, SmallFs};
 
 #[test]
 fn a_backing_directory_serves_one_daemon_and_a_killed_ones_lock_does_not_linger() {
@@ -436,37 +436,10 @@ fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_lef
     m.unmount();
 }
 
-/// Mounts a tmpfs of `mib` MiB at `at` (root only: CI runs as root).
-fn small_fs(at: &std::path::Path, mib: u64) {
-    fs::create_dir_all(at).unwrap();
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-        .arg(at)
-        .status()
-        .unwrap();
-    assert!(
-        st.success(),
-        "mounting a {mib} MiB tmpfs at {} needs root",
-        at.display()
-    );
-}
-
 #[test]
 fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
     let dir = scratch("enospc");
-    let small = dir.join("small");
-    small_fs(&small, 24);
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(small.clone());
-    // The test's backing directory lives on the small filesystem.
-    fs::remove_dir_all(dir.join("backing")).unwrap();
-    fs::create_dir(small.join("backing")).unwrap();
-    std::os::unix::fs::symlink(small.join("backing"), dir.join("backing")).unwrap();
+    let _small = SmallFs::backing_of(&dir, 24);
 
     let mut rng = Rng(77);
     let noise = |rng: &mut Rng, n: usize| -> Vec<u8> { (0..n).map(|_| rng.next() as u8).collect() };
@@ -718,15 +691,7 @@ fn other_users_get_the_permissions_the_modes_say() {
     );
     let dir = scratch("perms");
     // Let the unprivileged user walk to the mount point.
-    let mut p = dir.clone();
-    while p.parent().is_some() {
-        let mode = fs::metadata(&p).unwrap().permissions().mode();
-        fs::set_permissions(&p, fs::Permissions::from_mode(mode | 0o005)).unwrap();
-        if p == std::env::temp_dir() {
-            break;
-        }
-        p = p.parent().unwrap().to_path_buf();
-    }
+    open_to_others(&dir);
     let m = Mount::new(&dir, "allow_other");
     fs::set_permissions(&m.mnt, fs::Permissions::from_mode(0o755)).unwrap();
     fs::write(m.path("secret"), b"root only").unwrap();
@@ -734,13 +699,6 @@ fn other_users_get_the_permissions_the_modes_say() {
     fs::create_dir(m.path("rootdir")).unwrap();
     fs::create_dir(m.path("shared")).unwrap();
     fs::set_permissions(m.path("shared"), fs::Permissions::from_mode(0o1777)).unwrap();
-    let as_tests = |cmd: &[&str]| {
-        Command::new("setpriv")
-            .args(["--reuid=tests", "--regid=tests", "--clear-groups", "--"])
-            .args(cmd)
-            .output()
-            .unwrap()
-    };
     let secret = m.path("secret");
     let out = as_tests(&["cat", secret.to_str().unwrap()]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
@@ -749,8 +707,7 @@ fn other_users_get_the_permissions_the_modes_say() {
     let mine = m.path("shared/mine");
     let out = as_tests(&["sh", "-c", &format!("echo hi > {}", mine.display())]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let uid = Command::new("id").args(["-u", "tests"]).output().unwrap();
-    let uid: u32 = String::from_utf8_lossy(&uid.stdout).trim().parse().unwrap();
+    let (uid, _) = tests_ids();
     assert_eq!(fs::metadata(&mine).unwrap().uid(), uid, "created as the caller");
     assert_eq!(fs::metadata(dir.join("backing/shared/mine")).unwrap().uid(), uid);
     // Sticky directory: another user's file cannot be removed.

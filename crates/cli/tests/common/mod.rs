@@ -76,6 +76,42 @@ impl Mount {
                 });
             }
         }
+        Mount::launch(dir, cmd)
+    }
+
+    /// Mounts as the unprivileged `user` (through fusermount3, as such a user must):
+    /// BACKING and MOUNTPOINT are given to that user first.
+    pub fn as_user(dir: &Path, opts: &str, user: &str) -> Mount {
+        require_fuse();
+        let mnt = dir.join("mnt");
+        for d in [dir.join("backing"), mnt.clone()] {
+            let st = Command::new("chown")
+                .arg(format!("{user}:"))
+                .arg(&d)
+                .status()
+                .unwrap();
+            assert!(st.success(), "chown {user} {}", d.display());
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            &format!("--reuid={user}"),
+            &format!("--regid={user}"),
+            "--clear-groups",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_squeezefs"))
+        .arg("mount")
+        .arg(dir.join("backing"))
+        .arg(&mnt);
+        if !opts.is_empty() {
+            cmd.arg("-o").arg(opts);
+        }
+        Mount::launch(dir, cmd)
+    }
+
+    /// Starts the daemon `cmd` and waits for its mount at `DIR/mnt` (log: `DIR/daemon.log`).
+    fn launch(dir: &Path, mut cmd: Command) -> Mount {
+        let mnt = dir.join("mnt");
         let log = fs::File::create(dir.join("daemon.log")).unwrap();
         let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
         let start = Instant::now();
@@ -101,12 +137,7 @@ impl Mount {
 
     /// Unmounts and checks the daemon exits cleanly.
     pub fn unmount(mut self) {
-        let st = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mnt)
-            .status()
-            .unwrap();
-        assert!(st.success(), "fusermount3 -u failed");
+        unmount(&self.mnt);
         let st = self.child.take().unwrap().wait().unwrap();
         assert!(st.success(), "daemon exited with {st}");
     }
@@ -120,6 +151,96 @@ impl Drop for Mount {
             let _ = c.wait();
         }
     }
+}
+
+/// Unmounts `mnt` like a careful admin on a loaded machine: a mount can stay busy for a
+/// moment after its last user exits (the kernel releases closed files asynchronously), so
+/// EBUSY is retried for up to 20 s; after that the test fails with what holds the mount,
+/// as `squeezefs umount` reports it.
+pub fn unmount(mnt: &Path) {
+    let start = Instant::now();
+    loop {
+        let out = Command::new("fusermount3").arg("-u").arg(mnt).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let why = squeezefs(&[std::ffi::OsStr::new("umount"), mnt.as_os_str()]);
+            panic!(
+                "fusermount3 -u {} failed for 20 s: {}; squeezefs umount says: {}",
+                mnt.display(),
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&why.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A small tmpfs holding a scratch directory's backing directory (root only: CI runs as
+/// root), unmounted (lazily) when dropped.
+pub struct SmallFs(PathBuf);
+
+impl SmallFs {
+    /// Mounts a tmpfs of `mib` MiB at `DIR/small` and makes `DIR/backing` a link to a
+    /// directory on it.
+    pub fn backing_of(dir: &Path, mib: u64) -> SmallFs {
+        let at = dir.join("small");
+        fs::create_dir_all(&at).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "mounting a {mib} MiB tmpfs at {} needs root",
+            at.display()
+        );
+        let _ = fs::remove_dir_all(dir.join("backing"));
+        fs::create_dir(at.join("backing")).unwrap();
+        std::os::unix::fs::symlink(at.join("backing"), dir.join("backing")).unwrap();
+        SmallFs(at)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Lets other users walk from `/` to `dir` (adds o+rx up the path, to the temp directory).
+pub fn open_to_others(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut p = dir.to_path_buf();
+    while p.parent().is_some() {
+        let mode = fs::metadata(&p).unwrap().permissions().mode();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode | 0o005)).unwrap();
+        if p == std::env::temp_dir() {
+            break;
+        }
+        p = p.parent().unwrap().to_path_buf();
+    }
+}
+
+/// Runs `cmd` as the unprivileged user `tests` (scripts/test-deps creates it), without
+/// supplementary groups and without capabilities.
+pub fn as_tests(cmd: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=tests", "--regid=tests", "--clear-groups", "--"])
+        .args(cmd)
+        .output()
+        .unwrap()
+}
+
+/// The uid and gid of the user `tests`.
+pub fn tests_ids() -> (u32, u32) {
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").args([flag, "tests"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
 }
 
 /// Runs `squeezefs ARGS…` and returns its output.
