@@ -318,7 +318,7 @@ fn fallocate_of_more_than_the_free_space_is_enospc() {
     assert_eq!(fallocate(&f, 0, 0, 4 * mib), 0, "what fits");
     assert_eq!(f.metadata().unwrap().len(), 4 * mib);
     // Over data already stored, nothing more is needed: no ENOSPC for it.
-    let data: Vec<u8> = (0..8 * mib).map(|i| (i * 2654435761 >> 13) as u8).collect();
+    let data: Vec<u8> = (0..8 * mib).map(|i| ((i * 2654435761) >> 13) as u8).collect();
     use std::os::unix::fs::FileExt;
     f.write_all_at(&data, 0).unwrap();
     f.sync_all().unwrap();
