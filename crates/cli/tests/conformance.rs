@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{as_tests, open_to_others, scratch, tests_ids, unmount, Mount, SmallFs};
+use common::{
+    as_tests, mount_again_elsewhere, open_rw_new, open_to_others, scratch, tests_ids, unmount, Mount, SmallFs,
+};
 
 fn root_only() {
     assert_eq!(
@@ -159,13 +161,7 @@ fn seek_data_and_seek_hole_are_exact_even_before_written_data_reaches_the_daemon
     use std::os::unix::fs::FileExt;
     let dir = scratch("seek");
     let m = Mount::new(&dir, "extent_size=64K");
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.path("f"))
-        .unwrap();
+    let f = open_rw_new(&m.path("f"));
     let fd = f.as_raw_fd();
     let ext: u64 = 64 << 10;
     assert_eq!(
@@ -297,13 +293,7 @@ fn fallocate_of_more_than_the_free_space_is_enospc() {
     let dir = scratch("falloc-enospc");
     let _small = SmallFs::backing_of(&dir, 24);
     let m = Mount::new(&dir, "");
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.path("f"))
-        .unwrap();
+    let f = open_rw_new(&m.path("f"));
     let mib = 1u64 << 20;
     assert_eq!(
         fallocate(&f, 0, 0, 48 * mib),
@@ -481,17 +471,8 @@ fn unmount_then_mount_at_once_works_on_a_loaded_machine_and_a_live_mount_is_refu
         assert_eq!(fs::read(m.path(&format!("big{cycle}"))).unwrap().len(), 3 << 20);
     }
     // A backing directory that is mounted is refused at once, naming where.
-    let other = dir.join("mnt2");
-    fs::create_dir_all(&other).unwrap();
     let start = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-        .arg("mount")
-        .arg(dir.join("backing"))
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = mount_again_elsewhere(&dir);
     assert!(
         err.contains(&format!("mounted at {}", m.mnt.canonicalize().unwrap().display())),
         "{err}"

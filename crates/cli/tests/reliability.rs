@@ -6,7 +6,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{as_tests, is_mounted, open_to_others, scratch, tests_ids, Mount, SmallFs};
+use common::{
+    as_tests, is_mounted, mount_again_elsewhere, open_to_others, scratch, tests_ids, Mount, SmallFs,
+};
 
 #[test]
 fn a_backing_directory_serves_one_daemon_and_a_killed_ones_lock_does_not_linger() {
@@ -14,22 +16,12 @@ fn a_backing_directory_serves_one_daemon_and_a_killed_ones_lock_does_not_linger(
     let mut first = Mount::new(&dir, "");
     fs::write(first.path("kept"), b"written before the kill").unwrap();
     // A second mount of the same backing directory, elsewhere: refused, naming the holder.
-    let other = dir.join("mnt2");
-    fs::create_dir_all(&other).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-        .arg("mount")
-        .arg(dir.join("backing"))
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = mount_again_elsewhere(&dir);
     let pid = first.child.as_ref().unwrap().id();
     assert!(
         err.contains("in use by process") && err.contains(&pid.to_string()),
         "{err}"
     );
-    assert!(!is_mounted(&other));
 
     // SIGKILL the daemon: the lock goes with it.
     let mut child = first.child.take().unwrap();

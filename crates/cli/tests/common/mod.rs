@@ -153,6 +153,36 @@ impl Drop for Mount {
     }
 }
 
+/// Tries to mount the scratch directory's backing directory a second time, at `DIR/mnt2`,
+/// while it is mounted: returns what `squeezefs mount` said (it must refuse).
+pub fn mount_again_elsewhere(dir: &Path) -> String {
+    let other = dir.join("mnt2");
+    fs::create_dir_all(&other).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+        .arg("mount")
+        .arg(dir.join("backing"))
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a second mount of one backing directory is refused"
+    );
+    assert!(!is_mounted(&other));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Opens (creating, emptying) a file for reading and writing.
+pub fn open_rw_new(p: &Path) -> fs::File {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .unwrap()
+}
+
 /// Unmounts `mnt` like a careful admin on a loaded machine: a mount can stay busy for a
 /// moment after its last user exits (the kernel releases closed files asynchronously), so
 /// EBUSY is retried for up to 20 s; after that the test fails with what holds the mount,
