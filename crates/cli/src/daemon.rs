@@ -162,7 +162,9 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
             let mut tx = unsafe { std::fs::File::from_raw_fd(fds[1]) };
             let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
                 if let Err(e) = crate::logging::to_syslog() {
-                    eprintln!("squeezefs: warning: no syslog socket ({e}): the daemon's log is discarded");
+                    // A warning on the command line; as mount(8)'s helper, quiet unless
+                    // RUST_LOG asks (a machine without syslog would see it at every mount).
+                    log::info!("no syslog socket ({e}): the daemon's log is discarded once detached");
                 }
                 log::info!(
                     "serving {} at {} (pid {})",

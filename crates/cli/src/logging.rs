@@ -17,9 +17,11 @@ struct Logger {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
-/// Logs to stderr from now on, at `RUST_LOG`'s level (default info).
-pub fn init() {
-    let stderr = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).build();
+/// Logs to stderr from now on, at `RUST_LOG`'s level (default `default`: `info` for the
+/// command line, `warn` when mount(8) runs us as its helper, which like every mount helper
+/// says nothing when all goes well).
+pub fn init(default: &str) {
+    let stderr = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default)).build();
     let level = stderr.filter();
     let logger = LOGGER.get_or_init(|| Logger {
         stderr,

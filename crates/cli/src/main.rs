@@ -230,12 +230,13 @@ fn version() -> &'static str {
 }
 
 fn main() -> ExitCode {
-    logging::init();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cmd = Cli::command();
     let mut subcommands: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
     subcommands.push("help");
-    if let Some(h) = daemon::helper_form(&args, &subcommands) {
+    let helper = daemon::helper_form(&args, &subcommands);
+    logging::init(if helper.is_some() { "warn" } else { "info" });
+    if let Some(h) = helper {
         return match h {
             Ok(h) => daemon::mount(h.backing, h.mountpoint, &h.options, !h.foreground),
             Err(e) => {

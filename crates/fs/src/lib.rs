@@ -270,7 +270,7 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
     // unmounted may still be writing its last files out (on a loaded machine, seconds):
     // wait for it, as long as it serves no mount.
     let _lock = lock::lock_wait(&backing, UNMOUNT_WAIT, |why| {
-        log::warn!(
+        log::info!(
             "{why}; its mount is gone, so waiting up to {} s for it to finish writing",
             UNMOUNT_WAIT.as_secs()
         )
