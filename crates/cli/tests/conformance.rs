@@ -248,6 +248,19 @@ fn rewinddir_lists_names_made_since_opendir_and_d_ino_is_st_ino() {
     for i in 0..50 {
         fs::write(d.join(format!("before-{i}")), b"x").unwrap();
     }
+    // Opened, not read, then rewound (xfstests' rewinddir-test does just this).
+    let unread = unsafe { libc::opendir(c(&d).as_ptr()) };
+    assert!(!unread.is_null());
+    fs::write(d.join("made-after-opendir"), b"").unwrap();
+    unsafe { libc::rewinddir(unread) };
+    let names: Vec<Vec<u8>> = read_all(unread).into_iter().map(|(n, _)| n).collect();
+    unsafe { libc::closedir(unread) };
+    assert!(
+        names.contains(&b"made-after-opendir".to_vec()),
+        "a name made before the first readdir"
+    );
+    fs::remove_file(d.join("made-after-opendir")).unwrap();
+    // Read, then names made, then rewound.
     let stream = unsafe { libc::opendir(c(&d).as_ptr()) };
     assert!(!stream.is_null());
     assert_eq!(read_all(stream).len(), 52);

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use squeezefs_container::{Container, FileStorage};
@@ -63,6 +63,9 @@ pub struct Inode {
     pub no_caps: AtomicBool,
     /// A directory's compression properties, once read (we are the only writer).
     pub dir_props: Mutex<Option<crate::props::DirProps>>,
+    /// A directory's count of entries made, removed or renamed through the mount: a
+    /// listing taken at an older count is stale (see `DirHandle`).
+    pub dir_gen: AtomicU64,
 }
 
 /// First number given to a backing inode whose own number cannot be its FUSE number. Far
@@ -139,6 +142,7 @@ impl Inodes {
             size_cache: Mutex::new(None),
             no_caps: AtomicBool::new(false),
             dir_props: Mutex::new(None),
+            dir_gen: AtomicU64::new(0),
         });
         let mut t = Table {
             root: key,
@@ -266,6 +270,7 @@ impl Inodes {
             size_cache: Mutex::new(None),
             no_caps: AtomicBool::new(false),
             dir_props: Mutex::new(None),
+            dir_gen: AtomicU64::new(0),
         });
         let ino = t.number_for(key);
         t.by_ino.insert(ino, inode.clone());

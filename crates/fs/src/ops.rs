@@ -45,11 +45,13 @@ struct DirList {
     dotdot: u64,
 }
 
-/// An open directory: its listing, and whether a `readdir` has used it yet (a `readdir`
-/// from offset 0 after that is a `rewinddir`: it lists the directory again, so names
-/// made since `opendir` appear, as POSIX asks).
+/// An open directory: its listing, the directory's `dir_gen` when it was taken, and
+/// whether a `readdir` has used it yet. A `readdir` from offset 0 (a `rewinddir`, or the
+/// first one) lists the directory again if the listing was used or entries were made or
+/// removed since: names made after `opendir` appear after a rewind, as POSIX asks.
 struct DirHandle {
     list: Arc<DirList>,
+    gen: u64,
     used: bool,
 }
 
@@ -809,6 +811,14 @@ impl SqueezeFs {
         }
     }
 
+    /// Notes that entries of directory `dir` were made, removed or renamed (open listings
+    /// of it are stale from now on).
+    fn dir_changed(&self, dir: INodeNo) {
+        if let Ok(d) = self.inode(dir) {
+            d.dir_gen.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     fn check_writable(&self) -> Result<(), Errno> {
         if self.read_only {
             Err(Errno::EROFS)
@@ -837,6 +847,7 @@ impl SqueezeFs {
                     .or_else(|_| sys::unlinkat(pfd.raw(), &c, libc::AT_REMOVEDIR));
                 return Err(e);
             }
+            self.dir_changed(parent);
             self.lookup_name(&p, name)
         })();
         match r {
@@ -1104,7 +1115,9 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::entry_name(name).map_err(errno)?;
-            sys::unlinkat(self.fd(&p)?.raw(), &c, 0).map_err(errno)
+            sys::unlinkat(self.fd(&p)?.raw(), &c, 0).map_err(errno)?;
+            self.dir_changed(parent);
+            Ok(())
         })();
         reply_empty(reply, r)
     }
@@ -1114,7 +1127,9 @@ impl Filesystem for SqueezeFs {
             self.check_writable()?;
             let p = self.inode(parent)?;
             let c = sys::entry_name(name).map_err(errno)?;
-            sys::unlinkat(self.fd(&p)?.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)
+            sys::unlinkat(self.fd(&p)?.raw(), &c, libc::AT_REMOVEDIR).map_err(errno)?;
+            self.dir_changed(parent);
+            Ok(())
         })();
         reply_empty(reply, r)
     }
@@ -1145,7 +1160,10 @@ impl Filesystem for SqueezeFs {
             let np = self.inode(newparent)?;
             let a = sys::entry_name(name).map_err(errno)?;
             let b = sys::entry_name(newname).map_err(errno)?;
-            sys::renameat2(self.fd(&p)?.raw(), &a, self.fd(&np)?.raw(), &b, flags.bits()).map_err(errno)
+            sys::renameat2(self.fd(&p)?.raw(), &a, self.fd(&np)?.raw(), &b, flags.bits()).map_err(errno)?;
+            self.dir_changed(parent);
+            self.dir_changed(newparent);
+            Ok(())
         })();
         reply_empty(reply, r)
     }
@@ -1158,6 +1176,7 @@ impl Filesystem for SqueezeFs {
             let np = self.inode(newparent)?;
             let c = sys::entry_name(newname).map_err(errno)?;
             sys::linkat(self.fd(&inode)?.raw(), self.fd(&np)?.raw(), &c).map_err(errno)?;
+            self.dir_changed(newparent);
             self.lookup_name(&np, newname)
         })();
         match r {
@@ -1333,6 +1352,8 @@ impl Filesystem for SqueezeFs {
         let r = (|| {
             let inode = self.inode(ino)?;
             let dfd = self.fd(&inode)?;
+            // The count before the listing: a change racing with it makes the listing stale.
+            let gen = inode.dir_gen.load(Ordering::Acquire);
             let entries = sys::read_dir(dfd.raw()).map_err(errno)?;
             // A reader is about to walk this directory: start reading its files.
             let files: Vec<std::ffi::CString> = entries
@@ -1344,10 +1365,14 @@ impl Filesystem for SqueezeFs {
             self.prefetch.directory(dfd, files);
             let list = Arc::new(self.dir_list(ino.0, &inode, entries));
             let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-            self.dirs
-                .lock()
-                .unwrap()
-                .insert(fh, DirHandle { list, used: false });
+            self.dirs.lock().unwrap().insert(
+                fh,
+                DirHandle {
+                    list,
+                    gen,
+                    used: false,
+                },
+            );
             Ok(fh)
         })();
         match r {
@@ -1362,12 +1387,17 @@ impl Filesystem for SqueezeFs {
             let Some(h) = dirs.get_mut(&fh.0) else {
                 return reply.error(Errno::EBADF);
             };
-            let rewound = offset == 0 && h.used;
+            let inode = match self.inode(ino) {
+                Ok(i) => i,
+                Err(e) => return reply.error(e),
+            };
+            let gen = inode.dir_gen.load(Ordering::Acquire);
+            let stale = offset == 0 && (h.used || gen != h.gen);
             h.used = true;
-            if rewound {
+            if stale {
                 drop(dirs);
-                let fresh = self.inode(ino).and_then(|inode| {
-                    let entries = sys::read_dir(self.fd(&inode)?.raw()).map_err(errno)?;
+                let fresh = self.fd(&inode).and_then(|fd| {
+                    let entries = sys::read_dir(fd.raw()).map_err(errno)?;
                     Ok(Arc::new(self.dir_list(ino.0, &inode, entries)))
                 });
                 let fresh = match fresh {
@@ -1376,6 +1406,7 @@ impl Filesystem for SqueezeFs {
                 };
                 if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh.0) {
                     h.list = fresh.clone();
+                    h.gen = gen;
                 }
                 fresh
             } else {
@@ -1578,7 +1609,10 @@ impl Filesystem for SqueezeFs {
             let excl = flags & libc::O_EXCL != 0;
             let mode = self.creation_mode(parent, mode, umask) & 0o7777;
             match self.create_new(req, &p, name, mode) {
-                Ok((_, attr)) => return Ok(attr),
+                Ok((_, attr)) => {
+                    self.dir_changed(parent);
+                    return Ok(attr);
+                }
                 Err(e) if e == Errno::EEXIST && !excl => {}
                 Err(e) => return Err(e),
             }
