@@ -81,12 +81,77 @@ fn xattr_size_queries_give_the_values_length_so_getfattr_getfacl_and_getcap_work
     let n = unsafe { libc::getxattr(c(&f).as_ptr(), c"user.a".as_ptr(), small.as_mut_ptr().cast(), 2) };
     assert_eq!((n, errno()), (-1, libc::ERANGE), "a buffer too small is ERANGE");
     assert!(text(&run("getfattr", &["-d", fs_])).contains("user.a=\"hello\""));
-    // File capabilities (security.capability) round-trip.
+    // File capabilities (security.capability) round-trip, and stay when the daemon later
+    // writes the file's container (the group commit, forced here by reading the statistics
+    // file; the backing kernel strips a real security.capability at any write) and across
+    // a remount.
     run("setcap", &["cap_setuid+ep", fs_]);
     assert!(text(&run("getcap", &[fs_])).contains("cap_setuid=ep"));
+    fs::write(&f, b"written after setcap: the write clears the capabilities").unwrap();
+    assert!(
+        !text(&run("getcap", &[fs_])).contains("cap_setuid"),
+        "a write clears them"
+    );
+    run("setcap", &["cap_net_raw+ep", fs_]);
+    fs::read(m.path(".squeezefs-stats")).unwrap();
+    assert!(text(&run("getcap", &[fs_])).contains("cap_net_raw=ep"));
     // An access ACL is found by getfacl.
     run("setfacl", &["-m", "u:tests:r", fs_]);
     assert!(text(&run("getfacl", &["-c", fs_])).contains("user:tests:r--"));
+    m.unmount();
+    let m = Mount::new(&dir, "");
+    assert!(text(&run("getcap", &[m.path("f").to_str().unwrap()])).contains("cap_net_raw=ep"));
+    m.unmount();
+}
+
+#[test]
+fn entries_made_setuid_or_setgid_keep_those_bits_when_given_to_their_owner() {
+    root_only();
+    let dir = scratch("create-sgid");
+    open_to_others(&dir);
+    let m = Mount::new(&dir, "allow_other");
+    fs::set_permissions(&m.mnt, fs::Permissions::from_mode(0o777)).unwrap();
+    // Root, in a setgid directory: a group-executable setgid file (chown would clear it).
+    let d = m.path("sgid");
+    fs::create_dir(&d).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o2777)).unwrap();
+    use std::os::unix::fs::OpenOptionsExt;
+    let made = |p: &Path, mode: u32| {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(p)
+            .unwrap();
+    };
+    made(&d.join("f"), 0o2755);
+    assert_eq!(mode(&d.join("f")), 0o2755);
+    fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!(
+        mode(&d.join("sub")) & 0o2000,
+        0o2000,
+        "directories inherit setgid"
+    );
+    // Another user, in its own directory: setuid and setgid files of its own.
+    let own = m.path("own");
+    let o = own.to_str().unwrap();
+    let out = as_tests(&[
+        "sh",
+        "-c",
+        &format!("mkdir {o} && cd {o} && touch u g && chmod 4755 u && chmod 2755 g"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = as_tests(&[
+        "perl",
+        "-MFcntl",
+        "-e",
+        &format!("sysopen(F, '{o}/c', O_CREAT|O_WRONLY, 04755) or die $!"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(mode(&own.join("u")), 0o4755);
+    assert_eq!(mode(&own.join("g")), 0o2755);
+    assert_eq!(mode(&own.join("c")), 0o4755, "made setuid by open(O_CREAT)");
+    assert_eq!(fs::metadata(own.join("c")).unwrap().uid(), tests_ids().0);
     m.unmount();
 }
 

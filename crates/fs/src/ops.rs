@@ -35,6 +35,14 @@ const TTL: Duration = Duration::from_secs(60);
 /// a daemon thread while others serve the WRITEs it causes (the session runs at least 4).
 const KERNEL_FLUSHES: usize = 1;
 
+/// File capabilities, as the mount shows them.
+const CAPS: &[u8] = b"security.capability";
+/// Where a root daemon keeps them on the backing file: the backing kernel strips a real
+/// `security.capability` at any write to the file, and the daemon writes containers long
+/// after the caller's `setcap` (the group commit); a trusted xattr only CAP_SYS_ADMIN can
+/// set is left alone, and means nothing to the backing file (a container, not a program).
+const CAPS_STORED: &std::ffi::CStr = c"trusted.squeezefs.capability";
+
 /// Most containers kept open without a handle after a lookup.
 const IDLE_MAX: usize = 128;
 
@@ -543,7 +551,19 @@ impl SqueezeFs {
         } else {
             req.gid()
         };
-        sys::chown(fd, Some(req.uid()), Some(gid)).map_err(errno)
+        let before = sys::fstat(fd).map_err(errno)?.st_mode;
+        sys::chown(fd, Some(req.uid()), Some(gid)).map_err(errno)?;
+        // chown clears setuid, and setgid on a group-executable file, even for root: the
+        // bits the entry was made with (the kernel already dropped what the caller may not
+        // have) are put back. Symlinks have none.
+        let special = before & (libc::S_ISUID | libc::S_ISGID);
+        if special != 0 && before & libc::S_IFMT != libc::S_IFLNK {
+            let after = sys::fstat(fd).map_err(errno)?.st_mode;
+            if after & special != special {
+                sys::chmod(fd, (after | special) & 0o7777).map_err(errno)?;
+            }
+        }
+        Ok(())
     }
 
     /// A new regular file: created and opened for I/O in one `openat`, given to the caller,
@@ -1494,9 +1514,19 @@ impl Filesystem for SqueezeFs {
             if name.as_bytes() == props::REWRITE.as_bytes() {
                 return self.rewrite(&i, value);
             }
+            if name.as_bytes() == CAPS_STORED.to_bytes() {
+                return Err(Errno::EPERM);
+            }
             let c = sys::cstr(name).map_err(errno)?;
             i.no_caps.store(false, Ordering::Relaxed);
-            sys::xattr_set(self.fd(&i)?.raw(), &c, value, flags).map_err(errno)?;
+            let fd = self.fd(&i)?;
+            if name.as_bytes() == CAPS && self.as_root {
+                sys::xattr_set(fd.raw(), CAPS_STORED, value, flags).map_err(errno)?;
+                // A copy under the real name (stored by an older squeezefs) goes.
+                let _ = sys::xattr_remove(fd.raw(), &c);
+                return Ok(());
+            }
+            sys::xattr_set(fd.raw(), &c, value, flags).map_err(errno)?;
             if name.as_bytes() == b"system.posix_acl_access" {
                 self.kill_sgid_after_acl(req, ino, &i)?;
             }
@@ -1523,9 +1553,18 @@ impl Filesystem for SqueezeFs {
             if caps && i.no_caps.load(Ordering::Relaxed) {
                 return Err(Errno::ENODATA);
             }
+            if name.as_bytes() == CAPS_STORED.to_bytes() {
+                return Err(Errno::ENODATA);
+            }
             let fd = self.fd(&i)?;
             let c = sys::cstr(name).map_err(errno)?;
-            let r = self.getxattr_at(&fd, &c, size);
+            let mut r = Err(Errno::ENODATA);
+            if caps && self.as_root {
+                r = self.getxattr_at(&fd, CAPS_STORED, size);
+            }
+            if !caps || matches!(r, Err(e) if e == Errno::ENODATA) {
+                r = self.getxattr_at(&fd, &c, size);
+            }
             if caps && matches!(r, Err(e) if e == Errno::ENODATA) {
                 i.no_caps.store(true, Ordering::Relaxed);
             }
@@ -1546,11 +1585,20 @@ impl Filesystem for SqueezeFs {
             let raw = sys::xattr_list(self.fd(&i)?.raw(), 65536).map_err(errno)?;
             // Properties are listed as they are in force (a file's live in its container; a
             // value forged on the backing entry around squeezefs is not one), the rest as is.
-            let mut v: Vec<u8> = raw
+            // Capabilities kept under their stored name are listed under their own, once.
+            let names: Vec<&[u8]> = raw
                 .split(|&b| b == 0)
                 .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none())
-                .flat_map(|n| n.iter().copied().chain(std::iter::once(0)))
+                .map(|n| if n == CAPS_STORED.to_bytes() { CAPS } else { n })
                 .collect();
+            let mut v: Vec<u8> = Vec::with_capacity(raw.len());
+            for (k, n) in names.iter().enumerate() {
+                if *n == CAPS && names[..k].contains(&CAPS) {
+                    continue;
+                }
+                v.extend_from_slice(n);
+                v.push(0);
+            }
             if i.is_reg || i.is_dir {
                 for p in Prop::ALL {
                     if self.get_prop(&i, p)?.is_some() {
@@ -1576,8 +1624,17 @@ impl Filesystem for SqueezeFs {
             if let Some(p) = Prop::from_xattr(name.as_bytes()) {
                 return self.set_prop(&i, p, None, 0);
             }
+            if name.as_bytes() == CAPS_STORED.to_bytes() {
+                return Err(Errno::EPERM);
+            }
             let c = sys::cstr(name).map_err(errno)?;
-            sys::xattr_remove(self.fd(&i)?.raw(), &c).map_err(errno)
+            let fd = self.fd(&i)?;
+            if name.as_bytes() == CAPS && self.as_root {
+                let stored = sys::xattr_remove(fd.raw(), CAPS_STORED);
+                let real = sys::xattr_remove(fd.raw(), &c);
+                return stored.or(real).map_err(errno);
+            }
+            sys::xattr_remove(fd.raw(), &c).map_err(errno)
         })();
         reply_empty(reply, r)
     }
