@@ -453,13 +453,31 @@ impl SqueezeFs {
     /// clears on a local filesystem (see `creds`): after a write FUSE flags, a truncate, an
     /// fallocate.
     fn kill_privs(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
+        self.clear_mode_bits(
+            req,
+            ino,
+            inode,
+            libc::S_ISUID | libc::S_ISGID,
+            creds::privs_to_kill,
+        )
+    }
+
+    /// Clears what `rule` says of the bits `watched` of `inode`'s mode (nothing is read
+    /// unless one of them is set), and has the kernel forget the mode it cached.
+    fn clear_mode_bits(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        inode: &Arc<Inode>,
+        watched: u32,
+        rule: fn(u32, u32, &creds::Caller) -> u32,
+    ) -> Result<(), Errno> {
         let fd = self.fd(inode)?;
         let st = sys::fstat(fd.raw()).map_err(errno)?;
-        if st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+        if st.st_mode & watched == 0 {
             return Ok(());
         }
-        let caller = creds::Caller::of(req.pid(), req.gid());
-        let kill = creds::privs_to_kill(st.st_mode, st.st_gid, &caller);
+        let kill = rule(st.st_mode, st.st_gid, &creds::Caller::of(req.pid(), req.gid()));
         if kill != 0 {
             sys::chmod(fd.raw(), st.st_mode & 0o7777 & !kill).map_err(errno)?;
             self.invalidate_attr(ino);
@@ -500,18 +518,7 @@ impl SqueezeFs {
     /// After an access ACL is set: the setgid bit goes if the caller is outside the file's
     /// group without CAP_FSETID (the kernel cannot tell us without FUSE_SETXATTR_EXT).
     fn kill_sgid_after_acl(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
-        let fd = self.fd(inode)?;
-        let st = sys::fstat(fd.raw()).map_err(errno)?;
-        if st.st_mode & libc::S_ISGID == 0 {
-            return Ok(());
-        }
-        let kill =
-            creds::sgid_to_kill_on_acl(st.st_mode, st.st_gid, &creds::Caller::of(req.pid(), req.gid()));
-        if kill != 0 {
-            sys::chmod(fd.raw(), st.st_mode & 0o7777 & !kill).map_err(errno)?;
-            self.invalidate_attr(ino);
-        }
-        Ok(())
+        self.clear_mode_bits(req, ino, inode, libc::S_ISGID, creds::sgid_to_kill_on_acl)
     }
 
     /// Tells the kernel its cached attributes of `ino` are stale (a mode changed behind a
