@@ -190,8 +190,9 @@ fn root_mounts_are_suid_and_dev_as_mount_8_makes_them_and_other_users_mounts_are
     drop((src, dst));
     m.unmount();
 
-    // Asked for, nosuid and nodev hold: the device no longer opens.
-    let m = Mount::new(&dir, "nosuid,nodev");
+    // Asked for, nosuid and nodev hold: the device no longer opens. (With relatime, as
+    // fstab lines often say: the default, accepted.)
+    let m = Mount::new(&dir, "nosuid,nodev,relatime");
     let (_, opts) = mount_line(&m.mnt);
     assert!(opts.contains("nosuid") && opts.contains("nodev"), "{opts}");
     let e = fs::read(m.path("null")).unwrap_err();

@@ -106,6 +106,19 @@ impl MountConfig {
                 ("rw", None) => self.read_only = false,
                 // mount(8) and fstab noise that means nothing to a FUSE filesystem.
                 ("defaults" | "auto" | "noauto" | "user" | "nouser" | "_netdev" | "nofail", None) => {}
+                // relatime is what a new mount gets anyway (the kernel's default).
+                ("relatime", None) => {}
+                // Access-time and flush flags fuser cannot pass to mount(2): refused here,
+                // with a clear word, instead of by the kernel's FUSE option parser (EINVAL).
+                (
+                    "strictatime" | "norelatime" | "nodiratime" | "diratime" | "lazytime" | "nolazytime",
+                    None,
+                ) => {
+                    return Err(format!(
+                        "mount option `{opt}` is not supported by squeezefs (atime, noatime, relatime, \
+                         sync, async and dirsync are); mount the backing filesystem with it instead"
+                    ));
+                }
                 ("x-systemd.automount", _) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
@@ -159,6 +172,10 @@ impl MountConfig {
         for o in &self.other {
             c.mount_options.push(match o.as_str() {
                 "noatime" => MountOption::NoAtime,
+                "atime" => MountOption::Atime,
+                "sync" => MountOption::Sync,
+                "async" => MountOption::Async,
+                "dirsync" => MountOption::DirSync,
                 "nodev" => MountOption::NoDev,
                 "nosuid" => MountOption::NoSuid,
                 "noexec" => MountOption::NoExec,
@@ -340,6 +357,15 @@ mod tests {
         assert!(c.apply_options("extent_size=3000").is_err());
         assert!(c.apply_options("extent_size=2M").is_err());
         assert_eq!(parse_extent_size("4K").unwrap(), 12);
+        // Access-time options: relatime is the default, the rest fuser cannot pass.
+        let mut c = MountConfig::default();
+        c.apply_options("relatime,noatime,sync").unwrap();
+        assert_eq!(c.other, vec!["noatime".to_string(), "sync".to_string()]);
+        assert!(c
+            .apply_options("strictatime")
+            .unwrap_err()
+            .contains("not supported"));
+        assert!(c.apply_options("lazytime").is_err());
         assert_eq!(parse_extent_size("131072").unwrap(), 17);
     }
 
