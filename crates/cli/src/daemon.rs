@@ -233,9 +233,7 @@ pub fn busy_because(mountpoint: &Path) -> String {
         }
     }
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for l in info.lines() {
-        let Some(mp) = l.split(' ').nth(4) else { continue };
-        let mp = PathBuf::from(squeezefs_fs::mountinfo::unescape(mp));
+    for mp in squeezefs_fs::mountinfo::mount_points(&info) {
         if mp != mountpoint && mp.starts_with(mountpoint) {
             found.push(format!("a mount at {}", mp.display()));
         }

@@ -61,6 +61,15 @@ pub fn squeezefs_mounts(mountinfo: &str) -> Vec<Mount> {
         .collect()
 }
 
+/// Every mount point in a mountinfo document, whatever its filesystem.
+pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape(m)))
+        .collect()
+}
+
 /// This process's view of the squeezefs mounts (none if mountinfo cannot be read).
 pub fn current() -> Vec<Mount> {
     squeezefs_mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
@@ -90,5 +99,7 @@ mod tests {
         assert_eq!(m[0].options, "rw,nosuid,nodev,relatime");
         assert_eq!(m[0].backing(), Some(PathBuf::from("/srv/b y")));
         assert_eq!(m[1].mountpoint, PathBuf::from("/old"));
+        assert_eq!(mount_points(info).len(), 4);
+        assert_eq!(mount_points(info)[0], PathBuf::from("/work/m x"));
     }
 }
