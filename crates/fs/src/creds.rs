@@ -104,7 +104,7 @@ mod tests {
         assert_eq!(Caller::parse("Name:\tx\n"), None);
         // This process can be read.
         let me = Caller::of(std::process::id(), 0);
-        assert_eq!(me.fsgid, unsafe { libc::getegid() });
+        assert_eq!(me.fsgid, crate::sys::egid());
     }
 
     #[test]

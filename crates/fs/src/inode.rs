@@ -17,34 +17,25 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use squeezefs_container::{Container, FileStorage};
-
+use crate::lifecycle::state::FileState;
 use crate::sys;
 
 /// Most `O_PATH` fds kept open for inodes that can be reopened by handle (lowered to a
 /// quarter of the open-file limit when that is smaller).
 pub const FD_CACHE: usize = 4096;
 
-/// The state all handles of one open regular file share.
-pub struct OpenFile {
-    pub container: Container<FileStorage>,
-    pub handles: u32,
-    /// Handles open for writing. While there are any, the kernel's page cache may hold
-    /// written data the container has not seen yet (writeback cache).
-    pub writers: u32,
-}
-
 /// An `O_PATH` fd borrowed for one operation.
 #[derive(Clone)]
 pub struct PathFd(Arc<OwnedFd>);
 
-impl PathFd {
-    pub fn raw(&self) -> RawFd {
-        self.0.as_raw_fd()
+impl AsFd for PathFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 
@@ -56,9 +47,8 @@ pub struct Inode {
     pub is_dir: bool,
     pub is_reg: bool,
     pub lookups: Mutex<u64>,
-    pub open: Mutex<Option<OpenFile>>,
-    /// Logical size of a closed container, remembered (we are the only writer).
-    pub size_cache: Mutex<Option<u64>>,
+    /// A regular file's container state (see `lifecycle::state` for the rules).
+    pub file: FileState,
     /// Known to have no `security.capability` xattr (the kernel asks before every write).
     pub no_caps: AtomicBool,
     /// A directory's compression properties, once read (we are the only writer).
@@ -125,12 +115,11 @@ pub struct Inodes {
 impl Inodes {
     pub fn new(root: OwnedFd, root_dir: std::fs::File, st: &libc::stat) -> Inodes {
         let key = (st.st_dev, st.st_ino);
-        let raw = root.as_raw_fd();
-        let root = Arc::new(root);
         // Handles are used only if one round trip through them works here.
-        let mount_id = sys::file_handle(raw)
-            .and_then(|(id, h)| sys::open_handle(root_dir.as_raw_fd(), &h).map(|_| id))
+        let mount_id = sys::file_handle(&root)
+            .and_then(|(id, h)| sys::open_handle(&root_dir, &h).map(|_| id))
             .ok();
+        let root = Arc::new(root);
         let root_inode = Arc::new(Inode {
             handle: None,
             fd: Mutex::new(Some(root.clone())),
@@ -138,8 +127,7 @@ impl Inodes {
             is_dir: true,
             is_reg: false,
             lookups: Mutex::new(u64::MAX / 2),
-            open: Mutex::new(None),
-            size_cache: Mutex::new(None),
+            file: FileState::default(),
             no_caps: AtomicBool::new(false),
             dir_props: Mutex::new(None),
             dir_gen: AtomicU64::new(0),
@@ -192,7 +180,7 @@ impl Inodes {
         }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
         let handle = inode.handle.as_ref().ok_or_else(stale)?;
-        let fd = Arc::new(sys::open_handle(self.root_dir.as_raw_fd(), handle)?);
+        let fd = Arc::new(sys::open_handle(&self.root_dir, handle)?);
         *slot = Some(fd.clone());
         drop(slot);
         self.remember(inode);
@@ -203,11 +191,11 @@ impl Inodes {
     /// through `/proc/self/fd`), else by reopening its `O_PATH` fd.
     pub fn reopen(&self, inode: &Arc<Inode>, flags: i32) -> io::Result<std::fs::File> {
         if let (Some(h), Some(_)) = (&inode.handle, self.mount_id) {
-            if let Ok(fd) = sys::open_handle_with(self.root_dir.as_raw_fd(), h, flags) {
+            if let Ok(fd) = sys::open_handle_with(&self.root_dir, h, flags) {
                 return Ok(std::fs::File::from(fd));
             }
         }
-        sys::reopen(self.fd(inode)?.raw(), flags)
+        sys::reopen(self.fd(inode)?, flags)
     }
 
     /// Notes a newly cached fd; closes the oldest cached fds beyond the budget. An open
@@ -221,7 +209,7 @@ impl Inodes {
             spins -= 1;
             let Some(w) = q.pop_front() else { break };
             let Some(old) = w.upgrade() else { continue };
-            let busy = old.open.try_lock().map_or(true, |o| o.is_some());
+            let busy = old.file.open.try_lock().map_or(true, |o| o.is_some());
             if busy {
                 q.push_back(w);
                 continue;
@@ -251,7 +239,7 @@ impl Inodes {
             return (ino, inode);
         }
         let handle = match self.mount_id {
-            Some(root_mount) => sys::file_handle(fd.as_raw_fd())
+            Some(root_mount) => sys::file_handle(&fd)
                 .ok()
                 .filter(|(m, _)| *m == root_mount)
                 .map(|(_, h)| h),
@@ -266,8 +254,7 @@ impl Inodes {
             is_dir: fmt == libc::S_IFDIR,
             is_reg: fmt == libc::S_IFREG,
             lookups: Mutex::new(1),
-            open: Mutex::new(None),
-            size_cache: Mutex::new(None),
+            file: FileState::default(),
             no_caps: AtomicBool::new(false),
             dir_props: Mutex::new(None),
             dir_gen: AtomicU64::new(0),
@@ -293,7 +280,7 @@ impl Inodes {
         };
         let mut l = inode.lookups.lock().unwrap();
         *l = l.saturating_sub(n);
-        if *l == 0 && inode.open.lock().unwrap().is_none() {
+        if *l == 0 && inode.file.open.lock().unwrap().is_none() {
             drop(l);
             t.by_ino.remove(&ino);
             if t.by_key.get(&inode.key) == Some(&ino) {
@@ -313,5 +300,20 @@ impl Inodes {
     /// Every known inode (for flushing at unmount).
     pub fn all(&self) -> Vec<Arc<Inode>> {
         self.t.read().unwrap().by_ino.values().cloned().collect()
+    }
+}
+
+impl Inodes {
+    /// `syncfs` of the backing filesystem.
+    pub fn syncfs(&self) -> io::Result<()> {
+        sys::syncfs(&self.root_dir)
+    }
+
+    /// A path for log lines: where the inode lives in the backing directory.
+    pub fn describe(&self, inode: &Arc<Inode>) -> String {
+        self.fd(inode)
+            .and_then(|fd| std::fs::read_link(std::ffi::OsStr::from_bytes(sys::proc_path(&fd).to_bytes())))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
     }
 }

@@ -1,15 +1,20 @@
 //! squeezefs as a FUSE filesystem: a stacked filesystem over a backing directory where
 //! every regular file is a container (see `squeezefs-container`).
 
-mod commit;
+#![deny(unsafe_code)]
+
 mod creds;
 mod inode;
+mod lifecycle;
 pub mod lock;
 pub mod mountinfo;
 mod ops;
 mod prefetch;
 pub mod props;
 pub mod statsfile;
+/// The one module with `unsafe`: raw system calls behind safe wrappers that take
+/// `AsFd`, each block justified by a `SAFETY:` comment.
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::io;
@@ -145,7 +150,7 @@ impl MountConfig {
         c.mount_options
             .push(MountOption::FSName(format!("squeezefs:{}", backing.display())));
         // SAFETY: geteuid has no preconditions and cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = sys::euid() == 0;
         if root {
             // Root mounts with mount(2) itself, where fuser leaves the subtype out: passed to
             // the kernel, it makes the type `fuse.squeezefs`, so mount(8) finds our helper
@@ -247,33 +252,11 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
 /// passthrough_hp does: open files and, without handles, every known inode hold an fd.
 /// Returns the limit in force.
 fn raise_fd_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            // Root may raise the hard limit too, up to fs.nr_open.
-            if libc::geteuid() == 0 {
-                let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(1 << 20);
-                lim.rlim_max = lim.rlim_max.max(nr_open.min(1 << 20) as libc::rlim_t);
-            }
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                // Keep the old limits; the hard one may be as high as we may go.
-                libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-                lim.rlim_cur = lim.rlim_max;
-                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            }
-        }
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            return lim.rlim_cur;
-        }
-    }
-    1024
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    sys::raise_fd_limit(nr_open.min(1 << 20))
 }
 
 /// How long a new mount waits for the previous daemon of its backing directory, unmounted
@@ -316,16 +299,9 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
     let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     // SIGINT/SIGTERM unmount cleanly, so dirty data is written.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    let wait_for_signal = sys::block_termination_signals();
     std::thread::spawn(move || {
-        let mut sig = 0;
-        unsafe { libc::sigwait(&set, &mut sig) };
+        let sig = wait_for_signal();
         log::info!("signal {sig}: unmounting");
         if let Err(e) = unmounter.unmount() {
             log::error!("unmount failed: {e}; run `fusermount3 -u` or `umount -l`");

@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -55,16 +54,15 @@ pub fn holder_of(backing: &Path) -> Option<u32> {
 pub fn lock(backing: &Path) -> io::Result<BackingLock> {
     let dir = File::open(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(BackingLock { _dir: dir });
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot lock backing directory {}: {e}", backing.display()),
-        ));
+    match crate::sys::try_lock_exclusive(&dir) {
+        Ok(true) => return Ok(BackingLock { _dir: dir }),
+        Ok(false) => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot lock backing directory {}: {e}", backing.display()),
+            ))
+        }
     }
     let who = dir
         .metadata()

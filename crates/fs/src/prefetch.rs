@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 
 use crate::inode::PathFd;
+use crate::sys;
 
 /// Bytes of each file to read ahead: the superblock and the first extents.
 pub const AHEAD: i64 = 256 << 10;
@@ -29,34 +30,8 @@ impl Prefetcher {
             .spawn(move || {
                 for (dir, names) in rx {
                     for n in names {
-                        let fd = unsafe {
-                            libc::openat(
-                                dir.raw(),
-                                n.as_ptr(),
-                                libc::O_RDONLY
-                                    | libc::O_NOFOLLOW
-                                    | libc::O_NONBLOCK
-                                    | libc::O_CLOEXEC
-                                    | libc::O_NOATIME,
-                            )
-                        };
-                        let fd = if fd < 0 {
-                            // O_NOATIME needs ownership; try without.
-                            unsafe {
-                                libc::openat(
-                                    dir.raw(),
-                                    n.as_ptr(),
-                                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-                                )
-                            }
-                        } else {
-                            fd
-                        };
-                        if fd >= 0 {
-                            unsafe {
-                                libc::posix_fadvise(fd, 0, AHEAD, libc::POSIX_FADV_WILLNEED);
-                                libc::close(fd);
-                            }
+                        if let Ok(f) = sys::open_quietly(&dir, &n) {
+                            sys::will_need(&f, AHEAD);
                         }
                     }
                 }

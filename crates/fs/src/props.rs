@@ -13,7 +13,7 @@
 //! file's own property beats its directory's, a directory's beats the mount option.
 
 use std::ffi::CString;
-use std::os::fd::RawFd;
+use std::os::fd::AsFd;
 
 use squeezefs_codec::CodecSpec;
 
@@ -148,10 +148,10 @@ impl DirProps {
 
 /// Reads a backing directory's properties. A value that does not parse (written around
 /// squeezefs) is ignored with a warning naming the directory.
-pub fn read_dir(fd: RawFd, describe: impl Fn() -> String) -> DirProps {
+pub fn read_dir(fd: impl AsFd, describe: impl Fn() -> String) -> DirProps {
     let mut d = DirProps::default();
     for p in Prop::ALL {
-        let Ok(raw) = sys::xattr_get(fd, &p.cname(), 256) else {
+        let Ok(raw) = sys::xattr_get(&fd, &p.cname(), 256) else {
             continue;
         };
         match parse(p, &raw) {
@@ -163,7 +163,7 @@ pub fn read_dir(fd: RawFd, describe: impl Fn() -> String) -> DirProps {
 }
 
 /// Stores (or with `None` removes) one property on a backing directory.
-pub fn write_dir(fd: RawFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
+pub fn write_dir(fd: impl AsFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
     match v {
         Some(v) => sys::xattr_set(fd, &p.cname(), format(v).as_bytes(), flags),
         None => sys::xattr_remove(fd, &p.cname()),

@@ -4,7 +4,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 pub type Stat = libc::stat;
@@ -33,76 +33,118 @@ pub fn entry_name(name: &OsStr) -> io::Result<CString> {
 }
 
 /// `/proc/self/fd/N`: reopens or addresses the file an O_PATH fd refers to.
-pub fn proc_path(fd: RawFd) -> CString {
+pub fn proc_path(fd: impl AsFd) -> CString {
+    let fd = fd.as_fd().as_raw_fd();
     CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL")
 }
 
-pub fn open_path(dir: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+pub fn open_path(dir: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is a live fd borrowed
+    // for the call. openat touches no memory of ours beyond the name.
     let fd = cvt(unsafe {
         libc::openat(
-            dir,
+            raw(&dir),
             name.as_ptr(),
             libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     })?;
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(owned(fd))
 }
 
 pub fn open_root(path: &std::path::Path) -> io::Result<OwnedFd> {
     let c =
         CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is NUL-terminated and outlives the call.
     let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(owned(fd))
 }
 
 /// Opens the file behind an O_PATH fd for I/O with `flags`.
-pub fn reopen(fd: RawFd, flags: i32) -> io::Result<std::fs::File> {
+pub fn reopen(fd: impl AsFd, flags: i32) -> io::Result<std::fs::File> {
     let p = proc_path(fd);
+    // SAFETY: `p` is NUL-terminated and outlives the call.
     let r = cvt(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) })?;
-    Ok(unsafe { std::fs::File::from_raw_fd(r) })
+    Ok(std::fs::File::from(owned(r)))
+}
+
+/// Opens `name` in `dir` for reading, without following a symlink or blocking on a fifo,
+/// and without updating its atime when the caller may ask that (read-ahead).
+pub fn open_quietly(dir: impl AsFd, name: &CStr) -> io::Result<std::fs::File> {
+    let base = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY (both calls): `name` is NUL-terminated and outlives the call; `dir` is
+    // borrowed for the call.
+    let r = unsafe { libc::openat(raw(&dir), name.as_ptr(), base | libc::O_NOATIME) };
+    let r = if r < 0 {
+        // O_NOATIME needs ownership; try without.
+        cvt(unsafe { libc::openat(raw(&dir), name.as_ptr(), base) })?
+    } else {
+        r
+    };
+    Ok(std::fs::File::from(owned(r)))
+}
+
+/// `posix_fadvise(WILLNEED)`: start reading the first `len` bytes of `file` into the cache.
+pub fn will_need(file: impl AsFd, len: i64) {
+    // SAFETY: an advisory call on a borrowed, live fd; no memory is passed.
+    unsafe { libc::posix_fadvise(raw(&file), 0, len, libc::POSIX_FADV_WILLNEED) };
 }
 
 /// Creates and opens a regular file `name` in `dir` for reading and writing (`O_EXCL`).
-pub fn create_rw(dir: RawFd, name: &CStr, mode: u32) -> io::Result<std::fs::File> {
+pub fn create_rw(dir: impl AsFd, name: &CStr, mode: u32) -> io::Result<std::fs::File> {
+    // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is borrowed for it.
     let r = cvt(unsafe {
         libc::openat(
-            dir,
+            raw(&dir),
             name.as_ptr(),
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             mode as libc::c_uint,
         )
     })?;
-    Ok(unsafe { std::fs::File::from_raw_fd(r) })
+    Ok(std::fs::File::from(owned(r)))
 }
 
-pub fn fstat(fd: RawFd) -> io::Result<Stat> {
-    let mut st: Stat = unsafe { std::mem::zeroed() };
+pub fn fstat(fd: impl AsFd) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<Stat>::uninit();
+    // SAFETY: the kernel writes a whole `struct stat` into `st` on success (checked by cvt
+    // before `assume_init`); the empty path is a NUL-terminated literal.
     cvt(unsafe {
         libc::fstatat(
-            fd,
+            raw(&fd),
             c"".as_ptr(),
-            &mut st,
+            st.as_mut_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
         )
     })?;
-    Ok(st)
+    // SAFETY: fstatat succeeded, so `st` is initialised.
+    Ok(unsafe { st.assume_init() })
 }
 
-pub fn mkdirat(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
-    cvt(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) }).map(drop)
+pub fn mkdirat(dir: impl AsFd, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is borrowed for it.
+    cvt(unsafe { libc::mkdirat(raw(&dir), name.as_ptr(), mode) }).map(drop)
 }
 
-pub fn mknodat(dir: RawFd, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
-    cvt(unsafe { libc::mknodat(dir, name.as_ptr(), mode, rdev) }).map(drop)
+pub fn mknodat(dir: impl AsFd, name: &CStr, mode: u32, rdev: u64) -> io::Result<()> {
+    // SAFETY: as for mkdirat.
+    cvt(unsafe { libc::mknodat(raw(&dir), name.as_ptr(), mode, rdev) }).map(drop)
 }
 
-pub fn symlinkat(target: &CStr, dir: RawFd, name: &CStr) -> io::Result<()> {
-    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) }).map(drop)
+pub fn symlinkat(target: &CStr, dir: impl AsFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), raw(&dir), name.as_ptr()) }).map(drop)
 }
 
-pub fn readlink(fd: RawFd) -> io::Result<Vec<u8>> {
+pub fn readlink(fd: impl AsFd) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    let n = unsafe { libc::readlinkat(fd, c"".as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which we own.
+    let n = unsafe {
+        libc::readlinkat(
+            raw(&fd),
+            c"".as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -110,22 +152,25 @@ pub fn readlink(fd: RawFd) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn unlinkat(dir: RawFd, name: &CStr, flags: i32) -> io::Result<()> {
-    cvt(unsafe { libc::unlinkat(dir, name.as_ptr(), flags) }).map(drop)
+pub fn unlinkat(dir: impl AsFd, name: &CStr, flags: i32) -> io::Result<()> {
+    // SAFETY: as for mkdirat.
+    cvt(unsafe { libc::unlinkat(raw(&dir), name.as_ptr(), flags) }).map(drop)
 }
 
-pub fn renameat2(od: RawFd, on: &CStr, nd: RawFd, nn: &CStr, flags: u32) -> io::Result<()> {
-    cvt(unsafe { libc::renameat2(od, on.as_ptr(), nd, nn.as_ptr(), flags) }).map(drop)
+pub fn renameat2(od: impl AsFd, on: &CStr, nd: impl AsFd, nn: &CStr, flags: u32) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated and outlive the call; both fds are borrowed.
+    cvt(unsafe { libc::renameat2(raw(&od), on.as_ptr(), raw(&nd), nn.as_ptr(), flags) }).map(drop)
 }
 
 /// Hard link to the file behind an O_PATH fd.
-pub fn linkat(fd: RawFd, dir: RawFd, name: &CStr) -> io::Result<()> {
+pub fn linkat(fd: impl AsFd, dir: impl AsFd, name: &CStr) -> io::Result<()> {
     let p = proc_path(fd);
+    // SAFETY: both paths are NUL-terminated and outlive the call; `dir` is borrowed.
     cvt(unsafe {
         libc::linkat(
             libc::AT_FDCWD,
             p.as_ptr(),
-            dir,
+            raw(&dir),
             name.as_ptr(),
             libc::AT_SYMLINK_FOLLOW,
         )
@@ -133,17 +178,19 @@ pub fn linkat(fd: RawFd, dir: RawFd, name: &CStr) -> io::Result<()> {
     .map(drop)
 }
 
-pub fn chmod(fd: RawFd, mode: u32) -> io::Result<()> {
+pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
     let p = proc_path(fd);
+    // SAFETY: `p` is NUL-terminated and outlives the call.
     cvt(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
 
-pub fn chown(fd: RawFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+pub fn chown(fd: impl AsFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     let u = uid.unwrap_or(u32::MAX);
     let g = gid.unwrap_or(u32::MAX);
+    // SAFETY: the empty path is a NUL-terminated literal; `fd` is borrowed for the call.
     cvt(unsafe {
         libc::fchownat(
-            fd,
+            raw(&fd),
             c"".as_ptr(),
             u,
             g,
@@ -156,9 +203,10 @@ pub fn chown(fd: RawFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
 /// Sets times on the file behind an O_PATH fd, symlinks included (`AT_EMPTY_PATH` on
 /// the fd itself, which Linux accepts for utimensat since 5.8; older kernels fall back to
 /// the `/proc/self/fd` path, which cannot reach a symlink).
-pub fn utimens(fd: RawFd, atime: libc::timespec, mtime: libc::timespec) -> io::Result<()> {
+pub fn utimens(fd: impl AsFd, atime: libc::timespec, mtime: libc::timespec) -> io::Result<()> {
     let t = [atime, mtime];
-    let r = unsafe { libc::utimensat(fd, c"".as_ptr(), t.as_ptr(), libc::AT_EMPTY_PATH) };
+    // SAFETY: `t` is the two-element array utimensat reads; the path is a literal.
+    let r = unsafe { libc::utimensat(raw(&fd), c"".as_ptr(), t.as_ptr(), libc::AT_EMPTY_PATH) };
     if r == 0 {
         return Ok(());
     }
@@ -167,52 +215,72 @@ pub fn utimens(fd: RawFd, atime: libc::timespec, mtime: libc::timespec) -> io::R
         return Err(e);
     }
     let p = proc_path(fd);
+    // SAFETY: as above, with a NUL-terminated path that outlives the call.
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), t.as_ptr(), 0) }).map(drop)
 }
 
-pub fn statvfs(fd: RawFd) -> io::Result<libc::statvfs> {
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstatvfs(fd, &mut s) })?;
-    Ok(s)
+pub fn statvfs(fd: impl AsFd) -> io::Result<libc::statvfs> {
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: the kernel fills the whole struct on success, checked before assume_init.
+    cvt(unsafe { libc::fstatvfs(raw(&fd), s.as_mut_ptr()) })?;
+    // SAFETY: fstatvfs succeeded.
+    Ok(unsafe { s.assume_init() })
 }
 
-/// Entries of a directory (without `.` and `..`): name, backing inode, d_type.
+/// `syncfs` of the filesystem `fd` is on.
+pub fn syncfs(fd: impl AsFd) -> io::Result<()> {
+    // SAFETY: no memory is passed; `fd` is borrowed for the call.
+    cvt(unsafe { libc::syncfs(raw(&fd)) }).map(drop)
+}
+
 /// A directory's entries (name, `d_ino`, `d_type`), `..` included, `.` not.
-pub fn read_dir(fd: RawFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
+pub fn read_dir(fd: impl AsFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
     let d = reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    let raw = d.as_raw_fd();
-    let dup = cvt(unsafe { libc::dup(raw) })?;
+    // fdopendir takes ownership of the fd it is given (closedir closes it): hand it a
+    // fresh one, released from its OwnedFd so it is closed exactly once, by closedir.
+    let dup = OwnedFd::from(d).into_raw_fd();
+    // SAFETY: `dup` is an open directory fd we own; on success the DIR owns it.
     let dirp = unsafe { libc::fdopendir(dup) };
     if dirp.is_null() {
         let e = io::Error::last_os_error();
-        unsafe { libc::close(dup) };
+        drop(owned(dup));
         return Err(e);
     }
     let mut out = Vec::new();
-    loop {
+    let result = loop {
+        // SAFETY: readdir64 reports an error only through errno, which must be cleared
+        // first; `__errno_location` is this thread's errno.
         unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: `dirp` is a live DIR* (closed only below, after the loop).
         let ent = unsafe { libc::readdir64(dirp) };
         if ent.is_null() {
+            // SAFETY: as above.
             let errno = unsafe { *libc::__errno_location() };
-            unsafe { libc::closedir(dirp) };
-            if errno != 0 {
-                return Err(io::Error::from_raw_os_error(errno));
-            }
-            break;
+            break if errno != 0 {
+                Err(io::Error::from_raw_os_error(errno))
+            } else {
+                Ok(())
+            };
         }
+        // SAFETY: a non-null entry stays valid until the next readdir on `dirp`; its name
+        // is NUL-terminated. Both are copied out before then.
         let ent = unsafe { &*ent };
         let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
         if name == b"." {
             continue;
         }
         out.push((name.to_vec(), ent.d_ino, ent.d_type));
-    }
-    Ok(out)
+    };
+    // SAFETY: `dirp` is live and closed once; it closes the fd it owns.
+    unsafe { libc::closedir(dirp) };
+    result.map(|()| out)
 }
 
-pub fn xattr_get(fd: RawFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
+pub fn xattr_get(fd: impl AsFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
     let p = proc_path(fd);
     let mut buf = vec![0u8; size];
+    // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`; both strings
+    // are NUL-terminated and outlive the call.
     let n = unsafe {
         libc::getxattr(
             p.as_ptr(),
@@ -229,7 +297,7 @@ pub fn xattr_get(fd: RawFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
 }
 
 /// The length of an xattr's value (`getxattr` with an empty buffer: the kernel's size query).
-pub fn xattr_size(fd: RawFd, name: &CStr) -> io::Result<usize> {
+pub fn xattr_size(fd: impl AsFd, name: &CStr) -> io::Result<usize> {
     let p = proc_path(fd);
     // SAFETY: a NULL buffer with size 0 is getxattr's documented size query; both strings
     // are NUL-terminated and live across the call.
@@ -240,9 +308,10 @@ pub fn xattr_size(fd: RawFd, name: &CStr) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-pub fn xattr_list(fd: RawFd, size: usize) -> io::Result<Vec<u8>> {
+pub fn xattr_list(fd: impl AsFd, size: usize) -> io::Result<Vec<u8>> {
     let p = proc_path(fd);
     let mut buf = vec![0u8; size];
+    // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`.
     let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, size) };
     if n < 0 {
         return Err(io::Error::last_os_error());
@@ -251,8 +320,9 @@ pub fn xattr_list(fd: RawFd, size: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn xattr_set(fd: RawFd, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
+pub fn xattr_set(fd: impl AsFd, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
     let p = proc_path(fd);
+    // SAFETY: the kernel reads `value.len()` bytes from `value`; strings NUL-terminated.
     cvt(unsafe {
         libc::setxattr(
             p.as_ptr(),
@@ -265,12 +335,13 @@ pub fn xattr_set(fd: RawFd, name: &CStr, value: &[u8], flags: i32) -> io::Result
     .map(drop)
 }
 
-pub fn xattr_remove(fd: RawFd, name: &CStr) -> io::Result<()> {
+pub fn xattr_remove(fd: impl AsFd, name: &CStr) -> io::Result<()> {
     let p = proc_path(fd);
+    // SAFETY: both strings are NUL-terminated and outlive the call.
     cvt(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) }).map(drop)
 }
 
-pub fn fsync_path(fd: RawFd, data_only: bool) -> io::Result<()> {
+pub fn fsync_path(fd: impl AsFd, data_only: bool) -> io::Result<()> {
     let f = reopen(fd, libc::O_RDONLY)?;
     if data_only {
         f.sync_data()
@@ -281,7 +352,7 @@ pub fn fsync_path(fd: RawFd, data_only: bool) -> io::Result<()> {
 
 /// The kernel's persistent handle of the file `fd` refers to (`name_to_handle_at` with
 /// `AT_EMPTY_PATH`): its mount id and the opaque handle (type ‖ bytes).
-pub fn file_handle(fd: RawFd) -> io::Result<(i32, Box<[u8]>)> {
+pub fn file_handle(fd: impl AsFd) -> io::Result<(i32, Box<[u8]>)> {
     const MAX: usize = 128; // MAX_HANDLE_SZ
     #[repr(C)]
     struct Fh {
@@ -295,10 +366,12 @@ pub fn file_handle(fd: RawFd) -> io::Result<(i32, Box<[u8]>)> {
         data: [0; MAX],
     };
     let mut mount_id = 0i32;
+    // SAFETY: `fh` has the layout of `struct file_handle` with room for MAX_HANDLE_SZ bytes
+    // (announced in `bytes`, so the kernel writes no further); `mount_id` is an int.
     let r = unsafe {
         libc::syscall(
             libc::SYS_name_to_handle_at,
-            fd,
+            raw(&fd),
             c"".as_ptr(),
             &mut fh as *mut Fh,
             &mut mount_id as *mut i32,
@@ -318,13 +391,13 @@ pub fn file_handle(fd: RawFd) -> io::Result<(i32, Box<[u8]>)> {
 /// Opens a file by a handle from [`file_handle`] (`open_by_handle_at`, needs
 /// CAP_DAC_READ_SEARCH), as an `O_PATH` fd. `mount_fd` must be a real open file on the same
 /// filesystem, not an `O_PATH` one.
-pub fn open_handle(mount_fd: RawFd, handle: &[u8]) -> io::Result<OwnedFd> {
+pub fn open_handle(mount_fd: impl AsFd, handle: &[u8]) -> io::Result<OwnedFd> {
     open_handle_with(mount_fd, handle, libc::O_PATH | libc::O_NOFOLLOW)
 }
 
 /// [`open_handle`] with other open flags (`O_RDWR` to open a file for I/O without going
 /// through `/proc/self/fd`).
-pub fn open_handle_with(mount_fd: RawFd, handle: &[u8], flags: i32) -> io::Result<OwnedFd> {
+pub fn open_handle_with(mount_fd: impl AsFd, handle: &[u8], flags: i32) -> io::Result<OwnedFd> {
     if handle.len() < 4 || handle.len() > 4 + 128 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -332,10 +405,12 @@ pub fn open_handle_with(mount_fd: RawFd, handle: &[u8], flags: i32) -> io::Resul
     buf[0..4].copy_from_slice(&((handle.len() - 4) as u32).to_ne_bytes());
     buf[4..8].copy_from_slice(&handle[0..4]);
     buf[8..].copy_from_slice(&handle[4..]);
+    // SAFETY: `buf` is a `struct file_handle` (bytes, type, then `bytes` bytes of handle),
+    // built above with its length checked; the kernel only reads it.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_open_by_handle_at,
-            mount_fd,
+            raw(&mount_fd),
             buf.as_mut_ptr(),
             flags | libc::O_CLOEXEC,
         )
@@ -343,7 +418,105 @@ pub fn open_handle_with(mount_fd: RawFd, handle: &[u8], flags: i32) -> io::Resul
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(owned(fd as RawFd))
+}
+
+/// Takes an exclusive `flock` on `fd` without waiting: `Ok(false)` when another holds it.
+pub fn try_lock_exclusive(fd: impl AsFd) -> io::Result<bool> {
+    // SAFETY: no memory is passed; `fd` is borrowed for the call.
+    if unsafe { libc::flock(raw(&fd), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// This process's effective group id.
+pub fn egid() -> u32 {
+    // SAFETY: getegid cannot fail and touches no memory.
+    unsafe { libc::getegid() }
+}
+
+/// Sets this process's umask (returns the old one).
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask cannot fail and touches no memory.
+    unsafe { libc::umask(mask) }
+}
+
+/// Raises the soft limit on open files to the hard limit (root: the hard limit too, up to
+/// `nr_open`). Returns the soft limit in force, or 1024 when it cannot be read.
+pub fn raise_fd_limit(nr_open: u64) -> u64 {
+    let get = |lim: &mut libc::rlimit| {
+        // SAFETY: getrlimit writes one `rlimit` into the struct we own.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, lim) == 0 }
+    };
+    let set = |lim: &libc::rlimit| {
+        // SAFETY: setrlimit reads one `rlimit` from the struct we own.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) == 0 }
+    };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    if get(&mut lim) {
+        if euid() == 0 {
+            lim.rlim_max = lim.rlim_max.max(nr_open as libc::rlim_t);
+        }
+        lim.rlim_cur = lim.rlim_max;
+        if !set(&lim) {
+            // Keep the old limits; the hard one may be as high as we may go.
+            get(&mut lim);
+            lim.rlim_cur = lim.rlim_max;
+            set(&lim);
+        }
+    }
+    if get(&mut lim) {
+        return lim.rlim_cur;
+    }
+    1024
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and the threads it starts from now on) and
+/// returns a function that waits for one of them and returns its number.
+pub fn block_termination_signals() -> impl FnOnce() -> i32 + Send + 'static {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set; sigaddset and pthread_sigmask then read and
+    // write only that set, which we own.
+    let set = unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        let mut set = set.assume_init();
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    move || {
+        let mut sig = 0;
+        // SAFETY: sigwait reads the set and writes one int, both ours.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        sig
+    }
+}
+
+fn raw(fd: &impl AsFd) -> RawFd {
+    fd.as_fd().as_raw_fd()
+}
+
+/// An fd the kernel just returned to us, owned from now on.
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: only called with an fd a successful open/openat/syscall just returned: open,
+    // and owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 #[cfg(test)]
@@ -365,12 +538,12 @@ mod tests {
     fn handles_round_trip() {
         let dir = std::env::temp_dir();
         let fd = open_root(&dir).unwrap();
-        let (_, h) = file_handle(fd.as_raw_fd()).unwrap();
-        let st = fstat(fd.as_raw_fd()).unwrap();
-        let mount_fd = reopen(fd.as_raw_fd(), libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
-        match open_handle(mount_fd.as_raw_fd(), &h) {
-            Ok(again) => assert_eq!(fstat(again.as_raw_fd()).unwrap().st_ino, st.st_ino),
-            Err(e) => assert_ne!(unsafe { libc::geteuid() }, 0, "root must reopen by handle: {e}"),
+        let (_, h) = file_handle(&fd).unwrap();
+        let st = fstat(&fd).unwrap();
+        let mount_fd = reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
+        match open_handle(&mount_fd, &h) {
+            Ok(again) => assert_eq!(fstat(&again).unwrap().st_ino, st.st_ino),
+            Err(e) => assert_ne!(euid(), 0, "root must reopen by handle: {e}"),
         }
     }
 }

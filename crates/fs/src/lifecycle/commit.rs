@@ -7,14 +7,14 @@
 //! committed within [`INTERVAL`] of its close, or sooner when [`Committer::max_pending`]
 //! files wait (each holds an open fd).
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use log::error;
 
-use crate::inode::{Inode, Inodes, OpenFile};
+use super::state::OpenFile;
+use crate::inode::{Inode, Inodes};
 
 /// How long a closed file may wait for its superblock.
 pub const INTERVAL: Duration = Duration::from_secs(2);
@@ -118,7 +118,7 @@ impl Committer {
         // which each older superblock copy is punched (a small file takes one block).
         let mut committed = Vec::new();
         for (ino, inode) in batch {
-            let mut open = inode.open.lock().unwrap();
+            let mut open = inode.file.open.lock().unwrap();
             let Some(of) = open.as_mut() else { continue };
             let r = if synced.is_ok() {
                 of.container.commit_after_sync()
@@ -164,7 +164,7 @@ impl Committer {
                 error!("syncfs of the backing filesystem failed: {e}; superblocks stay in pairs");
             }
             for (ino, inode, epoch) in committed {
-                let mut open = inode.open.lock().unwrap();
+                let mut open = inode.file.open.lock().unwrap();
                 let Some(of) = open.as_mut() else { continue };
                 if second.is_ok() {
                     if let Err(e) = of.container.settle(epoch) {
@@ -187,27 +187,9 @@ impl Committer {
 fn drop_if_closed(inodes: &Inodes, ino: u64, inode: &Arc<Inode>, mut open: MutexGuard<'_, Option<OpenFile>>) {
     let Some(of) = open.as_ref() else { return };
     if of.handles == 0 {
-        *inode.size_cache.lock().unwrap() = of.container.size().ok();
+        *inode.file.size.lock().unwrap() = of.container.size().ok();
         *open = None;
         drop(open);
         inodes.forget(ino, 0);
-    }
-}
-
-impl Inodes {
-    /// `syncfs` of the backing filesystem.
-    pub fn syncfs(&self) -> std::io::Result<()> {
-        if unsafe { libc::syncfs(self.root_dir.as_raw_fd()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// A path for log lines: where the inode lives in the backing directory.
-    pub fn describe(&self, inode: &Arc<Inode>) -> String {
-        self.fd(inode)
-            .and_then(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.raw())))
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
     }
 }

@@ -1,0 +1,306 @@
+//! The open-file lifecycle and the group commit, in one place: when a regular file's
+//! container is opened, shared by its handles, kept after a lookup, written back, queued
+//! for its superblock, committed, settled and dropped. The states and rules are written
+//! once, with the lock order, where the state is declared ([`state`]); this module is the
+//! only code that moves a file between them ([`Files`]), and [`commit`] is the group commit.
+//!
+//! The FUSE handlers never touch a container directly: they call [`Files::with_container`]
+//! (run an operation on the shared container, or on a temporary one for a file nobody has
+//! open), [`Files::attach`] / [`Files::release`] (a handle comes and goes), and
+//! [`Files::size`] (the logical size for `stat`).
+
+pub mod commit;
+pub mod state;
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+
+use fuser::Errno;
+use log::{error, warn};
+use squeezefs_container::{Container, FileStorage, Options};
+
+use crate::inode::{Inode, Inodes};
+use commit::Committer;
+use state::OpenFile;
+
+/// Most containers kept open without a handle after a lookup.
+pub const IDLE_MAX: usize = 128;
+
+/// The lifecycle of every regular file's container (see [`state`] for the rules).
+pub struct Files {
+    inodes: Arc<Inodes>,
+    committer: Arc<Committer>,
+    commit_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    opts: Options,
+    read_only: bool,
+    /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
+    /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
+    idle: Mutex<VecDeque<(u64, Weak<Inode>)>>,
+}
+
+/// An I/O error as the kernel wants it.
+pub fn errno(e: io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+impl Files {
+    pub fn new(inodes: Arc<Inodes>, opts: Options, read_only: bool) -> Files {
+        Files {
+            inodes,
+            committer: Committer::new(),
+            commit_thread: Mutex::new(None),
+            opts,
+            read_only,
+            idle: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The container options this mount writes with.
+    pub fn opts(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Starts the group commit's thread.
+    pub fn start(&self) -> io::Result<()> {
+        let (c, i) = (self.committer.clone(), self.inodes.clone());
+        let t = std::thread::Builder::new()
+            .name("squeezefs-commit".into())
+            .spawn(move || c.run(&i))?;
+        *self.commit_thread.lock().unwrap() = Some(t);
+        Ok(())
+    }
+
+    /// Sizes the commit batch to the open-file limit (a queued file holds one fd).
+    pub fn fit_fd_limit(&self, limit: u64) {
+        self.committer.fit_fd_limit(limit);
+    }
+
+    /// A container error as an errno, logged with the backing file's path (corruption as
+    /// an error, anything else as a warning).
+    pub fn error(&self, inode: &Arc<Inode>, what: &str, e: squeezefs_container::Error) -> Errno {
+        if e.is_corruption() {
+            error!("{}: {what}: {e}", self.inodes.describe(inode));
+        } else {
+            warn!("{}: {what}: {e}", self.inodes.describe(inode));
+        }
+        Errno::from_i32(e.errno())
+    }
+
+    /// Opens the file's container (read-write unless the mount or the file forbids it).
+    pub fn open_container(&self, inode: &Arc<Inode>) -> Result<Container<FileStorage>, Errno> {
+        let file = if self.read_only {
+            self.inodes.reopen(inode, libc::O_RDONLY)
+        } else {
+            self.inodes
+                .reopen(inode, libc::O_RDWR)
+                .or_else(|e| match e.raw_os_error() {
+                    Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
+                        self.inodes.reopen(inode, libc::O_RDONLY)
+                    }
+                    _ => Err(e),
+                })
+        }
+        .map_err(errno)?;
+        Container::open(FileStorage::new(file), &self.opts).map_err(|e| self.error(inode, "open", e))
+    }
+
+    /// Runs `f` on the file's container: the shared one in memory (rule 2 of [`state`]
+    /// when nobody has it open), or a temporary one flushed and closed afterwards.
+    pub fn with_container<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        let mut open = inode.file.open.lock().unwrap();
+        if let Some(of) = open.as_mut() {
+            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e))?;
+            if of.handles == 0 && !of.container.commit_pending() {
+                let pending = of
+                    .container
+                    .write_back()
+                    .map_err(|e| self.error(inode, "flush", e))?;
+                if pending {
+                    of.container.drop_cache();
+                    drop(open);
+                    if let Some(ino) = self.inodes.number(inode) {
+                        self.committer.push(ino, inode.clone());
+                    }
+                }
+            }
+            return Ok(r);
+        }
+        drop(open);
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
+        c.flush().map_err(|e| self.error(inode, "flush", e))?;
+        *inode.file.size.lock().unwrap() = c.size().ok();
+        Ok(r)
+    }
+
+    /// The file's logical size: from its container in memory, the remembered size, or a
+    /// container opened now (and kept for the `open` that usually follows a lookup).
+    pub fn size(&self, ino: u64, inode: &Arc<Inode>) -> Result<u64, Errno> {
+        if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
+            return of.container.size().map_err(|e| self.error(inode, "size", e));
+        }
+        if let Some(s) = *inode.file.size.lock().unwrap() {
+            return Ok(s);
+        }
+        let c = self.open_container(inode)?;
+        let s = c.size().map_err(|e| self.error(inode, "size", e))?;
+        *inode.file.size.lock().unwrap() = Some(s);
+        self.keep_idle(ino, inode, c);
+        Ok(s)
+    }
+
+    /// The extent size of a file whose container is in memory.
+    pub fn extent_size(&self, inode: &Arc<Inode>) -> Option<u64> {
+        let open = inode.file.open.lock().unwrap();
+        open.as_ref().and_then(|of| of.container.extent_size())
+    }
+
+    /// Whether a handle open for writing exists (the kernel may hold unwritten data).
+    pub fn has_writers(&self, inode: &Arc<Inode>) -> bool {
+        let open = inode.file.open.lock().unwrap();
+        open.as_ref().is_some_and(|of| of.writers > 0)
+    }
+
+    /// Keeps a container opened for a lookup, closing the oldest kept one beyond
+    /// [`IDLE_MAX`] (unless it was opened or queued meanwhile: rule 6).
+    fn keep_idle(&self, ino: u64, inode: &Arc<Inode>, c: Container<FileStorage>) {
+        {
+            let mut open = inode.file.open.lock().unwrap();
+            if open.is_some() {
+                return;
+            }
+            *open = Some(OpenFile {
+                container: c,
+                handles: 0,
+                writers: 0,
+            });
+        }
+        let mut q = self.idle.lock().unwrap();
+        q.push_back((ino, Arc::downgrade(inode)));
+        while q.len() > IDLE_MAX {
+            let Some((old_ino, w)) = q.pop_front() else { break };
+            let Some(old) = w.upgrade() else { continue };
+            let Ok(mut open) = old.file.open.try_lock() else {
+                // Busy right now: look again next time.
+                q.push_front((old_ino, w));
+                break;
+            };
+            if open.as_ref().is_some_and(|of| {
+                of.handles == 0 && !of.container.commit_pending() && of.container.dirty_bytes() == 0
+            }) {
+                *open = None;
+                drop(open);
+                self.inodes.forget(old_ino, 0);
+            }
+        }
+    }
+
+    /// A new handle on a regular file: shares the container in memory (opening it for the
+    /// first handle), and truncates it for O_TRUNC.
+    pub fn attach(&self, inode: &Arc<Inode>, truncate: bool, writable: bool) -> Result<(), Errno> {
+        let mut open = inode.file.open.lock().unwrap();
+        let of = match open.as_mut() {
+            Some(of) => {
+                of.handles += 1;
+                of
+            }
+            None => open.insert(OpenFile {
+                container: self.open_container(inode)?,
+                handles: 1,
+                writers: 0,
+            }),
+        };
+        of.writers += u32::from(writable);
+        if truncate {
+            of.container
+                .set_size(0)
+                .map_err(|e| self.error(inode, "truncate", e))?;
+        }
+        Ok(())
+    }
+
+    /// The first handle of a file just created, with the container made for it (nothing
+    /// read back); a handle racing in meanwhile keeps the container it opened.
+    pub fn attach_new(&self, inode: &Arc<Inode>, container: Container<FileStorage>) {
+        let mut open = inode.file.open.lock().unwrap();
+        match open.as_mut() {
+            Some(of) => {
+                of.handles += 1;
+                of.writers += 1;
+            }
+            None => {
+                *open = Some(OpenFile {
+                    container,
+                    handles: 1,
+                    writers: 1,
+                })
+            }
+        }
+    }
+
+    /// A handle goes (rule 1 of [`state`] for the last one).
+    pub fn release(&self, ino: u64, inode: &Arc<Inode>, writable: bool) -> Result<(), Errno> {
+        let mut open = inode.file.open.lock().unwrap();
+        let Some(of) = open.as_mut() else {
+            return Ok(());
+        };
+        of.handles -= 1;
+        if writable {
+            of.writers = of.writers.saturating_sub(1);
+        }
+        if of.handles > 0 {
+            return Ok(());
+        }
+        match of.container.write_back() {
+            // A superblock to commit, or old copies to remove once a sync covers what
+            // replaced them (a rewritten small file's older superblock copy): the group
+            // commit does both.
+            Ok(pending) if pending || of.container.needs_settle() => {
+                of.container.drop_cache();
+                drop(open);
+                self.committer.push(ino, inode.clone());
+                Ok(())
+            }
+            res => {
+                *inode.file.size.lock().unwrap() = of.container.size().ok();
+                *open = None;
+                res.map(|_| ())
+                    .map_err(|e| self.error(inode, "flush at close", e))
+            }
+        }
+    }
+
+    /// Commits every queued file now, in the calling thread (before the statistics file
+    /// is rendered, so it sees every closed file as closed).
+    pub fn commit_now(&self) {
+        self.committer.commit_now(&self.inodes);
+    }
+
+    /// Unmount (rule 5): commits what waits, then writes out every file still in memory
+    /// and makes it all durable.
+    pub fn flush_all(&self) {
+        self.committer.stop();
+        if let Some(t) = self.commit_thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
+        for inode in self.inodes.all() {
+            if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+                if let Err(e) = of.container.fsync() {
+                    error!("{}: flush at unmount failed: {e}", self.inodes.describe(&inode));
+                }
+            }
+        }
+        if let Err(e) = self.inodes.syncfs() {
+            error!("syncfs of the backing filesystem at unmount failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,201 @@
+//! The lifecycle rules of `state.rs`, checked without a mount: a backing directory in the
+//! temporary directory, an inode table over it, and `Files` driven as the FUSE handlers
+//! drive it.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use squeezefs_container::{Container, FileStorage, Options};
+
+use super::{Files, IDLE_MAX};
+use crate::inode::{Inode, Inodes};
+use crate::sys;
+
+struct Backing {
+    dir: PathBuf,
+    inodes: Arc<Inodes>,
+    files: Files,
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn backing(name: &str) -> Backing {
+    let dir = std::env::temp_dir().join(format!("squeezefs-lifecycle-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = sys::open_root(&dir).unwrap();
+    let st = sys::fstat(&root).unwrap();
+    let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
+    let inodes = Arc::new(Inodes::new(root, root_dir, &st));
+    let files = Files::new(inodes.clone(), Options::default(), false);
+    Backing { dir, inodes, files }
+}
+
+impl Backing {
+    /// A new, empty file registered in the inode table (as a lookup would).
+    fn file(&self, name: &str) -> (u64, Arc<Inode>) {
+        let c = CString::new(name).unwrap();
+        let root = self.inodes.get(1).unwrap();
+        let dir = self.inodes.fd(&root).unwrap();
+        drop(sys::create_rw(&dir, &c, 0o644).unwrap());
+        let fd = sys::open_path(&dir, &c).unwrap();
+        let st = sys::fstat(&fd).unwrap();
+        self.inodes.insert(fd, &st)
+    }
+
+    /// The file's content as a fresh reader of the backing file sees it.
+    fn on_disk(&self, name: &str) -> Vec<u8> {
+        let f = std::fs::File::open(self.dir.join(name)).unwrap();
+        let mut c = Container::open(FileStorage::new(f), &Options::default()).unwrap();
+        let n = c.size().unwrap();
+        c.read(0, n as usize).unwrap()
+    }
+}
+
+fn text(n: usize) -> Vec<u8> {
+    b"the quick brown fox jumps over the lazy dog; "
+        .iter()
+        .cycle()
+        .take(n)
+        .copied()
+        .collect()
+}
+
+/// (in memory, handles, superblock pending) of a file's state.
+fn state(inode: &Inode) -> Option<(u32, bool)> {
+    let open = inode.file.open.lock().unwrap();
+    open.as_ref()
+        .map(|of| (of.handles, of.container.commit_pending()))
+}
+
+#[test]
+fn last_close_queues_the_file_until_the_group_commit() {
+    let b = backing("close");
+    let (ino, inode) = b.file("f");
+    let data = text(300_000);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    // Rule 1: written back, its superblock waits — the state is kept, with no handle.
+    assert_eq!(state(&inode), Some((0, true)));
+    assert!(
+        b.on_disk("f").is_empty(),
+        "the superblock is written only after a sync"
+    );
+    b.files.commit_now();
+    // Rule 3: committed and settled, then dropped (nobody has it open); size remembered.
+    assert_eq!(state(&inode), None);
+    assert_eq!(*inode.file.size.lock().unwrap(), Some(data.len() as u64));
+    assert_eq!(b.on_disk("f"), data);
+    assert_eq!(b.files.committer.commits.load(Ordering::Relaxed), 1);
+    assert_eq!(b.files.committer.syncs.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_close_that_changed_nothing_drops_the_state_at_once() {
+    let b = backing("readonly");
+    let (ino, inode) = b.file("f");
+    let data = text(100_000);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    b.files.commit_now();
+    let commits = b.files.committer.commits.load(Ordering::Relaxed);
+    b.files.attach(&inode, false, false).unwrap();
+    assert_eq!(
+        b.files.with_container(&inode, |c| c.read(0, 10), "read").unwrap(),
+        &data[..10]
+    );
+    b.files.release(ino, &inode, false).unwrap();
+    assert_eq!(state(&inode), None);
+    assert_eq!(b.files.committer.commits.load(Ordering::Relaxed), commits);
+}
+
+#[test]
+fn a_change_with_no_handle_is_written_back_and_queued() {
+    let b = backing("nohandle");
+    let (ino, inode) = b.file("f");
+    // A lookup's size keeps the container (no handle)...
+    assert_eq!(b.files.size(ino, &inode).unwrap(), 0);
+    assert_eq!(state(&inode), Some((0, false)));
+    // ...and a change to it (rule 2) is written back at once and queued.
+    let data = text(200_000);
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    assert_eq!(state(&inode), Some((0, true)));
+    b.files.commit_now();
+    assert_eq!(state(&inode), None);
+    assert_eq!(b.on_disk("f"), data);
+}
+
+#[test]
+fn a_file_reopened_and_changed_while_queued_is_committed_as_last_written() {
+    let b = backing("reopen");
+    let (ino, inode) = b.file("f");
+    let first = text(150_000);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.write(0, &first), "write")
+        .unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    // Opened again and changed before the commit: the commit finds the file changed since
+    // its write-back and, since a handle is open, leaves it to its next close.
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.write(0, b"CHANGED"), "write")
+        .unwrap();
+    b.files.commit_now();
+    assert!(state(&inode).is_some_and(|(handles, _)| handles == 1));
+    b.files.release(ino, &inode, true).unwrap();
+    b.files.commit_now();
+    assert_eq!(state(&inode), None);
+    let mut want = first.clone();
+    want[..7].copy_from_slice(b"CHANGED");
+    assert_eq!(b.on_disk("f"), want);
+}
+
+#[test]
+fn kept_containers_are_bounded_and_queued_ones_are_never_dropped() {
+    let b = backing("idle");
+    let (qino, queued) = b.file("queued");
+    b.files.size(qino, &queued).unwrap();
+    let waits = text(300_000);
+    b.files
+        .with_container(&queued, |c| c.write(0, &waits), "write")
+        .unwrap();
+    assert_eq!(state(&queued), Some((0, true)));
+    let files: Vec<_> = (0..IDLE_MAX + 20).map(|i| b.file(&format!("f{i}"))).collect();
+    for (ino, inode) in &files {
+        b.files.size(*ino, inode).unwrap();
+    }
+    let kept = files.iter().filter(|(_, i)| state(i).is_some()).count();
+    assert!(kept <= IDLE_MAX, "{kept} containers kept");
+    // Rule 6: the queued one (the oldest) is still there, its superblock pending.
+    assert_eq!(state(&queued), Some((0, true)));
+    b.files.commit_now();
+    assert_eq!(b.on_disk("queued"), waits);
+}
+
+#[test]
+fn unmount_writes_out_files_still_open() {
+    let b = backing("unmount");
+    let (_, inode) = b.file("f");
+    let data = text(100_000);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.flush_all();
+    assert_eq!(b.on_disk("f"), data);
+}

@@ -1,0 +1,245 @@
+//! `stat` through the mount: the backing entry's attributes with a regular file's logical
+//! size and extent-sized blocks, type conversion, getattr/setattr/statfs/readlink/access,
+//! and the clearing of setuid/setgid that changes to a file's data or ACL cause.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{Errno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
+use log::warn;
+
+use super::SqueezeFs;
+use crate::creds;
+use crate::inode::Inode;
+use crate::lifecycle::errno;
+use crate::sys;
+
+/// What `setattr` was asked to change.
+pub(super) struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+pub(super) fn dtype_kind(d: u8) -> FileType {
+    match d {
+        libc::DT_DIR => FileType::Directory,
+        libc::DT_LNK => FileType::Symlink,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-sec) as u64) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut s = -(d.as_secs() as i64);
+                    let mut n = -(d.subsec_nanos() as i64);
+                    if n < 0 {
+                        s -= 1;
+                        n += 1_000_000_000;
+                    }
+                    (s, n)
+                }
+            };
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            }
+        }
+    }
+}
+
+impl SqueezeFs {
+    pub(super) fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
+        let st = sys::fstat(self.fd(inode)?).map_err(errno)?;
+        self.attr_with(ino, inode, &st)
+    }
+
+    /// The attributes from a `stat` the caller just took (no second `fstat`).
+    pub(super) fn attr_with(&self, ino: u64, inode: &Arc<Inode>, st: &libc::stat) -> Result<FileAttr, Errno> {
+        let size = if inode.is_reg {
+            self.files.size(ino, inode)?
+        } else {
+            st.st_size as u64
+        };
+        // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
+        // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
+        let blksize = if inode.is_reg {
+            self.files
+                .extent_size(inode)
+                .unwrap_or(1 << self.opts().extent_shift)
+        } else {
+            4096
+        };
+        Ok(FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: st.st_blocks as u64,
+            atime: time(st.st_atime, st.st_atime_nsec),
+            mtime: time(st.st_mtime, st.st_mtime_nsec),
+            ctime: time(st.st_ctime, st.st_ctime_nsec),
+            crtime: UNIX_EPOCH,
+            kind: kind_of(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: blksize as u32,
+            flags: 0,
+        })
+    }
+
+    pub(super) fn do_getattr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
+        let i = self.inode(ino)?;
+        self.attr(ino.0, &i)
+    }
+
+    pub(super) fn do_setattr(&self, req: &Request, ino: INodeNo, a: SetAttr) -> Result<FileAttr, Errno> {
+        self.check_writable()?;
+        let inode = self.inode(ino)?;
+        if let Some(m) = a.mode {
+            sys::chmod(self.fd(&inode)?, m & 0o7777).map_err(errno)?;
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            sys::chown(self.fd(&inode)?, a.uid, a.gid).map_err(errno)?;
+        }
+        if let Some(s) = a.size {
+            if !inode.is_reg {
+                return Err(if inode.is_dir {
+                    Errno::EISDIR
+                } else {
+                    Errno::EINVAL
+                });
+            }
+            self.files.with_container(&inode, |c| c.set_size(s), "truncate")?;
+            self.kill_privs(req, ino, &inode)?;
+            // The backing file's mtime/ctime follow a size change like a kernel
+            // filesystem's do (the kernel may also send explicit times).
+            if a.mtime.is_none() {
+                let now = timespec(Some(TimeOrNow::Now));
+                sys::utimens(self.fd(&inode)?, timespec(None), now).map_err(errno)?;
+            }
+        }
+        if a.atime.is_some() || a.mtime.is_some() {
+            sys::utimens(self.fd(&inode)?, timespec(a.atime), timespec(a.mtime)).map_err(errno)?;
+        }
+        self.attr(ino.0, &inode)
+    }
+
+    pub(super) fn do_readlink(&self, ino: INodeNo) -> Result<Vec<u8>, Errno> {
+        let i = self.inode(ino)?;
+        sys::readlink(self.fd(&i)?).map_err(errno)
+    }
+
+    /// The backing filesystem's figures.
+    pub(super) fn do_statfs(&self) -> Result<libc::statvfs, Errno> {
+        let r = self.inode(INodeNo(1))?;
+        sys::statvfs(self.fd(&r)?).map_err(errno)
+    }
+
+    /// Permission checks are the kernel's (default_permissions); existence is ours.
+    pub(super) fn do_access(&self, ino: INodeNo) -> Result<(), Errno> {
+        self.inode(ino).map(drop)
+    }
+
+    /// Clears the setuid/setgid bits a change to `inode`'s data by the request's caller
+    /// clears on a local filesystem (see `creds`): after a write FUSE flags, a truncate, an
+    /// fallocate.
+    pub(super) fn kill_privs(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
+        self.clear_mode_bits(
+            req,
+            ino,
+            inode,
+            libc::S_ISUID | libc::S_ISGID,
+            creds::privs_to_kill,
+        )
+    }
+
+    /// Clears what `rule` says of the bits `watched` of `inode`'s mode (nothing is read
+    /// unless one of them is set), and has the kernel forget the mode it cached.
+    pub(super) fn clear_mode_bits(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        inode: &Arc<Inode>,
+        watched: u32,
+        rule: fn(u32, u32, &creds::Caller) -> u32,
+    ) -> Result<(), Errno> {
+        let fd = self.fd(inode)?;
+        let st = sys::fstat(&fd).map_err(errno)?;
+        if st.st_mode & watched == 0 {
+            return Ok(());
+        }
+        let kill = rule(st.st_mode, st.st_gid, &creds::Caller::of(req.pid(), req.gid()));
+        if kill != 0 {
+            sys::chmod(&fd, st.st_mode & 0o7777 & !kill).map_err(errno)?;
+            self.invalidate_attr(ino);
+        }
+        Ok(())
+    }
+
+    /// After an access ACL is set: the setgid bit goes if the caller is outside the file's
+    /// group without CAP_FSETID (the kernel cannot tell us without FUSE_SETXATTR_EXT).
+    pub(super) fn kill_sgid_after_acl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        inode: &Arc<Inode>,
+    ) -> Result<(), Errno> {
+        self.clear_mode_bits(req, ino, inode, libc::S_ISGID, creds::sgid_to_kill_on_acl)
+    }
+
+    /// Tells the kernel its cached attributes of `ino` are stale (a mode changed behind a
+    /// request that does not return attributes). Only attributes: no page is touched, so
+    /// this cannot wait on I/O.
+    pub(super) fn invalidate_attr(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                // ENOENT: the kernel has already forgotten the inode; nothing is cached.
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    warn!("inode {}: cannot invalidate the kernel's attributes: {e}", ino.0);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Entries made and removed: mknod, mkdir, symlink, link, unlink, rmdir, rename — each
+//! through the [`At`](super::names::At) funnel — with the mode a new entry is made with
+//! (umask or default ACL), its owner (the caller, when the daemon is root), and the
+//! properties it inherits from its directory.
+
+use std::ffi::{CStr, OsStr};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
+use squeezefs_container::{Container, FileStorage};
+
+use super::SqueezeFs;
+use crate::inode::Inode;
+use crate::lifecycle::errno;
+use crate::props::{self, DirProps, Prop};
+use crate::sys;
+
+impl SqueezeFs {
+    /// The mode to create an entry in `parent` with. The kernel leaves the umask to us
+    /// (FUSE_POSIX_ACL with FUSE_DONT_MASK): a directory with a default ACL gets the mode
+    /// unmasked, and the backing filesystem applies the ACL to it (this daemon's own umask
+    /// is 0), as POSIX says; elsewhere the caller's umask applies.
+    pub(super) fn creation_mode(&self, parent: INodeNo, mode: u32, umask: u32) -> u32 {
+        let default_acl = self
+            .inode(parent)
+            .ok()
+            .and_then(|p| self.fd(&p).ok())
+            .is_some_and(|fd| sys::xattr_size(fd, c"system.posix_acl_default").is_ok_and(|n| n > 0));
+        if default_acl {
+            mode
+        } else {
+            mode & !umask
+        }
+    }
+
+    /// Chowns the new entry open as `fd` to the caller (group: the parent's when setgid).
+    pub(super) fn give_to_caller(
+        &self,
+        req: &Request,
+        parent: &Arc<Inode>,
+        fd: BorrowedFd,
+    ) -> Result<(), Errno> {
+        let pst = sys::fstat(self.fd(parent)?).map_err(errno)?;
+        let gid = if pst.st_mode & libc::S_ISGID != 0 {
+            pst.st_gid
+        } else {
+            req.gid()
+        };
+        let before = sys::fstat(fd).map_err(errno)?.st_mode;
+        sys::chown(fd, Some(req.uid()), Some(gid)).map_err(errno)?;
+        // chown clears setuid, and setgid on a group-executable file, even for root: the
+        // bits the entry was made with (the kernel already dropped what the caller may not
+        // have) are put back. Symlinks have none.
+        let special = before & (libc::S_ISUID | libc::S_ISGID);
+        if special != 0 && before & libc::S_IFMT != libc::S_IFLNK {
+            let after = sys::fstat(fd).map_err(errno)?.st_mode;
+            if after & special != special {
+                sys::chmod(fd, (after | special) & 0o7777).map_err(errno)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes that entries of directory `dir` were made, removed or renamed (open listings
+    /// of it are stale from now on).
+    pub(super) fn dir_changed(&self, dir: INodeNo) {
+        if let Ok(d) = self.inode(dir) {
+            d.dir_gen.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Makes entry `name` in `parent` with `make`, gives it to the caller, and looks it up.
+    fn new_entry(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        make: impl FnOnce(BorrowedFd, &CStr) -> io::Result<()>,
+    ) -> Result<FileAttr, Errno> {
+        self.check_writable()?;
+        let at = self.at_new(parent, name)?;
+        make(at.dir.as_fd(), &at.name).map_err(errno)?;
+        if self.as_root {
+            let given = sys::open_path(&at.dir, &at.name)
+                .map_err(errno)
+                .and_then(|fd| self.give_to_caller(req, &at.parent, fd.as_fd()));
+            if let Err(e) = given {
+                let _ = sys::unlinkat(&at.dir, &at.name, 0)
+                    .or_else(|_| sys::unlinkat(&at.dir, &at.name, libc::AT_REMOVEDIR));
+                return Err(e);
+            }
+        }
+        self.dir_changed(parent);
+        self.lookup_name(&at.parent, name).map(|(_, attr)| attr)
+    }
+
+    pub(super) fn do_mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<FileAttr, Errno> {
+        let mode = self.creation_mode(parent, mode, umask);
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return self.new_entry(req, parent, name, |p, c| sys::mknodat(p, c, mode, rdev as u64));
+        }
+        // A regular file made by mknod is an empty container, like any other, and
+        // inherits its directory's properties (written into its superblock now).
+        let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+        self.new_entry(req, parent, name, |p, c| {
+            sys::mknodat(p, c, mode, 0)?;
+            if dp == DirProps::default() {
+                return Ok(());
+            }
+            let inherit = || -> Result<(), squeezefs_container::Error> {
+                let path = sys::open_path(p, c)?;
+                let file = sys::reopen(&path, libc::O_RDWR)?;
+                let mut ct = Container::open(FileStorage::new(file), self.opts())?;
+                ct.set_compression_property(dp.codec)?;
+                ct.set_extent_size_property(dp.shift)?;
+                ct.set_dictionary_property(dp.dict)?;
+                ct.fsync()
+            };
+            inherit().map_err(|e| {
+                let _ = sys::unlinkat(p, c, 0);
+                io::Error::from_raw_os_error(e.errno())
+            })
+        })
+    }
+
+    /// A new directory inherits its parent's properties.
+    pub(super) fn do_mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr, Errno> {
+        let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+        let mode = self.creation_mode(parent, mode, umask);
+        self.new_entry(req, parent, name, |p, c| {
+            sys::mkdirat(p, c, mode)?;
+            if dp != DirProps::default() {
+                let fd = sys::open_path(p, c)?;
+                for prop in Prop::ALL {
+                    if let Some(v) = dp.get(prop) {
+                        if let Err(e) = props::write_dir(&fd, prop, Some(v), 0) {
+                            let _ = sys::unlinkat(p, c, libc::AT_REMOVEDIR);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn do_symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+    ) -> Result<FileAttr, Errno> {
+        let t = sys::cstr(target.as_os_str()).map_err(errno)?;
+        self.new_entry(req, parent, link_name, |p, c| sys::symlinkat(&t, p, c))
+    }
+
+    /// unlink (`flags` 0) or rmdir (`AT_REMOVEDIR`).
+    pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
+        self.check_writable()?;
+        let at = self.at(parent, name)?;
+        sys::unlinkat(&at.dir, &at.name, flags).map_err(errno)?;
+        self.dir_changed(parent);
+        Ok(())
+    }
+
+    pub(super) fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        let from = self.at_new(parent, name)?;
+        let to = self.at_new(newparent, newname)?;
+        sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits()).map_err(errno)?;
+        self.dir_changed(parent);
+        self.dir_changed(newparent);
+        Ok(())
+    }
+
+    pub(super) fn do_link(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        self.check_writable()?;
+        let to = self.at_new(newparent, newname)?;
+        let inode = self.inode(ino)?;
+        sys::linkat(self.fd(&inode)?, &to.dir, &to.name).map_err(errno)?;
+        self.dir_changed(newparent);
+        self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
+    }
+}

@@ -1,0 +1,366 @@
+//! `impl fuser::Filesystem`: every request is routed (the virtual statistics file, or an
+//! inode of the backing directory), handed to its `do_x` in the file of its family, and
+//! the result sent back through `reply.rs`. Nothing here decides anything.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use super::attrs::SetAttr;
+use super::reply::{self, Xattr};
+use super::virtual_file::{is_stats_name, route, Node};
+use super::{readdir, SqueezeFs, TTL};
+
+impl Filesystem for SqueezeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        // The kernel grants a FUSE mount at most its default read-ahead (128 KiB) whatever
+        // is asked here; asking more only documents that the daemon would take it.
+        let _ = config.set_max_readahead(1 << 20);
+        // POSIX ACLs enforced by the kernel, with the umask left to us (a default ACL
+        // replaces it); setuid/setgid cleared by us on write, truncate and fallocate, by the
+        // rule local filesystems follow (see `creds`).
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        if !self.read_only {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let have = config.capabilities();
+        let _ = config.add_capabilities(want & have);
+        self.files.start()?;
+        // Idle zstd workspaces are freed after 45 s (checked every 5 s); the thread ends with
+        // the daemon.
+        std::thread::Builder::new()
+            .name("squeezefs-reclaim".into())
+            .spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(5));
+                squeezefs_codec::workspace::global().reclaim();
+            })?;
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.flush_all();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if is_stats_name(parent, name) {
+            return reply::entry(reply, Ok(self.stats.attr()));
+        }
+        let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
+        reply::entry(reply, r.map(|(_, attr)| attr))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Node::Backing(ino) = route(ino) {
+            self.inodes.forget(ino.0, nlookup);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match route(ino) {
+            Node::Stats => reply::attr(reply, Ok(self.stats.attr())),
+            Node::Backing(ino) => reply::attr(reply, self.do_getattr(ino)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        match route(ino) {
+            Node::Stats => reply::attr(reply, Err(Errno::EPERM)),
+            Node::Backing(ino) => reply::attr(reply, self.do_setattr(req, ino, a)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        reply::data(reply, self.do_readlink(ino))
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply::entry(reply, self.do_mknod(req, parent, name, mode, umask, rdev))
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        reply::entry(reply, self.do_mkdir(req, parent, name, mode, umask))
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply::empty(reply, self.do_remove(parent, name, 0))
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply::empty(reply, self.do_remove(parent, name, libc::AT_REMOVEDIR))
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        reply::entry(reply, self.do_symlink(req, parent, link_name, target))
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply::empty(reply, self.do_rename(parent, name, newparent, newname, flags))
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        reply::entry(reply, self.do_link(ino, newparent, newname))
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = match route(ino) {
+            Node::Stats => self.open_stats(flags.0),
+            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|()| (0, FopenFlags::empty())),
+        };
+        reply::opened(reply, r)
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = match route(ino) {
+            Node::Stats => self.stats.read(fh.0, offset, size),
+            Node::Backing(ino) => self.do_read(ino, offset, size),
+        };
+        reply::data(reply, r)
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        wf: WriteFlags,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.do_write(req, ino, offset, data, wf) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        match route(ino) {
+            Node::Stats => reply::empty(reply, Ok(())),
+            Node::Backing(ino) => reply::empty(reply, self.do_flush(ino)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match route(ino) {
+            Node::Stats => {
+                self.stats.release(fh.0);
+                reply::empty(reply, Ok(()))
+            }
+            Node::Backing(ino) => reply::empty(reply, self.do_release(ino, flags.0)),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match route(ino) {
+            Node::Stats => reply::empty(reply, Ok(())),
+            Node::Backing(ino) => reply::empty(reply, self.do_fsync(ino)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply::opened(reply, self.do_opendir(ino).map(|fh| (fh, FopenFlags::empty())))
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        match self.do_readdir(ino, fh.0, offset) {
+            Ok(list) => readdir::fill(&list, ino, offset, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.do_releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        reply::empty(reply, self.do_fsyncdir(ino, datasync))
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.do_statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply::empty(reply, self.do_setxattr(req, ino, name, value, flags))
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match route(ino) {
+            Node::Stats => reply::xattr(reply, Err(Errno::ENODATA)),
+            Node::Backing(ino) => reply::xattr(reply, self.do_getxattr(ino, name, size)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match route(ino) {
+            Node::Stats => reply::xattr(reply, Xattr::fitted(Vec::new(), size)),
+            Node::Backing(ino) => reply::xattr(reply, self.do_listxattr(ino, size)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply::empty(reply, self.do_removexattr(ino, name))
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        match route(ino) {
+            Node::Stats => reply::empty(reply, Ok(())),
+            Node::Backing(ino) => reply::empty(reply, self.do_access(ino)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.do_create(req, parent, name, mode, umask, flags) {
+            Ok(attr) => reply.created(
+                &TTL,
+                &attr,
+                fuser::Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply::empty(reply, self.do_fallocate(req, ino, offset, length, mode))
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.do_lseek(ino, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The FUSE side of squeezefs: [`SqueezeFs`] and its request handlers, split by family so
+//! any operation is one hop away:
+//!
+//! | file | what |
+//! |---|---|
+//! | `dispatch.rs` | `impl fuser::Filesystem`: routes each request (virtual file or backing inode), calls a `do_x`, sends the reply. No logic. |
+//! | `reply.rs` | the reply helpers (`Result` → fuser reply) |
+//! | `names.rs` | the one funnel from (parent inode, name) to (parent fd, checked name); hiding `.squeezefs-dicts`; lookup |
+//! | `virtual_file.rs` | the router for the virtual statistics file and its handlers |
+//! | `attrs.rs` | `stat` through the mount: type conversion, getattr, setattr, statfs, readlink, access; clearing setuid/setgid |
+//! | `dir_ops.rs` | entries made and removed: mknod, mkdir, symlink, link, unlink, rmdir, rename; creation mode and ownership |
+//! | `readdir.rs` | opendir, readdir, releasedir, fsyncdir |
+//! | `open_create.rs` | open, create, read, write, flush, release, fsync (the lifecycle itself is `crate::lifecycle`) |
+//! | `allocate_seek.rs` | fallocate, lseek (SEEK_DATA/SEEK_HOLE) |
+//! | `xattr.rs` | getxattr, setxattr, listxattr, removexattr; file capabilities |
+//! | `properties.rs` | the `user.squeezefs.*` properties of files and directories, rewrite |
+//!
+//! Each `do_x` returns a `Result` and sends nothing, so it can be called (and tested)
+//! without a kernel; policy (what to compress, how to store) lives in the container crate.
+
+mod allocate_seek;
+mod attrs;
+mod dir_ops;
+mod dispatch;
+mod names;
+mod open_create;
+mod properties;
+mod readdir;
+mod reply;
+mod virtual_file;
+mod xattr;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use fuser::{Errno, INodeNo};
+use log::error;
+use squeezefs_container::{dicts, Options};
+
+use crate::inode::{Inode, Inodes, PathFd};
+use crate::lifecycle::{errno, Files};
+use crate::prefetch::Prefetcher;
+use crate::sys;
+
+/// Entry and attribute timeout: long, since this daemon is the only writer of the backing
+/// directory (the kernel invalidates what its own changes affect).
+const TTL: Duration = Duration::from_secs(60);
+
+pub struct SqueezeFs {
+    inodes: Arc<Inodes>,
+    /// Every regular file's container: opened, shared, written back, committed.
+    files: Files,
+    read_only: bool,
+    /// Open directories (`readdir.rs`).
+    dirs: Mutex<std::collections::HashMap<u64, readdir::DirHandle>>,
+    prefetch: Prefetcher,
+    next_fh: AtomicU64,
+    /// Running as root: new files are given to the caller with chown.
+    as_root: bool,
+    /// The backing directory, for the statistics file.
+    backing: String,
+    /// `BACKING/.squeezefs-dicts`: the dictionaries (hidden from the mount).
+    dict_dir: std::path::PathBuf,
+    /// The virtual statistics file's open handles.
+    stats: virtual_file::StatsFile,
+    /// Asks the kernel to write back or forget its caches (set once the session exists).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Kernel cache write-backs under way (`allocate_seek.rs`).
+    kernel_flushes: AtomicUsize,
+}
+
+impl SqueezeFs {
+    pub fn new(backing: &Path, opts: Options, read_only: bool) -> std::io::Result<SqueezeFs> {
+        // Modes arrive already masked with the caller's umask; ours must not mask again.
+        sys::set_umask(0);
+        let root = sys::open_root(backing)?;
+        let st = sys::fstat(&root)?;
+        let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // Dictionaries: every file that used one needs it to be read.
+        let (ids, refused) = dicts::load_all(&backing.join(dicts::DIR_NAME));
+        if !ids.is_empty() {
+            log::info!("{} zstd dictionaries loaded: {ids:?}", ids.len());
+        }
+        for why in refused {
+            error!("dictionary refused (files compressed with it will read as EIO): {why}");
+        }
+        let inodes = Arc::new(Inodes::new(root, root_dir, &st));
+        Ok(SqueezeFs {
+            files: Files::new(inodes.clone(), opts, read_only),
+            inodes,
+            read_only,
+            dirs: Mutex::new(Default::default()),
+            prefetch: Prefetcher::start()?,
+            next_fh: AtomicU64::new(1),
+            as_root: sys::euid() == 0,
+            backing: backing.display().to_string(),
+            dict_dir: backing.join(dicts::DIR_NAME),
+            stats: virtual_file::StatsFile::new((st.st_uid, st.st_gid)),
+            notifier: Default::default(),
+            kernel_flushes: Default::default(),
+        })
+    }
+
+    /// Where the mount puts the session's notifier once the session exists.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Whether inode fds are cached and reopened by handle (see `inode.rs`).
+    pub fn uses_handles(&self) -> bool {
+        self.inodes.uses_handles()
+    }
+
+    /// Sizes caches that hold fds to the open-file limit.
+    pub fn fit_fd_limit(&self, limit: u64) {
+        self.inodes.fit_fd_cache(limit);
+        self.files.fit_fd_limit(limit);
+    }
+
+    /// Commits what waits, then writes out every file still open and makes it all durable
+    /// (unmount).
+    pub fn flush_all(&self) {
+        self.files.flush_all();
+    }
+
+    fn opts(&self) -> &Options {
+        self.files.opts()
+    }
+
+    fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        self.inodes.get(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn fd(&self, inode: &Arc<Inode>) -> Result<PathFd, Errno> {
+        self.inodes.fd(inode).map_err(errno)
+    }
+
+    /// A path for log lines: where the inode lives in the backing directory.
+    fn describe(&self, inode: &Arc<Inode>) -> String {
+        self.inodes.describe(inode)
+    }
+
+    fn check_writable(&self) -> Result<(), Errno> {
+        if self.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The one funnel from a request's (parent inode, name) to what the `*at()` calls need:
+//! the parent's fd and the name checked to be a single component ([`At`]); the hiding of
+//! `.squeezefs-dicts` at the mount root; and lookup.
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, INodeNo};
+use squeezefs_container::dicts;
+
+use super::SqueezeFs;
+use crate::inode::{Inode, PathFd};
+use crate::lifecycle::errno;
+use crate::sys;
+
+/// A directory entry named by a request: its parent, the parent's fd, the checked name.
+pub(super) struct At {
+    pub parent: Arc<Inode>,
+    pub dir: PathFd,
+    pub name: CString,
+}
+
+/// Whether `name` in directory `parent` is the dictionary directory: hidden from the
+/// mount, and no entry may be made under its name.
+pub(super) fn is_dict_dir(parent: u64, name: &[u8]) -> bool {
+    parent == 1 && name == dicts::DIR_NAME.as_bytes()
+}
+
+impl SqueezeFs {
+    /// The entry `name` of directory `parent` (`name` checked: one component, no NUL).
+    pub(super) fn at(&self, parent: INodeNo, name: &OsStr) -> Result<At, Errno> {
+        let p = self.inode(parent)?;
+        self.at_in(p, name)
+    }
+
+    /// [`SqueezeFs::at`] for an entry about to be made or renamed onto: the dictionary
+    /// directory's name is refused (EPERM).
+    pub(super) fn at_new(&self, parent: INodeNo, name: &OsStr) -> Result<At, Errno> {
+        if is_dict_dir(parent.0, name.as_bytes()) {
+            return Err(Errno::EPERM);
+        }
+        self.at(parent, name)
+    }
+
+    /// [`SqueezeFs::at`] with the parent already in hand.
+    pub(super) fn at_in(&self, parent: Arc<Inode>, name: &OsStr) -> Result<At, Errno> {
+        let name = sys::entry_name(name).map_err(errno)?;
+        let dir = self.fd(&parent)?;
+        Ok(At { parent, dir, name })
+    }
+
+    pub(super) fn is_root(&self, inode: &Arc<Inode>) -> bool {
+        self.inodes.get(1).is_some_and(|r| Arc::ptr_eq(&r, inode))
+    }
+
+    /// Looks `name` up in `parent`: the inode (registered, one lookup counted) and its
+    /// attributes.
+    pub(super) fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
+        if self.is_root(parent) && is_dict_dir(1, name.as_bytes()) {
+            return Err(Errno::ENOENT);
+        }
+        let at = self.at_in(parent.clone(), name)?;
+        let fd = sys::open_path(&at.dir, &at.name).map_err(errno)?;
+        let st = sys::fstat(&fd).map_err(errno)?;
+        let (ino, inode) = self.inodes.insert(fd, &st);
+        match self.attr_with(ino, &inode, &st) {
+            Ok(a) => Ok((ino, a)),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+}

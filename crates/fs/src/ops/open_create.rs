@@ -1,0 +1,157 @@
+//! Regular files opened, created, read, written and closed. The handlers only translate:
+//! what happens to the file's container at each step is `crate::lifecycle`'s.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+
+use fuser::{Errno, FileAttr, INodeNo, Request, WriteFlags};
+use squeezefs_container::{Container, FileStorage};
+
+use super::SqueezeFs;
+use crate::lifecycle::errno;
+use crate::sys;
+
+impl SqueezeFs {
+    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<(), Errno> {
+        let inode = self.inode(ino)?;
+        if !inode.is_reg {
+            return Err(Errno::EINVAL);
+        }
+        let acc = flags & libc::O_ACCMODE;
+        if self.read_only && acc != libc::O_RDONLY {
+            return Err(Errno::EROFS);
+        }
+        let writable = acc != libc::O_RDONLY;
+        let truncate = flags & libc::O_TRUNC != 0 && writable;
+        self.files.attach(&inode, truncate, writable)?;
+        if truncate {
+            self.kill_privs(req, ino, &inode)?;
+        }
+        Ok(())
+    }
+
+    /// A new regular file: created and opened for I/O in one `openat`, given to the caller,
+    /// registered, and its (empty) container attached without reading anything back.
+    fn create_new(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
+        let at = self.at_new(parent, name)?;
+        let file = sys::create_rw(&at.dir, &at.name, mode).map_err(errno)?;
+        let made = (|| {
+            if self.as_root {
+                self.give_to_caller(req, &at.parent, file.as_fd())?;
+            }
+            let path = sys::open_path(&at.dir, &at.name).map_err(errno)?;
+            let st = sys::fstat(&file).map_err(errno)?;
+            Ok((path, st))
+        })();
+        let (path, st) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = sys::unlinkat(&at.dir, &at.name, 0);
+                return Err(e);
+            }
+        };
+        let (ino, inode) = self.inodes.insert(path, &st);
+        inode.no_caps.store(true, Ordering::Relaxed);
+        let mut container = Container::open(FileStorage::new(file), self.opts())
+            .map_err(|e| self.files.error(&inode, "create", e))?;
+        // A new file inherits its directory's properties.
+        let dp = self.dir_props(&at.parent);
+        if dp.codec.is_some() {
+            container
+                .set_compression_property(dp.codec)
+                .map_err(|e| self.files.error(&inode, "inherit compression", e))?;
+        }
+        if dp.shift.is_some() {
+            container
+                .set_extent_size_property(dp.shift)
+                .map_err(|e| self.files.error(&inode, "inherit extent size", e))?;
+        }
+        if dp.dict.is_some() {
+            container
+                .set_dictionary_property(dp.dict)
+                .map_err(|e| self.files.error(&inode, "inherit dictionary", e))?;
+        }
+        self.files.attach_new(&inode, container);
+        self.attr_with(ino, &inode, &st)
+    }
+
+    pub(super) fn do_create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<FileAttr, Errno> {
+        self.check_writable()?;
+        let p = self.inode(parent)?;
+        let excl = flags & libc::O_EXCL != 0;
+        let mode = self.creation_mode(parent, mode, umask) & 0o7777;
+        match self.create_new(req, parent, name, mode) {
+            Ok(attr) => {
+                self.dir_changed(parent);
+                return Ok(attr);
+            }
+            Err(e) if e == Errno::EEXIST && !excl => {}
+            Err(e) => return Err(e),
+        }
+        // It exists: open it like any other.
+        let (ino, attr) = self.lookup_name(&p, name)?;
+        let inode = self.inodes.get(ino).ok_or(Errno::ESTALE)?;
+        if !inode.is_reg {
+            self.inodes.forget(ino, 1);
+            return Err(Errno::EISDIR);
+        }
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let truncate = flags & libc::O_TRUNC != 0;
+        self.files.attach(&inode, truncate, writable)?;
+        if truncate {
+            self.kill_privs(req, INodeNo(ino), &inode)?;
+        }
+        Ok(self.attr(ino, &inode).unwrap_or(attr))
+    }
+
+    pub(super) fn do_read(&self, ino: INodeNo, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let i = self.inode(ino)?;
+        self.files
+            .with_container(&i, |c| c.read(offset, size as usize), "read")
+    }
+
+    pub(super) fn do_write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+        wf: WriteFlags,
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        // A caller without CAP_FSETID writing a setuid/setgid file (FUSE_HANDLE_KILLPRIV_V2).
+        if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.kill_privs(req, ino, &i)?;
+        }
+        self.files.with_container(&i, |c| c.write(offset, data), "write")
+    }
+
+    /// close(2): the data is written out (errors reach the caller); the superblock follows
+    /// in the next group commit.
+    pub(super) fn do_flush(&self, ino: INodeNo) -> Result<(), Errno> {
+        let i = self.inode(ino)?;
+        self.files
+            .with_container(&i, |c| c.write_back().map(|_| ()), "flush")
+    }
+
+    pub(super) fn do_release(&self, ino: INodeNo, flags: i32) -> Result<(), Errno> {
+        let inode = self.inode(ino)?;
+        self.files
+            .release(ino.0, &inode, flags & libc::O_ACCMODE != libc::O_RDONLY)
+    }
+
+    pub(super) fn do_fsync(&self, ino: INodeNo) -> Result<(), Errno> {
+        let i = self.inode(ino)?;
+        self.files.with_container(&i, |c| c.fsync(), "fsync")
+    }
+}

@@ -1,0 +1,154 @@
+//! The `user.squeezefs.*` properties (compression, extent size, dictionary) of files
+//! (kept in the container's superblock) and directories (xattrs on the backing directory,
+//! inherited by what is made in it), and `user.squeezefs.rewrite`.
+
+use std::sync::Arc;
+
+use fuser::Errno;
+use log::warn;
+use squeezefs_container::dicts;
+
+use super::SqueezeFs;
+use crate::inode::Inode;
+use crate::lifecycle::errno;
+use crate::props::{self, DirProps, Prop, Value};
+
+impl SqueezeFs {
+    /// Makes sure dictionary `id` is loaded, loading it from the backing directory's
+    /// `.squeezefs-dicts` if needed (`squeezefs dict train` stores it there before setting
+    /// the property). The error says what is wrong.
+    pub(super) fn ensure_dict(&self, id: u32) -> Result<(), String> {
+        if squeezefs_codec::dict::get(id).is_some() {
+            return Ok(());
+        }
+        dicts::load(&self.dict_dir, id)
+    }
+
+    /// A directory's properties (read once, then cached: we are the only writer).
+    pub(super) fn dir_props(&self, dir: &Arc<Inode>) -> DirProps {
+        if !dir.is_dir {
+            return DirProps::default();
+        }
+        let mut cache = dir.dir_props.lock().unwrap();
+        if let Some(d) = *cache {
+            return d;
+        }
+        let d = match self.fd(dir) {
+            Ok(fd) => props::read_dir(fd, || self.describe(dir)),
+            Err(_) => DirProps::default(),
+        };
+        *cache = Some(d);
+        d
+    }
+
+    /// The property `p` of an inode itself (`None`: not set on it).
+    pub(super) fn get_prop(&self, inode: &Arc<Inode>, p: Prop) -> Result<Option<Value>, Errno> {
+        if inode.is_dir {
+            return Ok(self.dir_props(inode).get(p));
+        }
+        if !inode.is_reg {
+            return Ok(None);
+        }
+        self.files.with_container(
+            inode,
+            |c| {
+                Ok(match p {
+                    Prop::Compression => c.compression_property().map(Value::Codec),
+                    Prop::ExtentSize => c
+                        .extent_size_property()
+                        .map(|b| Value::Shift(b.trailing_zeros() as u8)),
+                    Prop::Dictionary => c.dictionary_property().map(Value::Dict),
+                })
+            },
+            "get property",
+        )
+    }
+
+    /// Sets (`Some` raw value) or removes (`None`) property `p`, with setxattr's
+    /// XATTR_CREATE / XATTR_REPLACE semantics. A bad value is EINVAL and a log line.
+    pub(super) fn set_prop(
+        &self,
+        inode: &Arc<Inode>,
+        p: Prop,
+        raw: Option<&[u8]>,
+        flags: i32,
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        let v = match raw.map(|r| props::parse(p, r)) {
+            Some(Err(why)) => {
+                warn!(
+                    "{}: refusing {} = {:?}: {why}",
+                    self.describe(inode),
+                    p.xattr(),
+                    String::from_utf8_lossy(raw.unwrap_or_default())
+                );
+                return Err(Errno::EINVAL);
+            }
+            Some(Ok(v)) => Some(v),
+            None => None,
+        };
+        if !inode.is_dir && !inode.is_reg {
+            // Like user.* xattrs on the host: not on symlinks and special files.
+            return Err(Errno::EPERM);
+        }
+        if let Some(Value::Dict(id)) = v {
+            // Only a dictionary that is there and intact: data written with it must be
+            // readable again.
+            if let Err(why) = self.ensure_dict(id) {
+                warn!("{}: refusing {} = {id}: {why}", self.describe(inode), p.xattr());
+                return Err(Errno::EINVAL);
+            }
+        }
+        let current = self.get_prop(inode, p)?;
+        if (flags & libc::XATTR_CREATE != 0 && current.is_some())
+            || (flags & libc::XATTR_REPLACE != 0 || v.is_none()) && current.is_none()
+        {
+            return Err(if current.is_some() {
+                Errno::EEXIST
+            } else {
+                Errno::ENODATA
+            });
+        }
+        if inode.is_dir {
+            props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
+                warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
+                errno(e)
+            })?;
+            let mut cache = inode.dir_props.lock().unwrap();
+            let mut d = cache.unwrap_or_default();
+            d.set(v, p);
+            *cache = Some(d);
+            return Ok(());
+        }
+        self.files.with_container(
+            inode,
+            |c| match (p, v) {
+                (Prop::Compression, Some(Value::Codec(s))) => c.set_compression_property(Some(s)),
+                (Prop::Compression, _) => c.set_compression_property(None),
+                (Prop::ExtentSize, Some(Value::Shift(s))) => c.set_extent_size_property(Some(s)),
+                (Prop::ExtentSize, _) => c.set_extent_size_property(None),
+                (Prop::Dictionary, Some(Value::Dict(d))) => c.set_dictionary_property(Some(d)),
+                (Prop::Dictionary, _) => c.set_dictionary_property(None),
+            },
+            "set property",
+        )
+    }
+
+    /// `user.squeezefs.rewrite`: recompress the file's extents in place.
+    pub(super) fn rewrite(&self, inode: &Arc<Inode>, value: &[u8]) -> Result<(), Errno> {
+        if !inode.is_reg {
+            return Err(Errno::EPERM);
+        }
+        let Some(range) = props::parse_rewrite(value) else {
+            warn!(
+                "{}: {} = {:?}: expected nothing or OFFSET:LENGTH",
+                self.describe(inode),
+                props::REWRITE,
+                String::from_utf8_lossy(value)
+            );
+            return Err(Errno::EINVAL);
+        };
+        self.files
+            .with_container(inode, |c| c.rewrite(range).map(|_| ()), "rewrite")
+    }
+}

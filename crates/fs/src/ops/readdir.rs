@@ -1,0 +1,137 @@
+//! Directory handles: opendir takes a listing (and starts reading the files ahead),
+//! readdir serves it by offset, relisting at a rewind when it is stale, releasedir drops it.
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{Errno, FileType, INodeNo, ReplyDirectory};
+
+use super::attrs::dtype_kind;
+use super::names::is_dict_dir;
+use super::SqueezeFs;
+use crate::inode::Inode;
+use crate::lifecycle::errno;
+use crate::prefetch;
+use crate::sys;
+
+/// A directory's entries as read at opendir (and again at a rewind): name, inode number
+/// (as `stat` through the mount gives it) and type; `..`'s number apart.
+pub(super) struct DirList {
+    entries: Vec<(Vec<u8>, u64, FileType)>,
+    dotdot: u64,
+}
+
+/// An open directory: its listing, the directory's `dir_gen` when it was taken, and
+/// whether a `readdir` has used it yet. A `readdir` from offset 0 (a `rewinddir`, or the
+/// first one) lists the directory again if the listing was used or entries were made or
+/// removed since: names made after `opendir` appear after a rewind, as POSIX asks.
+pub(super) struct DirHandle {
+    list: Arc<DirList>,
+    gen: u64,
+    used: bool,
+}
+
+impl SqueezeFs {
+    /// A directory listing as `readdir` reports it: the dictionary directory hidden, inode
+    /// numbers as `stat` through the mount gives them.
+    fn dir_list(&self, ino: u64, dir: &Arc<Inode>, entries: Vec<(Vec<u8>, u64, u8)>) -> DirList {
+        let dev = dir.key.0;
+        let mut list = DirList {
+            entries: Vec::with_capacity(entries.len()),
+            // The backing root's parent is outside the mount: the root is its own parent.
+            dotdot: ino,
+        };
+        for (name, d_ino, t) in entries {
+            if name == b".." {
+                if ino != 1 {
+                    list.dotdot = self.inodes.entry_number(dev, d_ino);
+                }
+            } else if !is_dict_dir(ino, &name) {
+                list.entries
+                    .push((name, self.inodes.entry_number(dev, d_ino), dtype_kind(t)));
+            }
+        }
+        list
+    }
+
+    pub(super) fn do_opendir(&self, ino: INodeNo) -> Result<u64, Errno> {
+        let inode = self.inode(ino)?;
+        let dfd = self.fd(&inode)?;
+        // The count before the listing: a change racing with it makes the listing stale.
+        let gen = inode.dir_gen.load(Ordering::Acquire);
+        let entries = sys::read_dir(&dfd).map_err(errno)?;
+        // A reader is about to walk this directory: start reading its files.
+        let files: Vec<CString> = entries
+            .iter()
+            .filter(|(_, _, t)| *t == libc::DT_REG)
+            .take(prefetch::FILES)
+            .filter_map(|(n, _, _)| CString::new(n.clone()).ok())
+            .collect();
+        self.prefetch.directory(dfd, files);
+        let list = Arc::new(self.dir_list(ino.0, &inode, entries));
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().unwrap().insert(
+            fh,
+            DirHandle {
+                list,
+                gen,
+                used: false,
+            },
+        );
+        Ok(fh)
+    }
+
+    /// The listing a `readdir` at `offset` reads from (fresh at a rewind when stale).
+    pub(super) fn do_readdir(&self, ino: INodeNo, fh: u64, offset: u64) -> Result<Arc<DirList>, Errno> {
+        let mut dirs = self.dirs.lock().unwrap();
+        let h = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
+        let inode = self.inode(ino)?;
+        let gen = inode.dir_gen.load(Ordering::Acquire);
+        let stale = offset == 0 && (h.used || gen != h.gen);
+        h.used = true;
+        if !stale {
+            return Ok(h.list.clone());
+        }
+        drop(dirs);
+        let entries = sys::read_dir(self.fd(&inode)?).map_err(errno)?;
+        let fresh = Arc::new(self.dir_list(ino.0, &inode, entries));
+        if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh) {
+            h.list = fresh.clone();
+            h.gen = gen;
+        }
+        Ok(fresh)
+    }
+
+    pub(super) fn do_releasedir(&self, fh: u64) {
+        self.dirs.lock().unwrap().remove(&fh);
+    }
+
+    pub(super) fn do_fsyncdir(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
+        let i = self.inode(ino)?;
+        sys::fsync_path(self.fd(&i)?, datasync).map_err(errno)
+    }
+}
+
+/// Fills `reply` with `list` from `offset`. Offsets: 1 = ".", 2 = "..", 3.. = entries.
+pub(super) fn fill(list: &DirList, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
+    let mut off = offset;
+    while off < 2 {
+        let (name, n) = if off == 0 {
+            (".", ino.0)
+        } else {
+            ("..", list.dotdot)
+        };
+        if reply.add(INodeNo(n), off + 1, FileType::Directory, name) {
+            return reply.ok();
+        }
+        off += 1;
+    }
+    for (i, (name, n, kind)) in list.entries.iter().enumerate().skip((off - 2) as usize) {
+        if reply.add(INodeNo(*n), i as u64 + 3, *kind, OsStr::from_bytes(name)) {
+            break;
+        }
+    }
+    reply.ok();
+}

@@ -1,0 +1,85 @@
+//! The router for the one virtual file, `MOUNTPOINT/.squeezefs-stats` (its document is
+//! rendered by `crate::statsfile`), and its handlers. Every handler in `dispatch.rs` asks
+//! [`route`] first; only here is the virtual file's behaviour written.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use fuser::{Errno, FileAttr, FopenFlags, INodeNo};
+
+use super::SqueezeFs;
+use crate::statsfile;
+
+/// What a request's inode number names.
+pub(super) enum Node {
+    /// The statistics file.
+    Stats,
+    /// An inode of the backing directory.
+    Backing(INodeNo),
+}
+
+/// Routes a request by inode number.
+pub(super) fn route(ino: INodeNo) -> Node {
+    if ino.0 == statsfile::INO {
+        Node::Stats
+    } else {
+        Node::Backing(ino)
+    }
+}
+
+/// Whether a lookup of `name` in `parent` names the statistics file.
+pub(super) fn is_stats_name(parent: INodeNo, name: &OsStr) -> bool {
+    parent.0 == 1 && name.as_bytes() == statsfile::NAME.as_bytes()
+}
+
+/// The statistics file's state: the document each open handle reads (rendered at open).
+pub(super) struct StatsFile {
+    /// Owner of the mount root, given to the file.
+    owner: (u32, u32),
+    open: Mutex<HashMap<u64, Arc<Vec<u8>>>>,
+}
+
+impl StatsFile {
+    pub(super) fn new(owner: (u32, u32)) -> StatsFile {
+        StatsFile {
+            owner,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn attr(&self) -> FileAttr {
+        statsfile::attr(self.owner.0, self.owner.1)
+    }
+
+    pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let Some(doc) = self.open.lock().unwrap().get(&fh).cloned() else {
+            return Err(Errno::EBADF);
+        };
+        let start = (offset as usize).min(doc.len());
+        let end = start.saturating_add(size as usize).min(doc.len());
+        Ok(doc[start..end].to_vec())
+    }
+
+    pub(super) fn release(&self, fh: u64) {
+        self.open.lock().unwrap().remove(&fh);
+    }
+}
+
+impl SqueezeFs {
+    /// Opens the statistics file (read-only): the document is rendered now.
+    pub(super) fn open_stats(&self, flags: i32) -> Result<(u64, FopenFlags), Errno> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EACCES);
+        }
+        // Closed files waiting for their superblock are committed first: whoever reads
+        // the statistics (or counts the backing files next) sees them as closed.
+        self.files.commit_now();
+        let doc = statsfile::render(&self.backing, self.opts(), self.read_only);
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.stats.open.lock().unwrap().insert(fh, Arc::new(doc));
+        Ok((fh, FopenFlags::FOPEN_DIRECT_IO))
+    }
+}

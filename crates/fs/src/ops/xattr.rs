@@ -1,0 +1,149 @@
+//! Extended attributes through the mount: the backing entry's own, except the properties
+//! (`properties.rs`) and file capabilities, which a root daemon keeps under a name the
+//! backing kernel leaves alone.
+
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+
+use fuser::{Errno, INodeNo, Request};
+
+use super::reply::Xattr;
+use super::SqueezeFs;
+use crate::inode::PathFd;
+use crate::lifecycle::errno;
+use crate::props::{self, Prop};
+use crate::sys;
+
+/// File capabilities, as the mount shows them.
+const CAPS: &[u8] = b"security.capability";
+/// Where a root daemon keeps them on the backing file: the backing kernel strips a real
+/// `security.capability` at any write to the file, and the daemon writes containers long
+/// after the caller's `setcap` (the group commit); a trusted xattr only CAP_SYS_ADMIN can
+/// set is left alone, and means nothing to the backing file (a container, not a program).
+const CAPS_STORED: &CStr = c"trusted.squeezefs.capability";
+
+/// getxattr on an inode's fd, or its size query (`size` 0: the value's length, which
+/// getfattr, getfacl and getcap ask first).
+fn getxattr_at(fd: &PathFd, c: &CStr, size: u32) -> Result<Xattr, Errno> {
+    if size == 0 {
+        return sys::xattr_size(fd, c).map(Xattr::Size).map_err(errno);
+    }
+    sys::xattr_get(fd, c, size as usize)
+        .map(Xattr::Value)
+        .map_err(errno)
+}
+
+impl SqueezeFs {
+    pub(super) fn do_setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+            return self.set_prop(&i, p, Some(value), flags);
+        }
+        if name.as_bytes() == props::REWRITE.as_bytes() {
+            return self.rewrite(&i, value);
+        }
+        if name.as_bytes() == CAPS_STORED.to_bytes() {
+            return Err(Errno::EPERM);
+        }
+        let c = sys::cstr(name).map_err(errno)?;
+        i.no_caps.store(false, Ordering::Relaxed);
+        let fd = self.fd(&i)?;
+        if name.as_bytes() == CAPS && self.as_root {
+            sys::xattr_set(&fd, CAPS_STORED, value, flags).map_err(errno)?;
+            // A copy under the real name (stored by an older squeezefs) goes.
+            let _ = sys::xattr_remove(&fd, &c);
+            return Ok(());
+        }
+        sys::xattr_set(&fd, &c, value, flags).map_err(errno)?;
+        if name.as_bytes() == b"system.posix_acl_access" {
+            self.kill_sgid_after_acl(req, ino, &i)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn do_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> Result<Xattr, Errno> {
+        let i = self.inode(ino)?;
+        if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+            let v = props::format(self.get_prop(&i, p)?.ok_or(Errno::ENODATA)?).into_bytes();
+            return Xattr::fitted(v, size);
+        }
+        let caps = name.as_bytes() == CAPS;
+        if caps && i.no_caps.load(Ordering::Relaxed) {
+            return Err(Errno::ENODATA);
+        }
+        if name.as_bytes() == CAPS_STORED.to_bytes() {
+            return Err(Errno::ENODATA);
+        }
+        let fd = self.fd(&i)?;
+        let c = sys::cstr(name).map_err(errno)?;
+        let mut r = Err(Errno::ENODATA);
+        if caps && self.as_root {
+            r = getxattr_at(&fd, CAPS_STORED, size);
+        }
+        if !caps || matches!(r, Err(e) if e == Errno::ENODATA) {
+            r = getxattr_at(&fd, &c, size);
+        }
+        if caps && matches!(r, Err(e) if e == Errno::ENODATA) {
+            i.no_caps.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    pub(super) fn do_listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr, Errno> {
+        let i = self.inode(ino)?;
+        let raw = sys::xattr_list(self.fd(&i)?, 65536).map_err(errno)?;
+        // Properties are listed as they are in force (a file's live in its container; a
+        // value forged on the backing entry around squeezefs is not one), the rest as is.
+        // Capabilities kept under their stored name are listed under their own, once.
+        let names: Vec<&[u8]> = raw
+            .split(|&b| b == 0)
+            .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none())
+            .map(|n| if n == CAPS_STORED.to_bytes() { CAPS } else { n })
+            .collect();
+        let mut v: Vec<u8> = Vec::with_capacity(raw.len());
+        for (k, n) in names.iter().enumerate() {
+            if *n == CAPS && names[..k].contains(&CAPS) {
+                continue;
+            }
+            v.extend_from_slice(n);
+            v.push(0);
+        }
+        if i.is_reg || i.is_dir {
+            for p in Prop::ALL {
+                if self.get_prop(&i, p)?.is_some() {
+                    v.extend_from_slice(p.xattr().as_bytes());
+                    v.push(0);
+                }
+            }
+        }
+        Xattr::fitted(v, size)
+    }
+
+    pub(super) fn do_removexattr(&self, ino: INodeNo, name: &OsStr) -> Result<(), Errno> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        if let Some(p) = Prop::from_xattr(name.as_bytes()) {
+            return self.set_prop(&i, p, None, 0);
+        }
+        if name.as_bytes() == CAPS_STORED.to_bytes() {
+            return Err(Errno::EPERM);
+        }
+        let c = sys::cstr(name).map_err(errno)?;
+        let fd = self.fd(&i)?;
+        if name.as_bytes() == CAPS && self.as_root {
+            let stored = sys::xattr_remove(&fd, CAPS_STORED);
+            let real = sys::xattr_remove(&fd, &c);
+            return stored.or(real).map_err(errno);
+        }
+        sys::xattr_remove(&fd, &c).map_err(errno)
+    }
+}
