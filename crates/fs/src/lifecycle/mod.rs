@@ -39,11 +39,6 @@ pub struct Files {
     idle: Mutex<VecDeque<(u64, Weak<Inode>)>>,
 }
 
-/// An I/O error as the kernel wants it.
-pub fn errno(e: io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
-}
-
 impl Files {
     pub fn new(inodes: Arc<Inodes>, opts: Options, read_only: bool) -> Files {
         Files {
@@ -100,8 +95,7 @@ impl Files {
                     }
                     _ => Err(e),
                 })
-        }
-        .map_err(errno)?;
+        }?;
         Container::open(FileStorage::new(file), &self.opts).map_err(|e| self.error(inode, "open", e))
     }
 

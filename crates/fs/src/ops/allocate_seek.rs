@@ -10,7 +10,6 @@ use log::warn;
 
 use super::SqueezeFs;
 use crate::inode::Inode;
-use crate::lifecycle::errno;
 use crate::sys;
 
 /// Most kernel cache write-backs (for SEEK_DATA/SEEK_HOLE) waited for at once: each holds
@@ -80,7 +79,7 @@ impl SqueezeFs {
             "fallocate",
         )?;
         let root = self.inode(INodeNo(1))?;
-        let st = sys::statvfs(self.fd(&root)?).map_err(errno)?;
+        let st = sys::statvfs(self.fd(&root)?)?;
         let room = st.f_bavail.saturating_mul(st.f_frsize);
         if holes > room {
             return Err(Errno::ENOSPC);

@@ -11,7 +11,6 @@ use log::warn;
 use super::SqueezeFs;
 use crate::creds;
 use crate::inode::Inode;
-use crate::lifecycle::errno;
 use crate::sys;
 
 /// What `setattr` was asked to change.
@@ -90,7 +89,7 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
 
 impl SqueezeFs {
     pub(super) fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
-        let st = sys::fstat(self.fd(inode)?).map_err(errno)?;
+        let st = sys::fstat(self.fd(inode)?)?;
         self.attr_with(ino, inode, &st)
     }
 
@@ -138,10 +137,10 @@ impl SqueezeFs {
         self.check_writable()?;
         let inode = self.inode(ino)?;
         if let Some(m) = a.mode {
-            sys::chmod(self.fd(&inode)?, m & 0o7777).map_err(errno)?;
+            sys::chmod(self.fd(&inode)?, m & 0o7777)?;
         }
         if a.uid.is_some() || a.gid.is_some() {
-            sys::chown(self.fd(&inode)?, a.uid, a.gid).map_err(errno)?;
+            sys::chown(self.fd(&inode)?, a.uid, a.gid)?;
         }
         if let Some(s) = a.size {
             if !inode.is_reg {
@@ -157,24 +156,24 @@ impl SqueezeFs {
             // filesystem's do (the kernel may also send explicit times).
             if a.mtime.is_none() {
                 let now = timespec(Some(TimeOrNow::Now));
-                sys::utimens(self.fd(&inode)?, timespec(None), now).map_err(errno)?;
+                sys::utimens(self.fd(&inode)?, timespec(None), now)?;
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
-            sys::utimens(self.fd(&inode)?, timespec(a.atime), timespec(a.mtime)).map_err(errno)?;
+            sys::utimens(self.fd(&inode)?, timespec(a.atime), timespec(a.mtime))?;
         }
         self.attr(ino.0, &inode)
     }
 
     pub(super) fn do_readlink(&self, ino: INodeNo) -> Result<Vec<u8>, Errno> {
         let i = self.inode(ino)?;
-        sys::readlink(self.fd(&i)?).map_err(errno)
+        sys::readlink(self.fd(&i)?).map_err(Errno::from)
     }
 
     /// The backing filesystem's figures.
     pub(super) fn do_statfs(&self) -> Result<libc::statvfs, Errno> {
         let r = self.inode(INodeNo(1))?;
-        sys::statvfs(self.fd(&r)?).map_err(errno)
+        sys::statvfs(self.fd(&r)?).map_err(Errno::from)
     }
 
     /// Permission checks are the kernel's (default_permissions); existence is ours.
@@ -206,13 +205,13 @@ impl SqueezeFs {
         rule: fn(u32, u32, &creds::Caller) -> u32,
     ) -> Result<(), Errno> {
         let fd = self.fd(inode)?;
-        let st = sys::fstat(&fd).map_err(errno)?;
+        let st = sys::fstat(&fd)?;
         if st.st_mode & watched == 0 {
             return Ok(());
         }
         let kill = rule(st.st_mode, st.st_gid, &creds::Caller::of(req.pid(), req.gid()));
         if kill != 0 {
-            sys::chmod(&fd, st.st_mode & 0o7777 & !kill).map_err(errno)?;
+            sys::chmod(&fd, st.st_mode & 0o7777 & !kill)?;
             self.invalidate_attr(ino);
         }
         Ok(())

@@ -15,7 +15,6 @@ use squeezefs_container::{Container, FileStorage};
 
 use super::SqueezeFs;
 use crate::inode::Inode;
-use crate::lifecycle::errno;
 use crate::props::{self, DirProps, Prop};
 use crate::sys;
 
@@ -44,22 +43,22 @@ impl SqueezeFs {
         parent: &Arc<Inode>,
         fd: BorrowedFd,
     ) -> Result<(), Errno> {
-        let pst = sys::fstat(self.fd(parent)?).map_err(errno)?;
+        let pst = sys::fstat(self.fd(parent)?)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
             req.gid()
         };
-        let before = sys::fstat(fd).map_err(errno)?.st_mode;
-        sys::chown(fd, Some(req.uid()), Some(gid)).map_err(errno)?;
+        let before = sys::fstat(fd)?.st_mode;
+        sys::chown(fd, Some(req.uid()), Some(gid))?;
         // chown clears setuid, and setgid on a group-executable file, even for root: the
         // bits the entry was made with (the kernel already dropped what the caller may not
         // have) are put back. Symlinks have none.
         let special = before & (libc::S_ISUID | libc::S_ISGID);
         if special != 0 && before & libc::S_IFMT != libc::S_IFLNK {
-            let after = sys::fstat(fd).map_err(errno)?.st_mode;
+            let after = sys::fstat(fd)?.st_mode;
             if after & special != special {
-                sys::chmod(fd, (after | special) & 0o7777).map_err(errno)?;
+                sys::chmod(fd, (after | special) & 0o7777)?;
             }
         }
         Ok(())
@@ -83,10 +82,10 @@ impl SqueezeFs {
     ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
         let at = self.at_new(parent, name)?;
-        make(at.dir.as_fd(), &at.name).map_err(errno)?;
+        make(at.dir.as_fd(), &at.name)?;
         if self.as_root {
             let given = sys::open_path(&at.dir, &at.name)
-                .map_err(errno)
+                .map_err(Errno::from)
                 .and_then(|fd| self.give_to_caller(req, &at.parent, fd.as_fd()));
             if let Err(e) = given {
                 let _ = sys::unlinkat(&at.dir, &at.name, 0)
@@ -170,7 +169,7 @@ impl SqueezeFs {
         link_name: &OsStr,
         target: &Path,
     ) -> Result<FileAttr, Errno> {
-        let t = sys::cstr(target.as_os_str()).map_err(errno)?;
+        let t = sys::cstr(target.as_os_str())?;
         self.new_entry(req, parent, link_name, |p, c| sys::symlinkat(&t, p, c))
     }
 
@@ -178,7 +177,7 @@ impl SqueezeFs {
     pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         self.check_writable()?;
         let at = self.at(parent, name)?;
-        sys::unlinkat(&at.dir, &at.name, flags).map_err(errno)?;
+        sys::unlinkat(&at.dir, &at.name, flags)?;
         self.dir_changed(parent);
         Ok(())
     }
@@ -194,7 +193,7 @@ impl SqueezeFs {
         self.check_writable()?;
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
-        sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits()).map_err(errno)?;
+        sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
         self.dir_changed(parent);
         self.dir_changed(newparent);
         Ok(())
@@ -209,7 +208,7 @@ impl SqueezeFs {
         self.check_writable()?;
         let to = self.at_new(newparent, newname)?;
         let inode = self.inode(ino)?;
-        sys::linkat(self.fd(&inode)?, &to.dir, &to.name).map_err(errno)?;
+        sys::linkat(self.fd(&inode)?, &to.dir, &to.name)?;
         self.dir_changed(newparent);
         self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
     }

@@ -40,7 +40,7 @@ use log::error;
 use squeezefs_container::{dicts, Options};
 
 use crate::inode::{Inode, Inodes, PathFd};
-use crate::lifecycle::{errno, Files};
+use crate::lifecycle::Files;
 use crate::prefetch::Prefetcher;
 use crate::sys;
 
@@ -134,7 +134,7 @@ impl SqueezeFs {
     }
 
     fn fd(&self, inode: &Arc<Inode>) -> Result<PathFd, Errno> {
-        self.inodes.fd(inode).map_err(errno)
+        self.inodes.fd(inode).map_err(Errno::from)
     }
 
     /// A path for log lines: where the inode lives in the backing directory.

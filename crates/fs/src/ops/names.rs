@@ -11,7 +11,6 @@ use squeezefs_container::dicts;
 
 use super::SqueezeFs;
 use crate::inode::{Inode, PathFd};
-use crate::lifecycle::errno;
 use crate::sys;
 
 /// A directory entry named by a request: its parent, the parent's fd, the checked name.
@@ -45,7 +44,7 @@ impl SqueezeFs {
 
     /// [`SqueezeFs::at`] with the parent already in hand.
     pub(super) fn at_in(&self, parent: Arc<Inode>, name: &OsStr) -> Result<At, Errno> {
-        let name = sys::entry_name(name).map_err(errno)?;
+        let name = sys::entry_name(name)?;
         let dir = self.fd(&parent)?;
         Ok(At { parent, dir, name })
     }
@@ -61,8 +60,8 @@ impl SqueezeFs {
             return Err(Errno::ENOENT);
         }
         let at = self.at_in(parent.clone(), name)?;
-        let fd = sys::open_path(&at.dir, &at.name).map_err(errno)?;
-        let st = sys::fstat(&fd).map_err(errno)?;
+        let fd = sys::open_path(&at.dir, &at.name)?;
+        let st = sys::fstat(&fd)?;
         let (ino, inode) = self.inodes.insert(fd, &st);
         match self.attr_with(ino, &inode, &st) {
             Ok(a) => Ok((ino, a)),

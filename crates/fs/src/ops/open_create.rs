@@ -9,7 +9,6 @@ use fuser::{Errno, FileAttr, INodeNo, Request, WriteFlags};
 use squeezefs_container::{Container, FileStorage};
 
 use super::SqueezeFs;
-use crate::lifecycle::errno;
 use crate::sys;
 
 impl SqueezeFs {
@@ -35,13 +34,13 @@ impl SqueezeFs {
     /// registered, and its (empty) container attached without reading anything back.
     fn create_new(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
         let at = self.at_new(parent, name)?;
-        let file = sys::create_rw(&at.dir, &at.name, mode).map_err(errno)?;
+        let file = sys::create_rw(&at.dir, &at.name, mode)?;
         let made = (|| {
             if self.as_root {
                 self.give_to_caller(req, &at.parent, file.as_fd())?;
             }
-            let path = sys::open_path(&at.dir, &at.name).map_err(errno)?;
-            let st = sys::fstat(&file).map_err(errno)?;
+            let path = sys::open_path(&at.dir, &at.name)?;
+            let st = sys::fstat(&file)?;
             Ok((path, st))
         })();
         let (path, st) = match made {

@@ -10,7 +10,6 @@ use squeezefs_container::dicts;
 
 use super::SqueezeFs;
 use crate::inode::Inode;
-use crate::lifecycle::errno;
 use crate::props::{self, DirProps, Prop, Value};
 
 impl SqueezeFs {
@@ -112,7 +111,7 @@ impl SqueezeFs {
         if inode.is_dir {
             props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
-                errno(e)
+                Errno::from(e)
             })?;
             let mut cache = inode.dir_props.lock().unwrap();
             let mut d = cache.unwrap_or_default();

@@ -12,7 +12,6 @@ use super::attrs::dtype_kind;
 use super::names::is_dict_dir;
 use super::SqueezeFs;
 use crate::inode::Inode;
-use crate::lifecycle::errno;
 use crate::prefetch;
 use crate::sys;
 
@@ -61,7 +60,7 @@ impl SqueezeFs {
         let dfd = self.fd(&inode)?;
         // The count before the listing: a change racing with it makes the listing stale.
         let gen = inode.dir_gen.load(Ordering::Acquire);
-        let entries = sys::read_dir(&dfd).map_err(errno)?;
+        let entries = sys::read_dir(&dfd)?;
         // A reader is about to walk this directory: start reading its files.
         let files: Vec<CString> = entries
             .iter()
@@ -95,7 +94,7 @@ impl SqueezeFs {
             return Ok(h.list.clone());
         }
         drop(dirs);
-        let entries = sys::read_dir(self.fd(&inode)?).map_err(errno)?;
+        let entries = sys::read_dir(self.fd(&inode)?)?;
         let fresh = Arc::new(self.dir_list(ino.0, &inode, entries));
         if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh) {
             h.list = fresh.clone();
@@ -110,7 +109,7 @@ impl SqueezeFs {
 
     pub(super) fn do_fsyncdir(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
         let i = self.inode(ino)?;
-        sys::fsync_path(self.fd(&i)?, datasync).map_err(errno)
+        sys::fsync_path(self.fd(&i)?, datasync).map_err(Errno::from)
     }
 }
 

@@ -11,7 +11,6 @@ use fuser::{Errno, INodeNo, Request};
 use super::reply::Xattr;
 use super::SqueezeFs;
 use crate::inode::PathFd;
-use crate::lifecycle::errno;
 use crate::props::{self, Prop};
 use crate::sys;
 
@@ -27,11 +26,11 @@ const CAPS_STORED: &CStr = c"trusted.squeezefs.capability";
 /// getfattr, getfacl and getcap ask first).
 fn getxattr_at(fd: &PathFd, c: &CStr, size: u32) -> Result<Xattr, Errno> {
     if size == 0 {
-        return sys::xattr_size(fd, c).map(Xattr::Size).map_err(errno);
+        return sys::xattr_size(fd, c).map(Xattr::Size).map_err(Errno::from);
     }
     sys::xattr_get(fd, c, size as usize)
         .map(Xattr::Value)
-        .map_err(errno)
+        .map_err(Errno::from)
 }
 
 impl SqueezeFs {
@@ -54,16 +53,16 @@ impl SqueezeFs {
         if name.as_bytes() == CAPS_STORED.to_bytes() {
             return Err(Errno::EPERM);
         }
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::cstr(name)?;
         i.no_caps.store(false, Ordering::Relaxed);
         let fd = self.fd(&i)?;
         if name.as_bytes() == CAPS && self.as_root {
-            sys::xattr_set(&fd, CAPS_STORED, value, flags).map_err(errno)?;
+            sys::xattr_set(&fd, CAPS_STORED, value, flags)?;
             // A copy under the real name (stored by an older squeezefs) goes.
             let _ = sys::xattr_remove(&fd, &c);
             return Ok(());
         }
-        sys::xattr_set(&fd, &c, value, flags).map_err(errno)?;
+        sys::xattr_set(&fd, &c, value, flags)?;
         if name.as_bytes() == b"system.posix_acl_access" {
             self.kill_sgid_after_acl(req, ino, &i)?;
         }
@@ -84,7 +83,7 @@ impl SqueezeFs {
             return Err(Errno::ENODATA);
         }
         let fd = self.fd(&i)?;
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::cstr(name)?;
         let mut r = Err(Errno::ENODATA);
         if caps && self.as_root {
             r = getxattr_at(&fd, CAPS_STORED, size);
@@ -100,7 +99,7 @@ impl SqueezeFs {
 
     pub(super) fn do_listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr, Errno> {
         let i = self.inode(ino)?;
-        let raw = sys::xattr_list(self.fd(&i)?, 65536).map_err(errno)?;
+        let raw = sys::xattr_list(self.fd(&i)?, 65536)?;
         // Properties are listed as they are in force (a file's live in its container; a
         // value forged on the backing entry around squeezefs is not one), the rest as is.
         // Capabilities kept under their stored name are listed under their own, once.
@@ -137,13 +136,13 @@ impl SqueezeFs {
         if name.as_bytes() == CAPS_STORED.to_bytes() {
             return Err(Errno::EPERM);
         }
-        let c = sys::cstr(name).map_err(errno)?;
+        let c = sys::cstr(name)?;
         let fd = self.fd(&i)?;
         if name.as_bytes() == CAPS && self.as_root {
             let stored = sys::xattr_remove(&fd, CAPS_STORED);
             let real = sys::xattr_remove(&fd, &c);
-            return stored.or(real).map_err(errno);
+            return stored.or(real).map_err(Errno::from);
         }
-        sys::xattr_remove(&fd, &c).map_err(errno)
+        sys::xattr_remove(&fd, &c).map_err(Errno::from)
     }
 }
