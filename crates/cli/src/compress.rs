@@ -121,7 +121,7 @@ fn cstring(s: &str) -> CString {
 /// Copies owner, mode, xattrs (all but squeezefs requests/properties) and times.
 fn copy_metadata(from: &File, to: &File) -> Result<(), String> {
     let md = from.metadata().map_err(|e| e.to_string())?;
-    let (f, t) = (from.as_raw_fd(), to.as_raw_fd());
+    let (f, t) = (from, to);
     if let Ok(list) = sys::xattr_list(f, 64 << 10) {
         for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
             if name.starts_with(b"user.squeezefs.") {
@@ -226,7 +226,7 @@ fn own_codec(path: &Path) -> Option<CodecSpec> {
     let c = cstring(props::COMPRESSION);
     File::open(path)
         .ok()
-        .and_then(|f| sys::xattr_get(f.as_raw_fd(), &c, 64).ok())
+        .and_then(|f| sys::xattr_get(&f, &c, 64).ok())
         .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
 }
 
@@ -344,7 +344,7 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
             if let (true, Some(d)) = (wants_dict, dir_dict) {
                 sys::xattr_set(
-                    f.as_raw_fd(),
+                    &f,
                     &cstring(props::DICTIONARY),
                     d.to_string().as_bytes(),
                     0,
@@ -353,7 +353,7 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
             }
             if args.codec.is_some() {
                 sys::xattr_set(
-                    f.as_raw_fd(),
+                    &f,
                     &cstring(props::COMPRESSION),
                     codec.to_string().as_bytes(),
                     0,
@@ -365,7 +365,7 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
             let mut off = 0;
             while off < job.size {
                 let v = format!("{off}:{STEP}");
-                sys::xattr_set(f.as_raw_fd(), &cstring(props::REWRITE), v.as_bytes(), 0)
+                sys::xattr_set(&f, &cstring(props::REWRITE), v.as_bytes(), 0)
                     .map_err(|e| err(&job.path, format!("rewrite: {e} (the daemon's log says why)")))?;
                 pb.inc(STEP.min(job.size - off));
                 off += STEP;
@@ -380,7 +380,7 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
     let before = src.metadata().map_err(|e| err(&job.path, e))?;
     let (tmp, mut tf) = temp_beside(&job.path).map_err(|e| err(&job.path, e))?;
     let r = (|| {
-        let t = tf.as_raw_fd();
+        let t = std::os::fd::AsFd::as_fd(&tf);
         // The copy gets `--codec` or the file's own property; without either it keeps what
         // it inherited when created (its directory's property, or the mount's codec).
         if own.is_some() {
