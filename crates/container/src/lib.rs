@@ -9,6 +9,7 @@ pub mod convert;
 pub mod dicts;
 pub mod encode;
 pub mod format;
+mod layout;
 pub mod predict;
 pub mod sim;
 pub mod stats;
