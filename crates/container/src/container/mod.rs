@@ -33,6 +33,7 @@ mod props;
 mod state;
 mod writeout;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use log::warn;
@@ -90,7 +91,8 @@ impl Default for Options {
 ///    token for "the state so far". Partial extents stay dirty in memory
 ///    ([`dirty_bytes`](Container::dirty_bytes)); an extent a write covered entirely, and
 ///    every dirty extent once more than 8 MiB are dirty, is compressed and written at once
-///    into its other half — written, not durable, and not yet described by a superblock.
+///    (to the half that does not hold the last durable copy) — written, not durable, and
+///    not yet described by a superblock.
 /// 2. **Written back.** [`write_back`](Container::write_back) writes every dirty extent (and
 ///    punches what the file no longer uses). An inline file's data is in its superblock,
 ///    which is written at once; so is the superblock of a file that wrote nothing since its
@@ -119,6 +121,40 @@ impl Default for Options {
 pub struct Container<S: Storage> {
     storage: S,
     mode: Mode,
+}
+
+impl Packed {
+    /// The state of a file opened with `opts`: nothing known about its disk yet.
+    fn new(shift: u8, opts: &Options, size: u64) -> Packed {
+        Packed {
+            shift,
+            codec: opts.codec,
+            codec_prop: false,
+            shift_prop: false,
+            mount_codec: opts.codec,
+            dict: None,
+            dict_used: false,
+            force: opts.force,
+            nocompress: false,
+            fails: 0,
+            backoff_writes: 0,
+            stats: opts.stats.clone(),
+            size,
+            sb_slot: None,
+            sb_gen: 0,
+            sb_durable: false,
+            sb_unknown: false,
+            sb_other_dirty: false,
+            sb_inline: false,
+            sb_dirty: true,
+            stale_from: None,
+            exts: BTreeMap::new(),
+            clock: 0,
+            unsynced: false,
+            epoch: 0,
+            pending: None,
+        }
+    }
 }
 
 fn corrupt_sb(reasons: &[String]) -> Error {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use squeezefs_codec::CodecSpec;
 
-use super::Options;
 use crate::format::ExtentHeader;
 use crate::stats::Stats;
 
@@ -148,37 +147,6 @@ pub(super) enum Mode {
 }
 
 impl Packed {
-    pub(super) fn new(shift: u8, opts: &Options, size: u64) -> Packed {
-        Packed {
-            shift,
-            codec: opts.codec,
-            codec_prop: false,
-            shift_prop: false,
-            mount_codec: opts.codec,
-            dict: None,
-            dict_used: false,
-            force: opts.force,
-            nocompress: false,
-            fails: 0,
-            backoff_writes: 0,
-            stats: opts.stats.clone(),
-            size,
-            sb_slot: None,
-            sb_gen: 0,
-            sb_durable: false,
-            sb_unknown: false,
-            sb_other_dirty: false,
-            sb_inline: false,
-            sb_dirty: true,
-            stale_from: None,
-            exts: BTreeMap::new(),
-            clock: 0,
-            unsynced: false,
-            epoch: 0,
-            pending: None,
-        }
-    }
-
     pub(super) fn extent_len(&self) -> usize {
         1 << self.shift
     }
