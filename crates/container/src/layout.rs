@@ -214,6 +214,22 @@ pub(crate) fn read_payload<S: Storage>(
     Ok((n == payload.len() && payload_ok(h, &payload)).then_some(payload))
 }
 
+/// Up to `buf.len()` first bytes of the payload of half `half` (whose valid header is `h`),
+/// unverified (no payload checksum: a header-only reader's peek, e.g. at a zstd frame
+/// header). Returns how many were read.
+pub(crate) fn read_payload_start<S: Storage>(
+    st: &S,
+    shift: u8,
+    idx: u64,
+    half: u8,
+    h: &ExtentHeader,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let len = (h.stored_len as usize).min(buf.len());
+    let at = half_offset(shift, idx, half) + EXTENT_HEADER_LEN as u64;
+    Ok(read_full(st, &mut buf[..len], at)?)
+}
+
 /// The name of a half in messages: `A` or `B`.
 pub(crate) fn half_name(h: u8) -> char {
     if h == 0 {

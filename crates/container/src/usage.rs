@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 
 use squeezefs_codec::Algorithm;
 
-use crate::format::{half_offset, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
+use crate::format::{BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
 use crate::layout::{
-    current_superblock, newest_halves, read_halves, read_head, superblock_copies, Half, Head, Tie,
+    current_superblock, newest_halves, read_halves, read_head, read_payload_start, superblock_copies, Half,
+    Head, Tie,
 };
-use crate::storage::{read_full, Storage};
+use crate::storage::Storage;
 use crate::Result;
 
 /// What one kind of extent (codec and level, or inline) adds up to in one file or a tree.
@@ -160,9 +161,7 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         let kind = if cur.flags & EXTENT_FLAG_DICT != 0 {
             // Which dictionary: the frame header, the first bytes of the payload.
             let mut frame = [0u8; 18];
-            let len = (cur.stored_len as usize).min(frame.len());
-            let at = half_offset(shift, idx, cur_half) + EXTENT_HEADER_LEN as u64;
-            let got = read_full(st, &mut frame[..len], at)?;
+            let got = read_payload_start(st, shift, idx, cur_half, &cur, &mut frame)?;
             u.dicts
                 .extend(squeezefs_codec::dict::frame_dict_id(&frame[..got]));
             Kind::DictExtent(cur.level)
@@ -193,7 +192,9 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::half_offset;
     use crate::sim::MemDisk;
+    use crate::storage::read_full;
     use crate::{Container, Options};
     use squeezefs_codec::CodecSpec;
 
