@@ -173,7 +173,7 @@ pub fn compress(
     limit: usize,
 ) -> Result<bool, CodecError> {
     let cdict = dict.cdict(level)?;
-    crate::zstd::compress_with(level, dst, limit, |cctx, out| {
+    crate::pooled::compress_with(level, dst, limit, |cctx, out| {
         cctx.compress_using_cdict(out, src, &cdict)
     })
 }

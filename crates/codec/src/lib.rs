@@ -9,18 +9,21 @@
 //! * [`heuristic`] judges whether data is worth compressing without compressing it (btrfs).
 //! * [`workspace`] is the bounded, per-level pool of zstd compression contexts (btrfs).
 
+#![deny(unsafe_code)] // the one exception, a libzstd size estimate, is `workspace::sizing::estimate`
+
 pub mod dict;
 pub mod heuristic;
 mod lz4;
 mod lzo;
 mod none;
+mod pooled;
 mod registry;
 mod spec;
 pub mod workspace;
 mod zlib;
 mod zstd;
 
-pub use registry::{codec, compress, decompress, Codec};
+pub use registry::{codec, compress, decompress};
 pub use spec::{Algorithm, CodecSpec, ParseError};
 
 /// Why a compression or decompression failed.
@@ -35,4 +38,22 @@ pub enum CodecError {
     /// A zstd frame names a dictionary that is not loaded.
     #[error("zstd payload needs dictionary {0}, which is not loaded (is its file in .squeezefs-dicts?)")]
     MissingDictionary(u32),
+}
+
+/// A compression algorithm. Implementations are stateless values; any per-level state
+/// (compression contexts) is kept per thread inside the implementation and reused.
+pub trait Codec: Send + Sync {
+    fn algorithm(&self) -> Algorithm;
+
+    /// Compresses `src` at `level` into `dst` (cleared first).
+    ///
+    /// Returns `Ok(false)` when the result would not fit in `limit` bytes: the caller then
+    /// stores the data raw. Implementations stop early instead of producing more than
+    /// `limit` bytes where the library allows it.
+    fn compress(&self, level: i32, src: &[u8], dst: &mut Vec<u8>, limit: usize) -> Result<bool, CodecError>;
+
+    /// Decompresses `src` into exactly `dst.len()` bytes. Input that does not decode to
+    /// exactly that many bytes is [`CodecError::Corrupt`]; nothing is allocated from
+    /// lengths found in `src`.
+    fn decompress(&self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError>;
 }

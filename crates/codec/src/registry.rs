@@ -1,25 +1,7 @@
-//! The one trait every algorithm implements, and the registry that maps an [`Algorithm`] to
-//! its implementation.
+//! The registry that maps an [`Algorithm`] to its implementation of [`Codec`] (the trait is
+//! in the crate root, so the implementations do not depend on the registry that lists them).
 
-use crate::{Algorithm, CodecError, CodecSpec};
-
-/// A compression algorithm. Implementations are stateless values; any per-level state
-/// (compression contexts) is kept per thread inside the implementation and reused.
-pub trait Codec: Send + Sync {
-    fn algorithm(&self) -> Algorithm;
-
-    /// Compresses `src` at `level` into `dst` (cleared first).
-    ///
-    /// Returns `Ok(false)` when the result would not fit in `limit` bytes: the caller then
-    /// stores the data raw. Implementations stop early instead of producing more than
-    /// `limit` bytes where the library allows it.
-    fn compress(&self, level: i32, src: &[u8], dst: &mut Vec<u8>, limit: usize) -> Result<bool, CodecError>;
-
-    /// Decompresses `src` into exactly `dst.len()` bytes. Input that does not decode to
-    /// exactly that many bytes is [`CodecError::Corrupt`]; nothing is allocated from
-    /// lengths found in `src`.
-    fn decompress(&self, src: &[u8], dst: &mut [u8]) -> Result<(), CodecError>;
-}
+use crate::{Algorithm, Codec, CodecError, CodecSpec};
 
 static NONE: crate::none::NoneCodec = crate::none::NoneCodec;
 static ZSTD: crate::zstd::ZstdCodec = crate::zstd::ZstdCodec;

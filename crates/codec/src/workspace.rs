@@ -16,85 +16,33 @@
 //!   one replaces it). [`Pool::reclaim`] frees those idle for `reclaim_after` (45 s).
 //! * One max-level workspace is allocated up front and hidden from reclaim and eviction: a
 //!   writer always finds a workspace that can serve any level, even when allocating fails.
-//! * Time comes from a [`Clock`], so tests drive reclaim without sleeping.
+//! * Time comes from a [`Clock`], so tests drive reclaim without sleeping (`clock.rs`);
+//!   contexts are made by an [`Allocator`], so tests can make allocation fail, and priced by
+//!   libzstd's estimate ([`estimate`]) (`sizing.rs`). This file is the pool itself: the
+//!   idle lists, the bound, borrowing, eviction, reclaim and the leases.
 //!
 //! Memory per level is what libzstd says a context needs for an extent of the configured
 //! size (`ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, size))`), and each live
 //! workspace reports its real size (`ZSTD_sizeof_CCtx`) after every use.
 
+mod clock;
+mod sizing;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use zstd::bulk::Compressor;
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use sizing::{estimate, measure, Allocator, ZstdAllocator};
 
 /// The highest zstd level squeezefs accepts; the reserved workspace is of this level.
 pub const MAX_LEVEL: i32 = 19;
 /// Idle time after which a workspace is freed (the btrfs patch's value).
 pub const RECLAIM_AFTER: Duration = Duration::from_secs(45);
-
-/// Monotonic time as seen by the pool.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Duration;
-}
-
-/// The real clock.
-pub struct MonotonicClock(Instant);
-
-impl MonotonicClock {
-    pub fn new() -> MonotonicClock {
-        MonotonicClock(Instant::now())
-    }
-}
-
-impl Default for MonotonicClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for MonotonicClock {
-    fn now(&self) -> Duration {
-        self.0.elapsed()
-    }
-}
-
-/// A clock that moves only when told to (tests).
-#[derive(Default)]
-pub struct ManualClock(AtomicU64);
-
-impl ManualClock {
-    pub fn advance(&self, d: Duration) {
-        self.0.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::SeqCst))
-    }
-}
-
-/// Makes compression contexts; tests substitute one that fails.
-pub trait Allocator: Send + Sync {
-    fn alloc(&self, level: i32) -> Option<Compressor<'static>>;
-}
-
-/// libzstd's allocator: a context at `level` without a frame checksum (the container keeps
-/// its own checksums).
-pub struct ZstdAllocator;
-
-impl Allocator for ZstdAllocator {
-    fn alloc(&self, level: i32) -> Option<Compressor<'static>> {
-        let mut c = Compressor::new(level).ok()?;
-        c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(false))
-            .ok()?;
-        Some(c)
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 pub struct PoolConfig {
@@ -225,24 +173,6 @@ pub struct Pool {
     alloc: Box<dyn Allocator>,
     state: Mutex<State>,
     returned: Condvar,
-}
-
-/// libzstd's estimate of a context's size at `level` for inputs of `input_size` bytes.
-pub fn estimate(level: i32, input_size: usize) -> usize {
-    use zstd::zstd_safe::zstd_sys::{ZSTD_estimateCCtxSize_usingCParams, ZSTD_getCParams};
-    // SAFETY: both are pure functions of their arguments.
-    unsafe { ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, input_size as u64, 0)) }
-}
-
-/// The real size of a fresh context at `level` after compressing `sample` (for `squeezefs
-/// bench`: what one workspace of this level costs on this data).
-pub fn measure(level: i32, sample: &[u8]) -> usize {
-    let Some(mut ctx) = ZstdAllocator.alloc(level) else {
-        return 0;
-    };
-    let mut dst = Vec::with_capacity(zstd::zstd_safe::compress_bound(sample.len()));
-    let _ = ctx.compress_to_buffer(sample, &mut dst);
-    ctx.context_mut().sizeof()
 }
 
 impl Pool {
@@ -515,7 +445,7 @@ pub fn global() -> &'static Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn text(n: usize) -> Vec<u8> {
         include_bytes!("workspace.rs")

@@ -3,12 +3,12 @@
 //! torn or stale extent copies next to a valid newer one, extents past the end, a container
 //! whose first superblock never landed — and never the only valid copy of anything.
 
-use crate::container::{read_head, Head};
-use crate::encode::{decode_payload, payload_ok};
-use crate::format::{
-    half_offset, sb_offset, slot_size, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN,
+use crate::encode::decode_payload;
+use crate::format::{half_offset, slot_size, ExtentHeader, DATA_START};
+use crate::layout::{
+    self, current_superblock, half_name, newest_first, read_head, superblock_copies, Head, Tie,
 };
-use crate::storage::{read_full, Storage};
+use crate::storage::Storage;
 use crate::Result;
 
 /// How bad a finding is.
@@ -62,15 +62,7 @@ impl Report {
     }
 }
 
-fn half_name(h: u8) -> char {
-    if h == 0 {
-        'A'
-    } else {
-        'B'
-    }
-}
-
-/// One half as found on disk.
+/// One half as `check` judges it: its header, its payload checksum, and that it decodes.
 enum Half {
     Hole,
     Valid(ExtentHeader),
@@ -78,21 +70,14 @@ enum Half {
 }
 
 fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, h: u8) -> Result<Half> {
-    let off = half_offset(shift, idx, h);
-    let mut hb = [0u8; EXTENT_HEADER_LEN];
-    let n = read_full(st, &mut hb, off)?;
-    if hb[..n].iter().all(|&b| b == 0) {
-        return Ok(Half::Hole);
-    }
-    let hdr = match ExtentHeader::decode(&hb[..n], idx, shift) {
-        Ok(x) => x,
-        Err(e) => return Ok(Half::Invalid(format!("header: {e}"))),
+    let hdr = match layout::read_half(st, shift, idx, h)? {
+        layout::Half::Hole => return Ok(Half::Hole),
+        layout::Half::Invalid(e) => return Ok(Half::Invalid(format!("header: {e}"))),
+        layout::Half::Header(x) => x,
     };
-    let mut payload = vec![0u8; hdr.stored_len as usize];
-    let got = read_full(st, &mut payload, off + EXTENT_HEADER_LEN as u64)?;
-    if got != payload.len() || !payload_ok(&hdr, &payload) {
+    let Some(payload) = layout::read_payload(st, shift, idx, h, &hdr)? else {
         return Ok(Half::Invalid("payload checksum mismatch".into()));
-    }
+    };
     let mut out = vec![0u8; 1 << shift];
     if let Err(e) = decode_payload(&hdr, &payload, &mut out) {
         return Ok(Half::Invalid(format!(
@@ -125,24 +110,15 @@ pub fn check<S: Storage>(st: &S) -> Result<Report> {
         }
         Head::Container(b) => b,
     };
-    let n = blocks.len();
-    let mut copies = Vec::new();
-    for slot in 0..2u8 {
-        let start = (sb_offset(slot) as usize).min(n);
-        let block = &blocks[start..(start + BLOCK as usize).min(n)];
-        let written = !block.iter().all(|&b| b == 0);
-        copies.push((slot, written, Superblock::decode(block)));
-    }
-    let best = copies
-        .iter()
-        .filter_map(|(s, _, d)| d.as_ref().ok().map(|sb| (*s, sb.clone())))
-        .max_by_key(|(_, sb)| sb.generation);
+    let copies = superblock_copies(&blocks);
+    // (Of two valid copies with equal generations, `check` has always named copy 1.)
+    let best = current_superblock(&copies, Tie::Last).map(|(s, sb)| (s, sb.clone()));
     let Some((slot, sb)) = best else {
         let why: Vec<String> = copies
             .iter()
-            .filter_map(|(s, w, d)| match d {
-                Err(e) if *w => Some(format!("copy {s}: {e}")),
-                Err(_) => Some(format!("copy {s}: not written")),
+            .filter_map(|c| match &c.decoded {
+                Err(e) if c.written => Some(format!("copy {}: {e}", c.slot)),
+                Err(_) => Some(format!("copy {}: not written", c.slot)),
                 Ok(_) => None,
             })
             .collect();
@@ -157,9 +133,10 @@ pub fn check<S: Storage>(st: &S) -> Result<Report> {
         });
         return Ok(r);
     };
-    for (s, written, d) in &copies {
-        if let (Err(e), true) = (d, *written) {
-            if *s != slot {
+    for c in &copies {
+        if let (Err(e), true) = (&c.decoded, c.written) {
+            let s = c.slot;
+            if s != slot {
                 r.findings.push(Finding {
                     severity: Severity::Warning,
                     extent: None,
@@ -184,12 +161,14 @@ pub fn check<S: Storage>(st: &S) -> Result<Report> {
         for idx in 0..count {
             let offset = idx << shift;
             let halves = [read_half(st, shift, idx, 0)?, read_half(st, shift, idx, 1)?];
-            let newest = (0..2u8)
-                .filter_map(|h| match &halves[h as usize] {
-                    Half::Valid(x) => Some((h, x.generation)),
-                    _ => None,
-                })
-                .max_by_key(|(_, g)| *g);
+            let gens = [0, 1].map(|h| match &halves[h] {
+                Half::Valid(x) => Some(x.generation),
+                _ => None,
+            });
+            // (Of two valid halves with equal generations, `check` has always named B.)
+            let newest = newest_first(gens, Tie::Last)
+                .first()
+                .map(|&h| (h, gens[h as usize].expect("valid")));
             match newest {
                 None => {
                     let why: Vec<String> = (0..2u8)

@@ -3,12 +3,16 @@
 //! halves. The layout is in [`format`] and docs/FORMAT.md; all I/O goes through
 //! [`Storage`], so every property is testable on the crash-simulating [`sim::MemDisk`].
 
+// The only `unsafe` is the two system calls in `storage::sys` (allowed there).
+#![deny(unsafe_code)]
+
 pub mod check;
 mod container;
 pub mod convert;
 pub mod dicts;
 pub mod encode;
 pub mod format;
+mod layout;
 pub mod predict;
 pub mod sim;
 pub mod stats;

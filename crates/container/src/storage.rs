@@ -4,8 +4,8 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 
 /// Positioned I/O on one backing file. Methods take `&self` so extents can be written from
 /// several threads at once (pwrite is safe to call concurrently on distinct ranges).
@@ -80,20 +80,7 @@ impl Storage for FileStorage {
         let (Ok(o), Ok(l)) = (i64::try_from(off), i64::try_from(len)) else {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         };
-        // SAFETY: plain syscall on a valid fd.
-        let r = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                o,
-                l,
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        sys::punch_hole(self.file.as_fd(), o, l)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -112,17 +99,62 @@ impl Storage for FileStorage {
         let Ok(o) = i64::try_from(off) else {
             return Ok(None);
         };
-        // SAFETY: plain syscall on a valid fd.
-        let r = unsafe { libc::lseek(self.file.as_raw_fd(), o, libc::SEEK_DATA) };
-        if r >= 0 {
-            return Ok(Some(r as u64));
-        }
-        let e = io::Error::last_os_error();
+        let e = match sys::seek_data(self.file.as_fd(), o) {
+            Ok(r) => return Ok(Some(r as u64)),
+            Err(e) => e,
+        };
         match e.raw_os_error() {
             Some(libc::ENXIO) => Ok(None),
             // A host without SEEK_DATA: assume data.
             Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(Some(off)),
             _ => Err(e),
+        }
+    }
+}
+
+/// The two Linux calls `FileStorage` needs that std does not wrap: punching a hole
+/// (`fallocate(2)`) and finding data (`lseek(2)` with `SEEK_DATA`).
+///
+/// The crate's only `unsafe`. `nix` wraps both calls safely, but no crate of the workspace
+/// uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking it would add
+/// a second version of nix beside fuser's (0.31) for two system calls.
+#[allow(unsafe_code)]
+mod sys {
+    use std::io;
+    use std::os::fd::{AsRawFd, BorrowedFd};
+
+    /// Deallocates `[off, off+len)` without changing the file's length.
+    pub(super) fn punch_hole(fd: BorrowedFd<'_>, off: i64, len: i64) -> io::Result<()> {
+        // SAFETY: fallocate(2) takes no pointers, only integers and a file descriptor, and
+        // `BorrowedFd` guarantees that descriptor is open for the whole call. It cannot
+        // touch this process's memory; every failure is reported through errno, read at
+        // once below.
+        let r = unsafe {
+            libc::fallocate(
+                fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                len,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// The first offset ≥ `off` holding data (`ENXIO`: only holes from `off` on).
+    pub(super) fn seek_data(fd: BorrowedFd<'_>, off: i64) -> io::Result<i64> {
+        // SAFETY: lseek(2) takes no pointers, only integers and a file descriptor that
+        // `BorrowedFd` keeps open for the whole call; failures come back through errno, read
+        // at once below. It moves the descriptor's file offset, which nothing here relies
+        // on: `FileStorage` does all its I/O with explicit offsets (pread/pwrite).
+        let r = unsafe { libc::lseek(fd.as_raw_fd(), off, libc::SEEK_DATA) };
+        if r >= 0 {
+            Ok(r)
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 }

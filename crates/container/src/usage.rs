@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 
 use squeezefs_codec::Algorithm;
 
-use crate::container::{read_head, Head};
-use crate::format::{
-    half_offset, sb_offset, ExtentHeader, Superblock, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN,
-    SB_FLAG_DICT,
+use crate::format::{BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
+use crate::layout::{
+    current_superblock, newest_halves, read_halves, read_head, read_payload_start, superblock_copies, Half,
+    Head, Tie,
 };
-use crate::storage::{read_full, Storage};
+use crate::storage::Storage;
 use crate::Result;
 
 /// What one kind of extent (codec and level, or inline) adds up to in one file or a tree.
@@ -113,14 +113,9 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         }
         Head::Container(b) => b,
     };
-    let n = head.len();
-    let sb = (0..2u8)
-        .filter_map(|slot| {
-            let s = (sb_offset(slot) as usize).min(n);
-            Superblock::decode(&head[s..(s + BLOCK as usize).min(n)]).ok()
-        })
-        .max_by_key(|sb| sb.generation);
-    let Some(sb) = sb else {
+    let copies = superblock_copies(&head);
+    // (Of two valid copies with equal generations, `usage` has always taken copy 1.)
+    let Some((_, sb)) = current_superblock(&copies, Tie::Last) else {
         // Both superblocks damaged: nothing of it is readable; `check` says more.
         u.damaged_extents = 1;
         return Ok(u);
@@ -152,21 +147,11 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         return Ok(u);
     }
     for idx in 0..sb.size.div_ceil(1 << shift) {
-        let mut copies = Vec::with_capacity(2);
-        let mut torn = 0u64;
-        for half in 0..2u8 {
-            let mut hb = [0u8; EXTENT_HEADER_LEN];
-            let got = read_full(st, &mut hb, half_offset(shift, idx, half))?;
-            if hb[..got].iter().all(|&b| b == 0) {
-                continue;
-            }
-            match ExtentHeader::decode(&hb[..got], idx, shift) {
-                Ok(h) => copies.push((h, half)),
-                Err(_) => torn += BLOCK,
-            }
-        }
-        copies.sort_by_key(|(h, _)| std::cmp::Reverse(h.generation));
-        let Some(&(cur, cur_half)) = copies.first() else {
+        let halves = read_halves(st, shift, idx)?;
+        let torn = halves.iter().filter(|h| matches!(h, Half::Invalid(_))).count() as u64 * BLOCK;
+        // Current copy first; of equal generations, half A (as `usage` always did).
+        let copies = newest_halves(&halves, Tie::First);
+        let Some(&(cur_half, cur)) = copies.first() else {
             if torn > 0 {
                 u.damaged_extents += 1;
             }
@@ -176,9 +161,7 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         let kind = if cur.flags & EXTENT_FLAG_DICT != 0 {
             // Which dictionary: the frame header, the first bytes of the payload.
             let mut frame = [0u8; 18];
-            let len = (cur.stored_len as usize).min(frame.len());
-            let at = half_offset(shift, idx, cur_half) + EXTENT_HEADER_LEN as u64;
-            let got = read_full(st, &mut frame[..len], at)?;
+            let got = read_payload_start(st, shift, idx, cur_half, &cur, &mut frame)?;
             u.dicts
                 .extend(squeezefs_codec::dict::frame_dict_id(&frame[..got]));
             Kind::DictExtent(cur.level)
@@ -200,7 +183,7 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
         u.leftover += torn
             + copies[1..]
                 .iter()
-                .map(|(h, _)| blocks(EXTENT_HEADER_LEN as u64 + h.stored_len as u64))
+                .map(|(_, h)| blocks(EXTENT_HEADER_LEN as u64 + h.stored_len as u64))
                 .sum::<u64>();
     }
     Ok(u)
@@ -209,7 +192,9 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::half_offset;
     use crate::sim::MemDisk;
+    use crate::storage::read_full;
     use crate::{Container, Options};
     use squeezefs_codec::CodecSpec;
 

@@ -1,0 +1,152 @@
+//! The extent cache: the decompressed bytes of the extents a file is using, loaded on demand
+//! from the current copy on disk, and what was learnt about each extent's halves. Reads and
+//! partial writes go through it; clean extents beyond [`CACHE_EXTENTS`] are dropped, least
+//! recently used first. Dirty extents stay until the write-out (`writeout.rs`) takes them.
+
+use log::warn;
+
+use super::state::{Copy, DiskState, Packed};
+use crate::encode::decode_payload;
+use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, Tie};
+use crate::storage::Storage;
+use crate::{Error, Result};
+
+/// Clean decompressed extents kept per open file.
+const CACHE_EXTENTS: usize = 8;
+
+impl Packed {
+    /// Reads both halves of extent `idx` and picks the newest copy whose payload checksum
+    /// passes ([`crate::layout`]; of equal generations, half A). Returns the disk state and,
+    /// when there is a copy, its header and payload.
+    pub(super) fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<Copy>)> {
+        let mut state = DiskState::default();
+        let mut damage = Vec::new();
+        let halves = read_halves(st, self.shift, idx)?;
+        let present = [0, 1].map(|h| !matches!(halves[h], Half::Hole));
+        let valid = [0, 1].map(|h| matches!(halves[h], Half::Header(_)));
+        for (half, h) in [0u8, 1].into_iter().zip(&halves) {
+            match h {
+                Half::Header(h) => state.max_gen = state.max_gen.max(h.generation),
+                Half::Invalid(e) => damage.push(format!("half {}: header {e}", half_name(half))),
+                Half::Hole => {} // never written, or punched
+            }
+        }
+        let candidates = newest_halves(&halves, Tie::First);
+        let mut chosen = None;
+        for &(half, h) in &candidates {
+            if let Some(payload) = read_payload(st, self.shift, idx, half, &h)? {
+                chosen = Some((half, h, payload));
+                break;
+            }
+            damage.push(format!("half {}: payload checksum mismatch", half_name(half)));
+        }
+        for _ in 0..damage.len() {
+            self.stats.checksum_error();
+        }
+        match chosen {
+            Some((half, h, payload)) => {
+                state.cur = Some((half, h.generation));
+                // Whether the other half still holds something that must go once this
+                // copy is durable.
+                state.other_dirty = present[1 - half as usize];
+                state.ambiguous = valid[1 - half as usize];
+                // A lone valid copy is the one to keep whatever happened: treat it as
+                // durable (the writer then never overwrites it).
+                state.durable = !state.ambiguous;
+                if !damage.is_empty() && candidates.len() > 1 {
+                    warn!("extent {idx}: using the older copy ({})", damage.join("; "));
+                }
+                Ok((state, Some((h, payload))))
+            }
+            None if damage.is_empty() => Ok((state, None)),
+            None => Err(Error::CorruptExtent {
+                index: idx,
+                offset: idx << self.shift,
+                detail: damage.join("; "),
+            }),
+        }
+    }
+
+    /// The bytes of extent `idx` (`None`: all zeros, not cached).
+    pub(super) fn extent_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<Option<&[u8]>> {
+        if !self.is_known(idx) && !self.load(st, idx)? {
+            return Ok(None);
+        }
+        let clock = self.tick();
+        let e = self.exts.get_mut(&idx).expect("loaded");
+        e.last_use = clock;
+        Ok(e.data.as_deref())
+    }
+
+    /// Loads extent `idx` into the cache; false when it is a hole (nothing cached).
+    pub(super) fn load<S: Storage>(&mut self, st: &S, idx: u64) -> Result<bool> {
+        if (idx << self.shift) >= self.size || self.is_stale(idx) {
+            return Ok(false);
+        }
+        let (state, copy) = self.probe(st, idx)?;
+        let Some((h, payload)) = copy else {
+            self.exts.entry(idx).or_default().disk = Some(state);
+            return Ok(false);
+        };
+        let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
+        decode_payload(&h, &payload, &mut buf).map_err(|d| Error::CorruptExtent {
+            index: idx,
+            offset: idx << self.shift,
+            detail: format!("{} payload passed its checksum but does not decode: {d}", h.codec),
+        })?;
+        // Bytes past the end of the file are never part of it.
+        let valid = self.logical_len(idx);
+        buf[valid..].fill(0);
+        let clock = self.tick();
+        let e = self.exts.entry(idx).or_default();
+        e.data = Some(buf);
+        e.disk = Some(state);
+        e.last_use = clock;
+        Ok(true)
+    }
+
+    /// The buffer of extent `idx` for writing; `need_old` loads the current bytes first
+    /// (a partial overwrite), otherwise a whole-extent overwrite starts from zeros.
+    pub(super) fn extent_mut<S: Storage>(&mut self, st: &S, idx: u64, need_old: bool) -> Result<&mut [u8]> {
+        if need_old && !self.is_known(idx) {
+            self.load(st, idx)?;
+        }
+        let len = self.extent_len();
+        let clock = self.tick();
+        let e = self.exts.entry(idx).or_default();
+        e.dirty = true;
+        e.last_use = clock;
+        Ok(e.data.get_or_insert_with(|| vec![0u8; len].into_boxed_slice()))
+    }
+
+    /// Drops clean cached extents beyond the cache budget, least recently used first.
+    pub(super) fn trim_cache(&mut self) {
+        self.trim_cache_to(CACHE_EXTENTS);
+    }
+
+    pub(super) fn trim_cache_to(&mut self, keep: usize) {
+        // Extents at or past `stale_from` exist only in memory (an inline file's content):
+        // they are never evicted.
+        let clean: Vec<(u64, u64)> = self
+            .exts
+            .iter()
+            .filter(|(i, e)| !e.dirty && e.data.is_some() && !self.is_stale(**i))
+            .map(|(i, e)| (e.last_use, *i))
+            .collect();
+        if clean.len() <= keep {
+            return;
+        }
+        let mut clean = clean;
+        clean.sort_unstable();
+        let stale_from = self.stale_from.unwrap_or(u64::MAX);
+        for (_, i) in &clean[..clean.len() - keep] {
+            let e = self.exts.get_mut(i).expect("listed");
+            e.data = None;
+            // Entries in the stale range remember that they were written; others can be
+            // found again on disk once nothing is pending for them.
+            if *i < stale_from && e.disk.is_none_or(|d| d.settled()) {
+                self.exts.remove(i);
+            }
+        }
+    }
+}

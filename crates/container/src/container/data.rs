@@ -1,0 +1,345 @@
+//! The file operations on bytes: read, write, truncate/extend, punch a hole, SEEK_DATA and
+//! SEEK_HOLE, and the in-place recompression `rewrite`, with the changes they make to the
+//! extent cache (growing, shrinking, zeroing, punching whole extents). Writes only mark
+//! extents dirty, except extents a write has covered completely (and everything once
+//! [`MAX_DIRTY_BYTES`] are dirty), which go out at once through `writeout.rs`.
+
+use std::ops::Range;
+
+use super::state::{Mode, Packed};
+use super::Container;
+use crate::format::{half_offset, slot_size, DATA_START};
+use crate::layout::{read_half, Half};
+use crate::storage::{read_full, Storage};
+use crate::{Error, Result};
+
+/// Dirty bytes per file before extents are written out regardless of write pattern.
+pub(super) const MAX_DIRTY_BYTES: usize = 8 << 20;
+/// Largest logical size: extent offsets must fit in 63 bits.
+const MAX_SIZE: u64 = 1 << 50;
+
+impl<S: Storage> Container<S> {
+    /// Rewrites the extents overlapping `range` with the codec in force now (`squeezefs
+    /// compress`). Each new copy goes to the extent's other half and the old one stays
+    /// valid until the new one is durable, so an interruption leaves every extent old or
+    /// new, with the same bytes either way. Holes stay holes. The incompressible flag is
+    /// cleared first: the file gets a fresh chance with the new codec. Returns the bytes
+    /// rewritten. The rewritten extents are durable when this returns.
+    pub fn rewrite(&mut self, range: Range<u64>) -> Result<u64> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain file has no extents to rewrite; it must be converted into a new container".into(),
+            ));
+        };
+        if p.nocompress {
+            p.nocompress = false;
+            p.fails = 0;
+            p.sb_dirty = true;
+            p.stats.flagged(false);
+        }
+        let (shift, end) = (p.shift, range.end.min(p.size));
+        let mut idx = range.start >> shift;
+        let (mut done, mut since_flush) = (0u64, 0u64);
+        while (idx << shift) < end {
+            let Mode::Packed(p) = &mut self.mode else {
+                unreachable!()
+            };
+            if p.extent_is_data(&self.storage, idx)? {
+                let data = self.read(idx << shift, 1 << shift)?;
+                self.write(idx << shift, &data)?;
+                done += data.len() as u64;
+                since_flush += data.len() as u64;
+                if since_flush >= MAX_DIRTY_BYTES as u64 {
+                    self.flush()?;
+                    since_flush = 0;
+                }
+            }
+            idx += 1;
+        }
+        self.fsync()?;
+        Ok(done)
+    }
+
+    /// Logical size.
+    pub fn size(&self) -> Result<u64> {
+        match &self.mode {
+            Mode::Plain => Ok(self.storage.len()?),
+            Mode::Packed(p) => Ok(p.size),
+        }
+    }
+
+    /// Reads up to `len` bytes at `off` (short at the end of the file).
+    pub fn read(&mut self, off: u64, len: usize) -> Result<Vec<u8>> {
+        match &mut self.mode {
+            Mode::Plain => {
+                let mut buf = vec![0u8; len];
+                let n = read_full(&self.storage, &mut buf, off)?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Mode::Packed(p) => {
+                if off >= p.size {
+                    return Ok(Vec::new());
+                }
+                let end = p.size.min(off.saturating_add(len as u64));
+                let mut out = Vec::with_capacity((end - off) as usize);
+                let mut pos = off;
+                while pos < end {
+                    let idx = pos >> p.shift;
+                    let within = (pos - (idx << p.shift)) as usize;
+                    let take = ((end - pos) as usize).min(p.extent_len() - within);
+                    match p.extent_data(&self.storage, idx)? {
+                        Some(d) => out.extend_from_slice(&d[within..within + take]),
+                        None => out.resize(out.len() + take, 0),
+                    }
+                    pos += take as u64;
+                }
+                p.trim_cache();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes `data` at `off`, growing the file when it ends past the end.
+    pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        let end = off.checked_add(data.len() as u64).ok_or(Error::TooLarge)?;
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.write_at(data, off)?),
+            Mode::Packed(p) => {
+                if end > MAX_SIZE {
+                    return Err(Error::TooLarge);
+                }
+                if data.is_empty() {
+                    return Ok(());
+                }
+                p.epoch += 1;
+                if end > p.size {
+                    p.grow(&self.storage, end)?;
+                }
+                let mut pos = off;
+                let mut done = 0usize;
+                let mut touched = Vec::new();
+                while done < data.len() {
+                    let idx = pos >> p.shift;
+                    let within = (pos - (idx << p.shift)) as usize;
+                    let take = (data.len() - done).min(p.extent_len() - within);
+                    let whole = within == 0 && take == p.extent_len();
+                    let buf = p.extent_mut(&self.storage, idx, !whole)?;
+                    buf[within..within + take].copy_from_slice(&data[done..done + take]);
+                    let len = p.extent_len() as u32;
+                    let e = p.exts.get_mut(&idx).expect("just written");
+                    let full = e.cover(within as u32, (within + take) as u32, len);
+                    touched.push((idx, full));
+                    pos += take as u64;
+                    done += take;
+                }
+                // Extents that writes have now covered entirely go out now, in parallel;
+                // partial ones stay in memory until covered or the file is flushed.
+                let mut out: Vec<u64> = touched.iter().filter(|t| t.1).map(|t| t.0).collect();
+                if p.dirty_bytes() > MAX_DIRTY_BYTES {
+                    out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
+                }
+                if !out.is_empty() {
+                    p.write_extents(&self.storage, &out)?;
+                }
+                p.trim_cache();
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets the logical size (truncate or extend with zeros).
+    pub fn set_size(&mut self, size: u64) -> Result<()> {
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.set_len(size)?),
+            Mode::Packed(p) => {
+                if size > MAX_SIZE {
+                    return Err(Error::TooLarge);
+                }
+                p.epoch += 1;
+                if size > p.size {
+                    p.grow(&self.storage, size)
+                } else {
+                    p.shrink(size);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Makes `[off, off+len)` read as zeros without changing the size; whole extents in the
+    /// range become holes.
+    pub fn punch_hole(&mut self, off: u64, len: u64) -> Result<()> {
+        match &mut self.mode {
+            Mode::Plain => Ok(self.storage.punch(off, len)?),
+            Mode::Packed(p) => {
+                let end = off.saturating_add(len).min(p.size);
+                if off >= end {
+                    return Ok(());
+                }
+                p.epoch += 1;
+                let e = p.extent_len() as u64;
+                let first_whole = off.div_ceil(e);
+                let end_whole = end / e;
+                if first_whole < end_whole {
+                    // Partial extents at either end are zeroed through the write path;
+                    // whole extents become holes at once.
+                    p.zero_range(&self.storage, off..first_whole * e)?;
+                    p.punch_extents(&self.storage, first_whole..end_whole)?;
+                    p.zero_range(&self.storage, end_whole * e..end)
+                } else {
+                    p.zero_range(&self.storage, off..end)
+                }
+            }
+        }
+    }
+
+    /// First offset ≥ `off` holding data (`None` past the last data: ENXIO).
+    pub fn seek_data(&mut self, off: u64) -> Result<Option<u64>> {
+        self.seek(off, true)
+    }
+
+    /// First offset ≥ `off` in a hole; the end of the file counts as a hole.
+    pub fn seek_hole(&mut self, off: u64) -> Result<Option<u64>> {
+        self.seek(off, false)
+    }
+
+    fn seek(&mut self, off: u64, want_data: bool) -> Result<Option<u64>> {
+        let size = self.size()?;
+        if off >= size {
+            return Ok(None);
+        }
+        let p = match &mut self.mode {
+            Mode::Plain => {
+                // SEEK_HOLE on a plain file: holes are not tracked; report the end.
+                return Ok(Some(if want_data { off } else { size }));
+            }
+            Mode::Packed(p) => p,
+        };
+        let mut idx = off >> p.shift;
+        let last = (size - 1) >> p.shift;
+        let span = 2 * slot_size(p.shift);
+        while idx <= last {
+            if want_data && !p.is_known(idx) && !p.is_stale(idx) {
+                // Let the host skip its holes: the next extent with anything on disk, or
+                // the next one in memory, whichever comes first.
+                let in_memory = p
+                    .exts
+                    .range(idx..)
+                    .find(|(_, e)| e.data.is_some())
+                    .map(|(i, _)| *i);
+                let on_disk = self
+                    .storage
+                    .next_data(half_offset(p.shift, idx, 0))?
+                    .map(|at| at.saturating_sub(DATA_START) / span);
+                let next = match (in_memory, on_disk) {
+                    (None, None) => return Ok(None),
+                    (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)).max(idx),
+                };
+                if next > idx {
+                    idx = next;
+                    continue;
+                }
+            }
+            if p.extent_is_data(&self.storage, idx)? == want_data {
+                return Ok(Some(off.max(idx << p.shift)));
+            }
+            idx += 1;
+        }
+        Ok(if want_data { None } else { Some(size) })
+    }
+}
+
+impl Packed {
+    /// Grows to `new_size`: the bytes between the old end and the new one read as zeros.
+    pub(super) fn grow<S: Storage>(&mut self, st: &S, new_size: u64) -> Result<()> {
+        let old = self.size;
+        let e = self.extent_len() as u64;
+        if !old.is_multiple_of(e) {
+            // The old tail extent may hold garbage past the old end on disk: load it
+            // (masked at the old size) and rewrite it.
+            let idx = old / e;
+            self.extent_mut(st, idx, true)?;
+        }
+        self.size = new_size;
+        self.sb_dirty = true;
+        Ok(())
+    }
+
+    pub(super) fn shrink(&mut self, new_size: u64) {
+        let e = self.extent_len() as u64;
+        let keep = new_size.div_ceil(e);
+        // Forget everything about extents past the end: their disk copies are stale.
+        let dropped: Vec<u64> = self.exts.range(keep..).map(|(i, _)| *i).collect();
+        for i in dropped {
+            self.exts.remove(&i);
+        }
+        if keep < self.stale_from.unwrap_or(u64::MAX) {
+            self.stale_from = Some(keep);
+        }
+        if !new_size.is_multiple_of(e) {
+            if let Some(ext) = self.exts.get_mut(&(new_size / e)) {
+                if let Some(d) = ext.data.as_mut() {
+                    d[(new_size % e) as usize..].fill(0);
+                }
+            }
+        }
+        self.size = new_size;
+        self.sb_dirty = true;
+    }
+
+    /// Zeroes `range` (inside the file) through the cache; the extents become dirty.
+    pub(super) fn zero_range<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
+        let mut pos = range.start;
+        while pos < range.end {
+            let idx = pos >> self.shift;
+            let base = idx << self.shift;
+            let stop = range.end.min(base + self.extent_len() as u64);
+            let buf = self.extent_mut(st, idx, true)?;
+            buf[(pos - base) as usize..(stop - base) as usize].fill(0);
+            pos = stop;
+        }
+        Ok(())
+    }
+
+    /// True when extent `idx` may hold non-zero bytes. Extents not in memory are judged by
+    /// their headers alone (all-zero extents are never stored, so a header means data).
+    pub(super) fn extent_is_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<bool> {
+        if (idx << self.shift) >= self.size {
+            return Ok(false);
+        }
+        if let Some(e) = self.exts.get(&idx) {
+            if let Some(d) = e.data.as_deref() {
+                return Ok(d.iter().any(|&b| b != 0));
+            }
+        }
+        if self.is_stale(idx) {
+            return Ok(false);
+        }
+        if let Some(d) = self.exts.get(&idx).and_then(|e| e.disk) {
+            return Ok(d.cur.is_some());
+        }
+        for half in 0..2u8 {
+            if !matches!(read_half(st, self.shift, idx, half)?, Half::Hole) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Turns whole extents `range` into holes now (zeros are their new content: losing
+    /// the punch in a crash brings back the old bytes, never others).
+    pub(super) fn punch_extents<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
+        let start = half_offset(self.shift, range.start, 0);
+        let end = half_offset(self.shift, range.end, 0);
+        st.punch(start, end - start)?;
+        self.unsynced = true;
+        let gone: Vec<u64> = self.exts.range(range).map(|(i, _)| *i).collect();
+        for i in gone {
+            let e = self.exts.get_mut(&i).expect("listed");
+            e.data = None;
+            e.punched();
+        }
+        Ok(())
+    }
+}

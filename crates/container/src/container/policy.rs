@@ -1,0 +1,66 @@
+//! Whether an extent is worth trying to compress, per file: HAMMER2's backoff. After
+//! [`BACKOFF_AFTER`] extents in a row resisted compression the file is flagged `NOCOMPRESS`
+//! (recorded in its superblock) and only every [`RETRY_EVERY`]th extent write tries; one
+//! success clears the flag. This is the container's part of the compression decision; what
+//! follows for each extent tried (the btrfs heuristic, the ZFS early abort, the "must save
+//! 12.5 %" rule) is in [`crate::encode`], given the [`Policy`] built here.
+//!
+//! It lives apart from the write-out so the decision and its state can be read in one place:
+//! `writeout.rs` asks [`Packed::backoff_skips`] before compressing and tells
+//! [`Packed::learn`] what came out.
+
+use crate::encode::{Outcome, Policy};
+
+use super::state::Packed;
+
+/// Consecutive extents that resist compression before a file is flagged incompressible
+/// (HAMMER2's `comp_heuristic` threshold).
+pub const BACKOFF_AFTER: u32 = 8;
+/// A flagged file still tries one extent write in this many (HAMMER2 retries every 8th).
+pub const RETRY_EVERY: u32 = 8;
+
+impl Packed {
+    /// What [`crate::encode::encode_extent`] needs to know of the file: its codec (the
+    /// file's property, else the mount's), `compress-force`, and its dictionary.
+    pub(super) fn policy(&self) -> Policy {
+        Policy {
+            codec: self.codec,
+            force: self.force,
+            dict: self.dict,
+        }
+    }
+
+    /// HAMMER2's backoff: once `BACKOFF_AFTER` extents in a row resisted compression, only
+    /// every `RETRY_EVERY`th extent write tries; the others are stored raw untouched.
+    pub(super) fn backoff_skips(&mut self) -> bool {
+        if self.force || self.fails < BACKOFF_AFTER {
+            return false;
+        }
+        self.backoff_writes = self.backoff_writes.wrapping_add(1);
+        !self.backoff_writes.is_multiple_of(RETRY_EVERY)
+    }
+
+    /// Updates the backoff with what one extent taught: a success clears the flag, the
+    /// `BACKOFF_AFTER`th failure in a row sets it (recorded in the superblock).
+    pub(super) fn learn(&mut self, outcome: &Outcome) {
+        match outcome.failed() {
+            Some(false) => {
+                self.fails = 0;
+                if self.nocompress {
+                    self.nocompress = false;
+                    self.sb_dirty = true;
+                    self.stats.flagged(false);
+                }
+            }
+            Some(true) => {
+                self.fails = self.fails.saturating_add(1);
+                if self.fails >= BACKOFF_AFTER && !self.nocompress && !self.force {
+                    self.nocompress = true;
+                    self.sb_dirty = true;
+                    self.stats.flagged(true);
+                }
+            }
+            None => {}
+        }
+    }
+}

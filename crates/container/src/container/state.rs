@@ -1,0 +1,180 @@
+//! The state of one container in memory: per extent, its cached bytes and what is known about
+//! its two halves on disk ([`DiskState`]); per file, the superblock's bookkeeping, the
+//! compression settings and the change counter ([`Packed`]). Every other file of this module
+//! is behaviour over these types; they live apart so the fields and their invariants can be
+//! read in one place.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use squeezefs_codec::CodecSpec;
+
+use crate::format::ExtentHeader;
+use crate::stats::Stats;
+
+/// A verified copy of an extent: its header and payload.
+pub(super) type Copy = (ExtentHeader, Vec<u8>);
+
+/// What is known about an extent's two halves on disk.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct DiskState {
+    /// The half holding the current copy, and its generation (`None`: a hole).
+    pub(super) cur: Option<(u8, u64)>,
+    /// Highest generation seen in either half; new copies are written above it.
+    pub(super) max_gen: u64,
+    /// `cur` is known to be durable.
+    pub(super) durable: bool,
+    /// The other half holds an older copy or garbage, to punch once `cur` is durable.
+    pub(super) other_dirty: bool,
+    /// Both halves hold valid copies and we cannot tell which one reached the disk (found
+    /// after a crash or a reopen): a writer syncs before choosing a half.
+    pub(super) ambiguous: bool,
+}
+
+impl DiskState {
+    /// Nothing pending: the state can be forgotten and found again by reading the halves.
+    pub(super) fn settled(&self) -> bool {
+        self.durable && !self.other_dirty && !self.ambiguous
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Ext {
+    /// Decompressed bytes, one extent long; zero beyond the logical size.
+    pub(super) data: Option<Box<[u8]>>,
+    pub(super) dirty: bool,
+    /// `None` until the halves have been read.
+    pub(super) disk: Option<DiskState>,
+    /// This instance wrote the extent's current disk state (a copy or a hole), so it is
+    /// part of the file even inside the stale range.
+    pub(super) written: bool,
+    pub(super) last_use: u64,
+    /// Byte ranges written since the extent became dirty (merged, sorted): it goes out early
+    /// only once writes covered all of it, so writes arriving out of order (several FUSE
+    /// threads) do not compress and store it twice.
+    pub(super) covered: Vec<(u32, u32)>,
+}
+
+impl Ext {
+    /// Records `[a, b)` as written; true when the extent (length `len`) is now covered.
+    pub(super) fn cover(&mut self, a: u32, b: u32, len: u32) -> bool {
+        let (mut a, mut b) = (a, b);
+        let mut kept = Vec::with_capacity(self.covered.len() + 1);
+        for &(x, y) in &self.covered {
+            if y < a || x > b {
+                kept.push((x, y));
+            } else {
+                a = a.min(x);
+                b = b.max(y);
+            }
+        }
+        kept.push((a, b));
+        kept.sort_unstable();
+        self.covered = kept;
+        self.covered == [(0, len)]
+    }
+}
+
+impl Ext {
+    /// Both halves were just punched: clean, a hole on disk, and later copies must still
+    /// outrank the generations seen before.
+    pub(super) fn punched(&mut self) {
+        self.dirty = false;
+        self.covered.clear();
+        let max_gen = self.disk.map_or(0, |d| d.max_gen);
+        self.disk = Some(DiskState {
+            max_gen,
+            ..DiskState::default()
+        });
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Packed {
+    pub(super) shift: u8,
+    /// Effective codec: the file's property, or the mount's.
+    pub(super) codec: CodecSpec,
+    /// `codec` is the file's own property (`PROP_COMPRESSION`).
+    pub(super) codec_prop: bool,
+    /// The extent size was chosen as the file's property (`PROP_EXTENT_SIZE`).
+    pub(super) shift_prop: bool,
+    /// The mount's codec, used again when the file's property is removed.
+    pub(super) mount_codec: CodecSpec,
+    /// The file's dictionary property (`PROP_DICTIONARY`): small zstd data uses it.
+    pub(super) dict: Option<u32>,
+    /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
+    pub(super) dict_used: bool,
+    pub(super) force: bool,
+    /// `SB_FLAG_NOCOMPRESS`: writes skip compression except every `RETRY_EVERY`th.
+    pub(super) nocompress: bool,
+    /// Consecutive extents that resisted compression.
+    pub(super) fails: u32,
+    /// Extent writes skipped or retried while flagged (decides which one retries).
+    pub(super) backoff_writes: u32,
+    pub(super) stats: Arc<Stats>,
+    pub(super) size: u64,
+    /// Superblock copy that is current on disk, its generation, and whether it is durable.
+    pub(super) sb_slot: Option<u8>,
+    pub(super) sb_gen: u64,
+    pub(super) sb_durable: bool,
+    /// Both copies were valid at open, so we cannot tell whether the newer one reached the
+    /// disk: the first superblock write syncs first.
+    pub(super) sb_unknown: bool,
+    /// The other superblock slot holds an older copy: punched once the current one is
+    /// durable, so a small file rewritten takes one block again, not two.
+    pub(super) sb_other_dirty: bool,
+    pub(super) sb_inline: bool,
+    /// Size, inline content or codec changed since the superblock was written.
+    pub(super) sb_dirty: bool,
+    /// Extents at or after this index hold nothing of the file on disk.
+    pub(super) stale_from: Option<u64>,
+    pub(super) exts: BTreeMap<u64, Ext>,
+    pub(super) clock: u64,
+    /// Extent writes or punches not yet covered by a sync.
+    pub(super) unsynced: bool,
+    /// Counts changes (writes, size changes, punches), so a deferred superblock is only
+    /// committed for exactly the state that was written back.
+    pub(super) epoch: u64,
+    /// `write_back` left the superblock to write after a sync, at this epoch.
+    pub(super) pending: Option<u64>,
+}
+
+#[derive(Debug)]
+pub(super) enum Mode {
+    /// A backing file without the magic: served as it is.
+    Plain,
+    Packed(Box<Packed>),
+}
+
+impl Packed {
+    pub(super) fn extent_len(&self) -> usize {
+        1 << self.shift
+    }
+
+    pub(super) fn extent_count(&self) -> u64 {
+        self.size.div_ceil(1 << self.shift)
+    }
+
+    pub(super) fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Logical bytes of extent `idx` at the current size.
+    pub(super) fn logical_len(&self, idx: u64) -> usize {
+        let start = idx << self.shift;
+        (self.size.saturating_sub(start)).min(self.extent_len() as u64) as usize
+    }
+
+    pub(super) fn is_stale(&self, idx: u64) -> bool {
+        self.stale_from.is_some_and(|s| idx >= s) && !self.exts.get(&idx).is_some_and(|e| e.written)
+    }
+
+    pub(super) fn is_known(&self, idx: u64) -> bool {
+        self.exts.get(&idx).is_some_and(|e| e.data.is_some())
+    }
+
+    pub(super) fn dirty_bytes(&self) -> usize {
+        self.exts.values().filter(|e| e.dirty).count() << self.shift
+    }
+}

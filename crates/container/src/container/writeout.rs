@@ -1,0 +1,375 @@
+//! Write-out: compressing dirty extents (in parallel) into the half that does not hold the
+//! last durable copy, deciding inline storage, writing the superblock after the sync that
+//! covers the extents it describes, and the bookkeeping once a sync has made writes durable
+//! (punching replaced halves, the older superblock copy, extents past the end). The
+//! crash-safety invariants listed in `mod.rs` are kept here.
+
+use rayon::prelude::*;
+use squeezefs_codec::Algorithm;
+
+use super::state::{DiskState, Packed};
+use crate::encode::{encode_extent, encode_inline, Outcome};
+use crate::format::{
+    half_offset, sb_offset, slot_size, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX,
+    PROP_COMPRESSION, PROP_DICTIONARY, PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
+};
+use crate::storage::Storage;
+use crate::{Error, Result};
+
+impl Packed {
+    /// Compresses and writes extents `idxs` (dirty ones), in parallel.
+    pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+        // 1. Learn each target's halves where unknown (stale extents included: their
+        //    generations must be exceeded).
+        let mut need_sync = false;
+        for &idx in idxs {
+            let known = self.exts.get(&idx).and_then(|e| e.disk);
+            let state = match known {
+                Some(s) => s,
+                None => {
+                    let s = match self.probe(st, idx) {
+                        Ok((s, _)) => s,
+                        // Both halves damaged: the new copy replaces them; give it a
+                        // generation no garbage can be mistaken to beat, and punch later.
+                        Err(Error::CorruptExtent { .. }) => DiskState {
+                            other_dirty: true,
+                            ..DiskState::default()
+                        },
+                        Err(e) => return Err(e),
+                    };
+                    self.exts.get_mut(&idx).expect("dirty extent").disk = Some(s);
+                    s
+                }
+            };
+            if state.ambiguous {
+                need_sync = true;
+            }
+        }
+        // Both halves hold copies and we cannot tell which reached the disk: make both
+        // durable, then the newer one is the one to keep.
+        if need_sync {
+            st.sync_data()?;
+            for &idx in idxs {
+                if let Some(d) = self.exts.get_mut(&idx).and_then(|e| e.disk.as_mut()) {
+                    if d.cur.is_some() {
+                        d.durable = true;
+                        d.ambiguous = false;
+                    }
+                }
+            }
+            if self.sb_slot.is_some() {
+                self.sb_durable = true;
+                self.sb_unknown = false;
+            }
+        }
+        // 2. Plan: target half and generation per extent.
+        struct Job<'a> {
+            idx: u64,
+            half: u8,
+            gen: u64,
+            data: &'a [u8],
+        }
+        let mut plans = Vec::new();
+        let mut holes = Vec::new();
+        for &idx in idxs {
+            let logical = self.logical_len(idx);
+            let e = &self.exts[&idx];
+            let data = e.data.as_deref().expect("dirty extent has data");
+            if logical == 0 || data[..logical].iter().all(|&b| b == 0) {
+                holes.push(idx);
+                continue;
+            }
+            let d = e.disk.expect("probed");
+            let (half, other_dirty) = match d.cur {
+                Some((h, _)) if !d.durable => (h, d.other_dirty),
+                Some((h, _)) => (1 - h, true),
+                None => (0, d.other_dirty),
+            };
+            let gen = d.max_gen + 1;
+            plans.push((idx, half, gen, other_dirty));
+        }
+        let policy = self.policy();
+        let shift = self.shift;
+        // The backoff decides, in order, which extents are not even tried.
+        let skips: Vec<bool> = plans.iter().map(|_| self.backoff_skips()).collect();
+        let jobs: Vec<Job<'_>> = plans
+            .iter()
+            .map(|&(idx, half, gen, _)| Job {
+                idx,
+                half,
+                gen,
+                data: &self.exts[&idx].data.as_deref().expect("data")[..self.logical_len(idx)],
+            })
+            .collect();
+        // 3. Compress and write in parallel; each job writes its own half.
+        let run = |(j, skip): (&Job<'_>, &bool)| {
+            let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
+            self.stats
+                .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
+            st.write_at(&half, half_offset(shift, j.idx, j.half))
+                .map(|()| outcome)
+        };
+        // One extent (most closes of small files): no thread hand-off.
+        let results: Vec<std::io::Result<Outcome>> = if jobs.len() == 1 {
+            jobs.iter().zip(&skips).map(run).collect()
+        } else {
+            jobs.par_iter().zip(&skips).map(run).collect()
+        };
+        drop(jobs);
+        self.unsynced = true;
+        let mut first_err = None;
+        for ((idx, half, gen, other_dirty), res) in plans.into_iter().zip(results) {
+            match res {
+                Ok(outcome) => {
+                    self.learn(&outcome);
+                    if matches!(outcome, Outcome::Compressed { dict: true, .. }) && !self.dict_used {
+                        // The superblock must say so (version 3) at the next flush.
+                        self.dict_used = true;
+                        self.sb_dirty = true;
+                    }
+                    let e = self.exts.get_mut(&idx).expect("planned");
+                    e.dirty = false;
+                    e.covered.clear();
+                    e.written = true;
+                    let d = e.disk.as_mut().expect("probed");
+                    d.cur = Some((half, gen));
+                    d.max_gen = gen;
+                    d.durable = false;
+                    d.other_dirty = other_dirty;
+                }
+                Err(err) => {
+                    // The half may be torn: the copy we meant to keep is still the other
+                    // one, so nothing else changes; the extent stays dirty.
+                    first_err.get_or_insert(err);
+                }
+            }
+        }
+        if let Some(err) = first_err {
+            return Err(err.into());
+        }
+        // 4. All-zero extents become holes.
+        self.unsynced |= !holes.is_empty();
+        for idx in holes {
+            let start = half_offset(self.shift, idx, 0);
+            st.punch(start, 2 * slot_size(self.shift))?;
+            let e = self.exts.get_mut(&idx).expect("hole");
+            e.punched();
+            e.written = true;
+            self.stats.hole();
+        }
+        Ok(())
+    }
+
+    /// Writes everything out; with `defer`, stops before a superblock that needs a sync
+    /// first and returns true.
+    pub(super) fn flush<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
+        let e = self.extent_len() as u64;
+        let count = self.extent_count();
+        if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {
+            return Ok(false);
+        }
+        // Decide inline: the whole file in the superblock.
+        let mut inline = None;
+        if self.size <= e {
+            let len = self.size as usize;
+            let data: Vec<u8> = match self.extent_data(st, 0)? {
+                Some(d) => d[..len].to_vec(),
+                None => vec![0u8; len],
+            };
+            inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
+        }
+        let mut wrote = false;
+        if let Some((alg, payload)) = inline {
+            // Extent slots are not used by an inline file: they go after the superblock
+            // is durable (step "cut" below).
+            if let Some(x) = self.exts.get_mut(&0) {
+                x.dirty = false;
+                x.covered.clear();
+            }
+            self.exts.retain(|i, x| *i == 0 && x.data.is_some());
+            if let Some(x) = self.exts.get_mut(&0) {
+                x.disk = None;
+                x.written = false;
+            }
+            self.stale_from = Some(0);
+            let dict = alg == Algorithm::Zstd && squeezefs_codec::dict::frame_dict_id(&payload).is_some();
+            self.dict_used |= dict;
+            self.write_superblock(st, Some((alg, payload)), false)?;
+            self.stats.inline_file(dict);
+            return Ok(false);
+        }
+        // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
+        //    content of a file that was inline) are written too.
+        if let Some(from) = self.stale_from {
+            for (_, x) in self.exts.range_mut(from..count) {
+                // (Extents this instance wrote are on disk already: not again.)
+                if x.data.is_some() && !x.written {
+                    x.dirty = true;
+                }
+            }
+        }
+        let dirty: Vec<u64> = self
+            .exts
+            .iter()
+            .filter(|(_, x)| x.dirty)
+            .map(|(i, _)| *i)
+            .collect();
+        if !dirty.is_empty() {
+            self.write_extents(st, &dirty)?;
+            wrote = true;
+        }
+        // 2. Stale extents inside the file that were not rewritten read as zeros: punch.
+        if let Some(from) = self.stale_from {
+            let mut run_start = from;
+            let rewritten: Vec<u64> = self
+                .exts
+                .range(from..count)
+                .filter(|(_, x)| x.written)
+                .map(|(i, _)| *i)
+                .collect();
+            for i in rewritten.into_iter().chain(std::iter::once(count)) {
+                if i > run_start {
+                    let a = half_offset(self.shift, run_start, 0);
+                    let b = half_offset(self.shift, i, 0);
+                    if a < st.len()? {
+                        st.punch(a, b - a)?;
+                        wrote = true;
+                        self.unsynced = true;
+                    }
+                }
+                run_start = i + 1;
+            }
+        }
+        if !self.sb_dirty && !self.sb_inline {
+            // Extents changed in place and the superblock still describes them; their old
+            // halves go at the next sync. Leftovers past the last extent (from a truncation
+            // a crash interrupted) go once the superblock is known durable.
+            let needed = half_offset(self.shift, count, 0);
+            if st.len()? > needed {
+                if !self.sb_durable || self.sb_unknown {
+                    st.sync_data()?;
+                    self.synced(st)?;
+                }
+                st.set_len(needed)?;
+            }
+            self.stale_from = None;
+            return Ok(false);
+        }
+        // 3. The superblock must not reach the disk before the extents it describes (also
+        //    those an earlier deferred write-back left unsynced).
+        debug_assert!(!wrote || self.unsynced);
+        if self.unsynced || self.sb_unknown {
+            if defer {
+                return Ok(true);
+            }
+            st.sync_data()?;
+            self.synced(st)?;
+        }
+        self.write_superblock(st, None, true)?;
+        self.stale_from = None;
+        Ok(false)
+    }
+
+    /// Writes the superblock to the half that does not hold the last durable copy, then
+    /// removes extents past what it describes once it is durable.
+    pub(super) fn write_superblock<S: Storage>(
+        &mut self,
+        st: &S,
+        inline: Option<(Algorithm, Vec<u8>)>,
+        synced: bool,
+    ) -> Result<()> {
+        if !synced && self.sb_unknown {
+            st.sync_data()?;
+            self.synced(st)?;
+        }
+        let slot = match self.sb_slot {
+            None => 0,
+            Some(s) if self.sb_durable => 1 - s,
+            Some(s) => s,
+        };
+        let is_inline = inline.is_some();
+        let (inline_codec, payload) = inline.unwrap_or((Algorithm::None, Vec::new()));
+        let mut flags = if is_inline { SB_FLAG_INLINE } else { 0 };
+        if self.nocompress {
+            flags |= SB_FLAG_NOCOMPRESS;
+        }
+        if self.dict_used {
+            flags |= SB_FLAG_DICT;
+        }
+        let mut props = 0;
+        if self.dict.is_some() {
+            props |= PROP_DICTIONARY;
+        }
+        if self.codec_prop {
+            props |= PROP_COMPRESSION;
+        }
+        if self.shift_prop {
+            props |= PROP_EXTENT_SIZE;
+        }
+        let sb = Superblock {
+            flags,
+            generation: self.sb_gen + 1,
+            size: self.size,
+            extent_shift: self.shift,
+            codec: self.codec,
+            props,
+            dict_id: self.dict.unwrap_or(0),
+            inline_codec,
+            inline: payload,
+        };
+        st.write_at(&sb.encode(), sb_offset(slot))?;
+        // The other slot may hold an older copy (always, once a file had a superblock
+        // before this one): it goes once this one is durable. Only a writer gets here, so
+        // a read-only open never punches.
+        if self.sb_slot.is_some() {
+            self.sb_other_dirty = true;
+        }
+        self.sb_slot = Some(slot);
+        self.sb_gen += 1;
+        self.sb_durable = false;
+        self.sb_dirty = false;
+        self.sb_inline = is_inline;
+        // Extents past the end (or all of them, for an inline file) go once the
+        // superblock that no longer needs them is durable.
+        let needed = if is_inline {
+            DATA_START
+        } else {
+            half_offset(self.shift, self.extent_count(), 0)
+        };
+        if st.len()? > needed {
+            st.sync_data()?;
+            self.synced(st)?;
+            st.set_len(needed)?;
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping after a successful `sync_data`: everything written is durable, so old
+    /// halves can go.
+    pub(super) fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
+        self.unsynced = false;
+        if let Some(s) = self.sb_slot {
+            self.sb_durable = true;
+            self.sb_unknown = false;
+            if self.sb_other_dirty {
+                // The current copy is durable: the older one is no longer a fallback.
+                st.punch(sb_offset(1 - s), BLOCK)?;
+                self.sb_other_dirty = false;
+            }
+        }
+        let shift = self.shift;
+        for (idx, e) in self.exts.iter_mut() {
+            if let Some(d) = e.disk.as_mut() {
+                if let Some((h, _)) = d.cur {
+                    d.durable = true;
+                    d.ambiguous = false;
+                    if d.other_dirty {
+                        st.punch(half_offset(shift, *idx, 1 - h), slot_size(shift))?;
+                        d.other_dirty = false;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
