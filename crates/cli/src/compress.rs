@@ -343,22 +343,12 @@ fn mounted(args: &Args, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, 
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
             if let (true, Some(d)) = (wants_dict, dir_dict) {
-                sys::xattr_set(
-                    &f,
-                    &cstring(props::DICTIONARY),
-                    d.to_string().as_bytes(),
-                    0,
-                )
-                .map_err(|e| err(&job.path, format!("setting its dictionary {d}: {e}")))?;
+                sys::xattr_set(&f, &cstring(props::DICTIONARY), d.to_string().as_bytes(), 0)
+                    .map_err(|e| err(&job.path, format!("setting its dictionary {d}: {e}")))?;
             }
             if args.codec.is_some() {
-                sys::xattr_set(
-                    &f,
-                    &cstring(props::COMPRESSION),
-                    codec.to_string().as_bytes(),
-                    0,
-                )
-                .map_err(|e| err(&job.path, format!("setting its compression property: {e}")))?;
+                sys::xattr_set(&f, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
+                    .map_err(|e| err(&job.path, format!("setting its compression property: {e}")))?;
             }
             // In pieces, so the progress bar moves on big files.
             const STEP: u64 = 64 << 20;

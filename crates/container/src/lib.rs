@@ -19,7 +19,7 @@ pub mod stats;
 mod storage;
 pub mod usage;
 
-pub use container::{Container, Options, BACKOFF_AFTER, RETRY_EVERY};
+pub use container::{Container, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
 pub use stats::Stats;
 pub use storage::{read_full, FileStorage, Storage};
 

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{Container, Error, Options, Storage};
+use squeezefs_container::{Container, Error, Options, Storage, WriteBack};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -160,13 +160,13 @@ fn apply_container(
             .map(|_| None),
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
         Op::Settle => {
-            let epoch = c.epoch();
+            let ticket = c.ticket();
             disk.sync_data()?;
-            c.settle(epoch).map(|_| None)
+            c.settle(ticket).map(|_| None)
         }
         Op::Commit => {
             disk.sync_data()?;
-            c.commit_after_sync().map(|_| None)
+            c.commit(c.ticket()).map(|_| None)
         }
         Op::Reopen => {
             c.flush()?;
@@ -450,7 +450,10 @@ fn a_container_whose_first_superblock_never_landed_opens_empty() {
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let data = payload(300_000, 1, 9);
         c.write(0, &data).unwrap();
-        assert!(c.write_back().unwrap(), "superblock left pending");
+        assert!(
+            matches!(c.write_back().unwrap(), WriteBack::Commit(_)),
+            "superblock left pending"
+        );
         assert!(c.commit_pending());
         disk.sync_data().unwrap();
         let disk2 = disk.reboot(|| 0);
@@ -479,17 +482,21 @@ fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
     let data = payload(400_000, 1, 3);
     c.write(0, &data).unwrap();
     let syncs = disk.syncs();
-    assert!(c.write_back().unwrap());
+    let WriteBack::Commit(first) = c.write_back().unwrap() else {
+        panic!("superblock left pending")
+    };
     assert_eq!(disk.syncs(), syncs, "write_back does not sync");
     c.write(10, b"later").unwrap();
     disk.sync_data().unwrap();
     assert!(
-        !c.commit_after_sync().unwrap(),
+        c.commit(first).unwrap().is_none(),
         "changed since write-back: no commit"
     );
-    assert!(c.write_back().unwrap());
+    let WriteBack::Commit(second) = c.write_back().unwrap() else {
+        panic!("superblock left pending")
+    };
     disk.sync_data().unwrap();
-    assert!(c.commit_after_sync().unwrap());
+    assert!(c.commit(second).unwrap().is_some());
     assert!(!c.commit_pending());
     disk.sync_data().unwrap();
     let mut want = data.clone();

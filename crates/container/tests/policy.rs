@@ -264,13 +264,13 @@ fn a_write_back_does_not_rewrite_extents_already_written() {
     let disk = MemDisk::new();
     let o = opts("zstd:3", false);
     let mut c = Container::open(disk.clone(), &o).unwrap();
-    c.write_back().unwrap();
+    let _ = c.write_back().unwrap();
     let data = text(8 << 20);
     for i in [1usize, 2, 3, 0, 4, 5, 6, 7] {
         c.write((i << 20) as u64, &data[i << 20..(i + 1) << 20]).unwrap();
     }
-    c.write_back().unwrap();
-    c.write_back().unwrap();
+    let _ = c.write_back().unwrap();
+    let _ = c.write_back().unwrap();
     let s = o.stats.snapshot();
     assert_eq!(s.extents_compressed + s.extents_raw, 64);
     c.fsync().unwrap();

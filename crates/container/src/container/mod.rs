@@ -10,6 +10,8 @@
 //! * `cache.rs` — the extent cache: loading the current copy of an extent, trimming.
 //! * `policy.rs` — whether an extent is tried at all (HAMMER2 backoff) and the
 //!   `encode::Policy` handed to `encode`.
+//! * `lifecycle.rs` — how a change becomes durable: flush, write-back with its [`WriteBack`]
+//!   ticket, commit, settle, fsync.
 //! * `writeout.rs` — compressing and writing extents, inline files, superblocks, and the
 //!   bookkeeping after a sync.
 //!
@@ -28,6 +30,7 @@
 
 mod cache;
 mod data;
+mod lifecycle;
 mod policy;
 mod props;
 mod state;
@@ -39,6 +42,7 @@ use std::sync::Arc;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
+pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 use state::{Ext, Mode, Packed};
 
@@ -79,44 +83,8 @@ impl Default for Options {
 
 /// One logical file over one [`Storage`].
 ///
-/// # Lifecycle of a change (as implemented today)
-///
-/// A backing file without the container magic is *plain*: every operation goes straight to
-/// the storage, and the lifecycle calls below do nothing (`write_back`,
-/// `commit_after_sync` → `false`, `epoch` → 0, `needs_settle`, `commit_pending` → `false`).
-/// For a container:
-///
-/// 1. **Dirty.** `write`, `set_size`, `punch_hole` (of a non-empty range) and the property
-///    setters change the file in memory and increment the [`epoch`](Container::epoch), a
-///    token for "the state so far". Partial extents stay dirty in memory
-///    ([`dirty_bytes`](Container::dirty_bytes)); an extent a write covered entirely, and
-///    every dirty extent once more than 8 MiB are dirty, is compressed and written at once
-///    (to the half that does not hold the last durable copy) — written, not durable, and
-///    not yet described by a superblock.
-/// 2. **Written back.** [`write_back`](Container::write_back) writes every dirty extent (and
-///    punches what the file no longer uses). An inline file's data is in its superblock,
-///    which is written at once; so is the superblock of a file that wrote nothing since its
-///    last sync. Otherwise the new superblock must wait until the extents are durable: it is
-///    left *pending* for this epoch and `write_back` returns `true`
-///    ([`commit_pending`](Container::commit_pending)). Until it is written the file on disk
-///    is its previous version (or empty, for a new file).
-/// 3. **Committed.** Once every write made so far is durable (the caller's `fdatasync`, or
-///    one `syncfs` for many files), [`commit_after_sync`](Container::commit_after_sync)
-///    writes the pending superblock — only if the epoch is still the one written back;
-///    otherwise it returns `false`, the superblock stays pending (for the old epoch) and the
-///    caller must `write_back` again. Committing first does the post-sync bookkeeping (the
-///    extents are durable, the halves they replaced are punched).
-/// 4. **Settled.** The new superblock copy is written but not known durable; the older copy
-///    (and any replaced halves) must stay until it is. [`needs_settle`](Container::needs_settle)
-///    is true while such copies wait: the other superblock copy holds an older one, or some
-///    extent's other half holds a replaced copy. After a sync covering everything up to
-///    epoch `e`, [`settle(e)`](Container::settle) punches them — only when the epoch is
-///    still `e`, nothing is pending and nothing is dirty; otherwise it does nothing.
-///
-/// [`flush`](Container::flush) does 2 and 3 with its own `sync_data` in between (and drops
-/// any pending state); it is ordering, not durability. [`fsync`](Container::fsync) is
-/// `flush`, `sync_data`, then 4: afterwards everything is durable and settled.
-/// [`drop_cache`](Container::drop_cache) only forgets clean cached extents.
+/// How a change becomes durable — write-back, commit, settle, and the typed tickets that
+/// drive them — is described once, in `lifecycle.rs` ([`WriteBack`]).
 #[derive(Debug)]
 pub struct Container<S: Storage> {
     storage: S,
@@ -292,115 +260,5 @@ impl<S: Storage> Container<S> {
     /// True for a backing file served as it is (no container magic).
     pub fn is_plain(&self) -> bool {
         matches!(self.mode, Mode::Plain)
-    }
-
-    /// Writes everything dirty and the superblock, in crash-safe order. Not a durability
-    /// promise by itself (see [`Container::fsync`]): after a crash the file is either as
-    /// before or as written, never a mix of a new size with missing data.
-    pub fn flush(&mut self) -> Result<()> {
-        match &mut self.mode {
-            Mode::Plain => Ok(()),
-            Mode::Packed(p) => {
-                p.flush(&self.storage, false)?;
-                p.pending = None;
-                Ok(())
-            }
-        }
-    }
-
-    /// [`Container::flush`] without waiting for the disk: everything dirty is written, but
-    /// a superblock that must follow a sync is left pending. Returns true when one is:
-    /// the caller makes the writes durable (`sync_data`, or one `syncfs` for many files —
-    /// a group commit) and then calls [`Container::commit_after_sync`]. Until then the file
-    /// on disk is still the previous version (or empty, for a new one).
-    pub fn write_back(&mut self) -> Result<bool> {
-        match &mut self.mode {
-            Mode::Plain => Ok(false),
-            Mode::Packed(p) => {
-                let pending = p.flush(&self.storage, true)?;
-                p.pending = pending.then_some(p.epoch);
-                Ok(pending)
-            }
-        }
-    }
-
-    /// Writes the superblock `write_back` left pending. Call only once every write made
-    /// before it is durable. Returns false, doing nothing, when nothing is pending or the
-    /// file changed since (then `write_back` again).
-    pub fn commit_after_sync(&mut self) -> Result<bool> {
-        match &mut self.mode {
-            Mode::Packed(p) if p.pending.is_some() && p.pending == Some(p.epoch) => {
-                p.pending = None;
-                p.synced(&self.storage)?;
-                p.write_superblock(&self.storage, None, true)?;
-                p.stale_from = None;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    /// A token for the state written so far: it changes with every change to the file.
-    pub fn epoch(&self) -> u64 {
-        match &self.mode {
-            Mode::Packed(p) => p.epoch,
-            Mode::Plain => 0,
-        }
-    }
-
-    /// After a sync that covers everything this container wrote up to [`Container::epoch`]
-    /// `epoch` (a group commit's second `syncfs`): that is durable now, so what it replaced
-    /// goes — the older superblock copy and old extent halves. Does nothing when the file
-    /// changed since `epoch` (what was written since may not be durable).
-    pub fn settle(&mut self, epoch: u64) -> Result<()> {
-        match &mut self.mode {
-            Mode::Packed(p)
-                if p.epoch == epoch && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
-            {
-                p.synced(&self.storage)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether copies replaced by what was written (the older superblock copy, old extent
-    /// halves) wait for a sync before they can be removed ([`Container::settle`]).
-    pub fn needs_settle(&self) -> bool {
-        match &self.mode {
-            Mode::Packed(p) => {
-                p.sb_other_dirty || p.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
-            }
-            Mode::Plain => false,
-        }
-    }
-
-    /// Whether a superblock is waiting for [`Container::commit_after_sync`].
-    pub fn commit_pending(&self) -> bool {
-        matches!(&self.mode, Mode::Packed(p) if p.pending.is_some())
-    }
-
-    /// Drops every clean cached extent (memory of a file nobody has open).
-    pub fn drop_cache(&mut self) {
-        if let Mode::Packed(p) = &mut self.mode {
-            p.trim_cache_to(0);
-        }
-    }
-
-    /// [`Container::flush`], then makes everything durable.
-    pub fn fsync(&mut self) -> Result<()> {
-        self.flush()?;
-        self.storage.sync_data()?;
-        if let Mode::Packed(p) = &mut self.mode {
-            p.synced(&self.storage)?;
-        }
-        Ok(())
-    }
-
-    /// Bytes of logical data held dirty in memory.
-    pub fn dirty_bytes(&self) -> usize {
-        match &self.mode {
-            Mode::Plain => 0,
-            Mode::Packed(p) => p.dirty_bytes(),
-        }
     }
 }

@@ -13,15 +13,39 @@ use std::time::{Duration, Instant};
 
 use log::error;
 
+use squeezefs_container::{Ticket, WriteBack};
+
 use super::state::OpenFile;
 use crate::inode::{Inode, Inodes};
 
 /// How long a closed file may wait for its superblock.
 pub const INTERVAL: Duration = Duration::from_secs(2);
 
+/// A closed file waiting for the group commit, with what its write-back left to do.
+type Queued = (u64, Arc<Inode>, Ticketed);
+
+/// What a queued file's write-back left: never [`WriteBack::Done`] (such a file is not
+/// queued), so the commit knows whether to commit a superblock or only settle.
+#[derive(Clone, Copy)]
+pub enum Ticketed {
+    Commit(Ticket),
+    Settle(Ticket),
+}
+
+impl Ticketed {
+    /// The ticket a write-back left, or `None` when nothing is left to do.
+    pub fn from(w: WriteBack) -> Option<Ticketed> {
+        match w {
+            WriteBack::Done => None,
+            WriteBack::Commit(t) => Some(Ticketed::Commit(t)),
+            WriteBack::Settle(t) => Some(Ticketed::Settle(t)),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Queue {
-    items: Vec<(u64, Arc<Inode>)>,
+    items: Vec<Queued>,
     since: Option<Instant>,
     stop: bool,
 }
@@ -52,10 +76,10 @@ impl Committer {
             .store((limit / 4).clamp(16, 1024) as usize, Ordering::Relaxed);
     }
 
-    /// Queues a closed file whose superblock waits for a sync.
-    pub fn push(&self, ino: u64, inode: Arc<Inode>) {
+    /// Queues a closed file whose superblock (or whose replaced copies) wait for a sync.
+    pub fn push(&self, ino: u64, inode: Arc<Inode>, left: Ticketed) {
         let mut q = self.q.lock().unwrap();
-        q.items.push((ino, inode));
+        q.items.push((ino, inode, left));
         q.since.get_or_insert_with(Instant::now);
         // The thread wakes to start the interval (first item) or for a full batch.
         if q.items.len() == 1 || q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
@@ -107,45 +131,50 @@ impl Committer {
         self.cv.notify_all();
     }
 
-    fn commit(&self, inodes: &Inodes, batch: Vec<(u64, Arc<Inode>)>) {
+    fn commit(&self, inodes: &Inodes, batch: Vec<Queued>) {
         let synced = inodes.syncfs();
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &synced {
             error!("syncfs of the backing filesystem failed: {e}; syncing files one by one");
         }
         let mut again = Vec::new();
-        // Committed files: their superblocks become durable with a second `syncfs`, after
-        // which each older superblock copy is punched (a small file takes one block).
-        let mut committed = Vec::new();
-        for (ino, inode) in batch {
+        // Files to settle after a second `syncfs` (their new superblocks durable then),
+        // when each older copy is punched (a small file takes one block).
+        let mut to_settle = Vec::new();
+        for (ino, inode, left) in batch {
             let mut open = inode.file.open.lock().unwrap();
             let Some(of) = open.as_mut() else { continue };
-            let r = if synced.is_ok() {
-                of.container.commit_after_sync()
-            } else {
-                of.container.fsync().map(|()| true)
+            let r = match (&synced, left) {
+                (Ok(()), Ticketed::Commit(t)) => of.container.commit(t),
+                (Ok(()), Ticketed::Settle(t)) => Ok(Some(t)),
+                (Err(_), _) => of.container.fsync().map(|()| Some(of.container.ticket())),
             };
             match r {
-                Ok(true) => {
-                    self.commits.fetch_add(1, Ordering::Relaxed);
-                    committed.push((ino, inode.clone(), of.container.epoch()));
+                Ok(Some(t)) => {
+                    if matches!(left, Ticketed::Commit(_)) {
+                        self.commits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    to_settle.push((ino, inode.clone(), t));
                     continue;
                 }
-                Ok(false) => {
+                Ok(None) => {
                     // Changed since its write-back (or committed by an fsync meanwhile):
                     // a closed file is written back again and waits for the next batch.
                     if of.handles == 0 {
                         match of.container.write_back() {
-                            Ok(true) => {
-                                again.push((ino, inode.clone()));
-                                continue;
-                            }
-                            Ok(false) => {
+                            Ok(w) => match Ticketed::from(w) {
+                                Some(Ticketed::Commit(t)) => {
+                                    again.push((ino, inode.clone(), Ticketed::Commit(t)));
+                                    continue;
+                                }
                                 // Written out whole (its superblock too): settled after
                                 // the second sync like the others.
-                                committed.push((ino, inode.clone(), of.container.epoch()));
-                                continue;
-                            }
+                                Some(Ticketed::Settle(t)) => {
+                                    to_settle.push((ino, inode.clone(), t));
+                                    continue;
+                                }
+                                None => {}
+                            },
                             Err(e) => error!("{}: write-back failed: {e}", inodes.describe(&inode)),
                         }
                     }
@@ -157,17 +186,17 @@ impl Committer {
             }
             drop_if_closed(inodes, ino, &inode, open);
         }
-        if !committed.is_empty() {
+        if !to_settle.is_empty() {
             let second = inodes.syncfs();
             self.syncs.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = &second {
                 error!("syncfs of the backing filesystem failed: {e}; superblocks stay in pairs");
             }
-            for (ino, inode, epoch) in committed {
+            for (ino, inode, ticket) in to_settle {
                 let mut open = inode.file.open.lock().unwrap();
                 let Some(of) = open.as_mut() else { continue };
                 if second.is_ok() {
-                    if let Err(e) = of.container.settle(epoch) {
+                    if let Err(e) = of.container.settle(ticket) {
                         error!(
                             "{}: removing the older superblock copy failed: {e}",
                             inodes.describe(&inode)
@@ -177,8 +206,8 @@ impl Committer {
                 drop_if_closed(inodes, ino, &inode, open);
             }
         }
-        for (ino, inode) in again {
-            self.push(ino, inode);
+        for (ino, inode, left) in again {
+            self.push(ino, inode, left);
         }
     }
 }

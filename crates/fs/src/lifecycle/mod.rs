@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use fuser::Errno;
 use log::{error, warn};
-use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 
 use crate::inode::{Inode, Inodes};
-use commit::Committer;
+use commit::{Committer, Ticketed};
 use state::OpenFile;
 
 /// Most containers kept open without a handle after a lookup.
@@ -111,15 +111,15 @@ impl Files {
         if let Some(of) = open.as_mut() {
             let r = f(&mut of.container).map_err(|e| self.error(inode, what, e))?;
             if of.handles == 0 && !of.container.commit_pending() {
-                let pending = of
+                let left = of
                     .container
                     .write_back()
                     .map_err(|e| self.error(inode, "flush", e))?;
-                if pending {
+                if let WriteBack::Commit(t) = left {
                     of.container.drop_cache();
                     drop(open);
                     if let Some(ino) = self.inodes.number(inode) {
-                        self.committer.push(ino, inode.clone());
+                        self.committer.push(ino, inode.clone(), Ticketed::Commit(t));
                     }
                 }
             }
@@ -251,14 +251,14 @@ impl Files {
         if of.handles > 0 {
             return Ok(());
         }
-        match of.container.write_back() {
+        match of.container.write_back().map(Ticketed::from) {
             // A superblock to commit, or old copies to remove once a sync covers what
             // replaced them (a rewritten small file's older superblock copy): the group
             // commit does both.
-            Ok(pending) if pending || of.container.needs_settle() => {
+            Ok(Some(left)) => {
                 of.container.drop_cache();
                 drop(open);
-                self.committer.push(ino, inode.clone());
+                self.committer.push(ino, inode.clone(), left);
                 Ok(())
             }
             res => {
