@@ -31,7 +31,7 @@ enum Op {
     SetCodec(u8),
     /// `write_back` (the superblock may stay pending).
     WriteBack,
-    /// A sync of the whole disk, then `commit_after_sync` (a group commit).
+    /// A sync of the whole disk, then `commit` of the current ticket (a group commit).
     Commit,
     /// Gives the file the test's zstd dictionary, or removes its dictionary property
     /// (extents and inline data already written keep what they used).
