@@ -346,7 +346,7 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     if !crate::locate::squeezefs_mounts(&info).contains(&canon) {
         return Err(format!("{} is not a squeezefs mount point", canon.display()));
     }
-    let daemon = crate::stats::read(&canon)
+    let daemon = crate::statsfile::read(&canon)
         .ok()
         .and_then(|v| v["mount"]["backing"].as_str().map(PathBuf::from))
         .and_then(|b| squeezefs_fs::lock::holder_of(&b));

@@ -11,12 +11,14 @@ mod check;
 mod compress;
 mod daemon;
 mod dict;
+mod dictdir;
 mod estimate;
 mod locate;
 mod logging;
 mod property;
-mod space;
 mod stats;
+mod statsfile;
+mod ui;
 mod walk;
 
 #[derive(Parser)]
@@ -328,17 +330,7 @@ fn main() -> ExitCode {
             paths,
             dict_gain,
             json,
-        } => {
-            let r = if live {
-                match paths.as_slice() {
-                    [m] => stats::main(m, json).map(|()| 0),
-                    _ => Err("--live takes exactly one MOUNTPOINT".into()),
-                }
-            } else {
-                space::main(&paths, dict_gain, json)
-            };
-            finish("stats", r, 2)
-        }
+        } => finish("stats", stats::main(live, &paths, dict_gain, json), 2),
         Cmd::Bench(b) => finish("bench", bench::main(b).map(|()| 0), 1),
     }
 }

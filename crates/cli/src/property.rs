@@ -85,7 +85,7 @@ pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
 /// The mount's defaults, from its live statistics file.
 fn mount_defaults(path: &Path) -> Option<serde_json::Value> {
     let mount = crate::locate::locate(path).ok()?.mount?;
-    crate::stats::read(&mount).ok()?.get("mount").cloned()
+    crate::statsfile::read(&mount).ok()?.get("mount").cloned()
 }
 
 fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> {
