@@ -19,6 +19,7 @@ use squeezefs_container::format::DEFAULT_EXTENT_SHIFT;
 use squeezefs_container::predict;
 use squeezefs_fs::props::{self, Prop};
 
+use crate::args::Output;
 use crate::dictdir::dict_dir;
 use crate::locate;
 use crate::ui::human;
@@ -54,8 +55,8 @@ pub enum DictCmd {
         /// Store the dictionary but set no property.
         #[arg(long)]
         no_set: bool,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// List the dictionaries of the squeezefs that PATH is on (mount or backing directory),
     /// with how many files need each (a header scan of the whole backing directory).
@@ -64,8 +65,8 @@ pub enum DictCmd {
     )]
     List {
         path: PathBuf,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
 }
 
@@ -353,8 +354,8 @@ pub fn main(cmd: DictCmd) -> Result<(), String> {
             max_file,
             sample,
             no_set,
-            json,
-        } => train(&dir, size, max_file, sample, no_set, json),
-        DictCmd::List { path, json } => list(&path, json),
+            out,
+        } => train(&dir, size, max_file, sample, no_set, out.json),
+        DictCmd::List { path, out } => list(&path, out.json),
     }
 }

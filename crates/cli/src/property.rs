@@ -11,6 +11,8 @@ use clap::Subcommand;
 use serde_json::json;
 use squeezefs_fs::props::{self, Prop};
 
+use crate::args::Output;
+
 #[derive(Subcommand)]
 pub enum PropertyCmd {
     /// Show a property (or both) of PATH: its own value, or what it inherits.
@@ -20,8 +22,8 @@ pub enum PropertyCmd {
         path: PathBuf,
         /// compression or extent_size (default: both).
         name: Option<String>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// Set a property of PATH. On a directory it applies to files and directories created
     /// in it afterwards; on a file, to data written afterwards (existing extents keep their
@@ -204,7 +206,7 @@ fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), Stri
 
 pub fn main(cmd: PropertyCmd) -> Result<(), String> {
     match cmd {
-        PropertyCmd::Get { path, name, json } => get(&path, name.as_deref(), json),
+        PropertyCmd::Get { path, name, out } => get(&path, name.as_deref(), out.json),
         PropertyCmd::Set {
             path,
             name,
