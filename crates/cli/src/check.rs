@@ -11,7 +11,7 @@ use serde_json::json;
 use squeezefs_container::check::{self, Fix, Report, Severity};
 use squeezefs_container::FileStorage;
 
-use crate::bench::util::{bar, human};
+use crate::ui::{bar, human};
 
 pub struct Args {
     pub backing: PathBuf,
@@ -59,7 +59,7 @@ pub fn main(args: Args) -> Result<u8, String> {
     let mut reports = Vec::new();
     // Dictionaries first: extents compressed with one are verified by decoding with it, and
     // a damaged dictionary is damage to every file that used it.
-    for why in crate::dict::load_for(&root) {
+    for why in crate::dictdir::load_for(&root) {
         damaged_files += 1;
         let finding = check::Finding {
             severity: Severity::Damage,

@@ -34,7 +34,7 @@ use squeezefs_container::{Container, FileStorage, Options};
 use squeezefs_fs::props::Prop;
 use squeezefs_fs::{props, sys};
 
-use crate::bench::util::{bytes_bar, human};
+use crate::ui::{bytes_bar, human};
 
 pub struct Args {
     pub paths: Vec<PathBuf>,
@@ -451,12 +451,12 @@ pub fn main(args: Args) -> Result<u8, String> {
         let loc = crate::locate::locate(p)?;
         // Backing files are read directly (also on a mount): those that used a dictionary
         // need it.
-        for why in crate::dict::load_near(&loc) {
+        for why in crate::dictdir::load_near(&loc) {
             eprintln!("warning: {why}");
         }
         let on_mount = loc.mount.is_some();
         let default_codec = match &loc.mount {
-            Some(m) => crate::stats::read(m)?["mount"]["compress"]
+            Some(m) => crate::statsfile::read(m)?["mount"]["compress"]
                 .as_str()
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(CodecSpec::DEFAULT),

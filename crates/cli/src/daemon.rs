@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
+use crate::args::MountArgs;
+
 /// What the mount-helper form asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub struct HelperArgs {
-    pub backing: PathBuf,
-    pub mountpoint: PathBuf,
-    pub options: Vec<String>,
+    pub target: MountArgs,
     /// `-f`: stay in the foreground (otherwise detach once mounted, as mount(8) expects).
     pub foreground: bool,
 }
@@ -81,9 +81,11 @@ pub fn helper_form(args: &[OsString], subcommands: &[&str]) -> Option<Result<Hel
         backing = PathBuf::from(rest);
     }
     Some(Ok(HelperArgs {
-        backing,
-        mountpoint,
-        options,
+        target: MountArgs {
+            backing,
+            mountpoint,
+            options,
+        },
         foreground,
     }))
 }
@@ -346,7 +348,7 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     if !crate::locate::squeezefs_mounts(&info).contains(&canon) {
         return Err(format!("{} is not a squeezefs mount point", canon.display()));
     }
-    let daemon = crate::stats::read(&canon)
+    let daemon = crate::statsfile::read(&canon)
         .ok()
         .and_then(|v| v["mount"]["backing"].as_str().map(PathBuf::from))
         .and_then(|b| squeezefs_fs::lock::holder_of(&b));
@@ -417,9 +419,9 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(h.backing, PathBuf::from("/srv/b"));
-        assert_eq!(h.mountpoint, PathBuf::from("/srv/m"));
-        assert_eq!(h.options, vec!["rw,compress=zstd:3".to_string()]);
+        assert_eq!(h.target.backing, PathBuf::from("/srv/b"));
+        assert_eq!(h.target.mountpoint, PathBuf::from("/srv/m"));
+        assert_eq!(h.target.options, vec!["rw,compress=zstd:3".to_string()]);
         assert!(!h.foreground);
         let h = helper_form(
             &args(&[
@@ -435,7 +437,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(
-            (h.backing, h.options, h.foreground),
+            (h.target.backing, h.target.options, h.foreground),
             (PathBuf::from("/b"), vec!["ro".to_string()], true)
         );
         assert!(helper_form(&args(&["squeezefs", "stats", "/m"]), SUBS).is_none());

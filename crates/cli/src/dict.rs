@@ -19,8 +19,10 @@ use squeezefs_container::format::DEFAULT_EXTENT_SHIFT;
 use squeezefs_container::predict;
 use squeezefs_fs::props::{self, Prop};
 
-use crate::bench::util::human;
-use crate::locate::{self, Located};
+use crate::args::Output;
+use crate::dictdir::dict_dir;
+use crate::locate;
+use crate::ui::human;
 
 #[derive(Subcommand)]
 pub enum DictCmd {
@@ -53,8 +55,8 @@ pub enum DictCmd {
         /// Store the dictionary but set no property.
         #[arg(long)]
         no_set: bool,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// List the dictionaries of the squeezefs that PATH is on (mount or backing directory),
     /// with how many files need each (a header scan of the whole backing directory).
@@ -63,39 +65,9 @@ pub enum DictCmd {
     )]
     List {
         path: PathBuf,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
-}
-
-/// The dictionary directory of the squeezefs `path` is on: the mount's backing root, else
-/// the nearest ancestor of a backing path that has one.
-pub fn dict_dir(l: &Located) -> Option<PathBuf> {
-    if let Some(root) = &l.root {
-        return Some(root.join(dicts::DIR_NAME));
-    }
-    l.backing
-        .ancestors()
-        .map(|a| a.join(dicts::DIR_NAME))
-        .find(|d| d.is_dir())
-}
-
-/// Loads the dictionaries the backing files under a located path may need (tools that read
-/// backing files directly). Returns one message per dictionary file that was refused.
-pub fn load_near(l: &Located) -> Vec<String> {
-    match dict_dir(l) {
-        Some(d) => dicts::load_all(&d).1,
-        None => Vec::new(),
-    }
-}
-
-/// The same for a backing path given as such (`check`).
-pub fn load_for(backing: &Path) -> Vec<String> {
-    load_near(&Located {
-        backing: backing.to_path_buf(),
-        mount: None,
-        root: None,
-    })
 }
 
 /// The zstd codec small files under `dir` get: its compression property, else the mount's.
@@ -106,41 +78,11 @@ fn codec_of(dir: &Path, mount: &Path) -> Option<CodecSpec> {
         .and_then(|v| props::parse(Prop::Compression, v.as_bytes()).ok());
     match own {
         Some(props::Value::Codec(c)) => Some(c),
-        _ => crate::stats::read(mount).ok()?["mount"]["compress"]
+        _ => crate::statsfile::read(mount).ok()?["mount"]["compress"]
             .as_str()?
             .parse()
             .ok(),
     }
-}
-
-/// What one container (a backing file) would take on disk written now with `codec` (the
-/// one its superblock names) with its dictionary and without it: its content read back,
-/// encoded both ways as the filesystem would (`container::predict`). For `squeezefs stats
-/// --dict-gain`.
-pub fn gain(backing: &Path, codec: CodecSpec) -> Result<(u64, u64), String> {
-    use squeezefs_container::{Container, FileStorage, Options};
-    let f = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
-    let mut c = Container::open(FileStorage::new(f), &Options::default())
-        .map_err(|e| format!("{}: {e}", backing.display()))?;
-    let Some(extent) = c.extent_size() else {
-        return Ok((0, 0));
-    };
-    let shift = extent.trailing_zeros() as u8;
-    let size = c.size().map_err(|e| e.to_string())?;
-    let dict = c.dictionary_property();
-    let (mut with, mut without) = (0, 0);
-    let mut off = 0;
-    while off < size {
-        let data = c
-            .read(off, extent as usize)
-            .map_err(|e| format!("{}: {e}", backing.display()))?;
-        let idx = off >> shift;
-        let policy = Policy::new(codec, false);
-        without += predict::extent(policy, shift, size, idx, &data).disk;
-        with += predict::extent(Policy { dict, ..policy }, shift, size, idx, &data).disk;
-        off += extent;
-    }
-    Ok((with, without))
 }
 
 struct Sample {
@@ -158,7 +100,7 @@ fn collect(dir: &Path, max_file: u64, budget: u64) -> Result<(Vec<Sample>, u64),
     let total: u64 = small.iter().map(|(_, n)| n).sum();
     // Systematic subsample when the files exceed the budget: every k-th, spread over the tree.
     let step = total.div_ceil(budget.max(1)).max(1) as usize;
-    let bar = crate::bench::util::bar((small.len() / step) as u64, "reading");
+    let bar = crate::ui::bar((small.len() / step) as u64, "reading");
     let mut out = Vec::new();
     for (i, (p, _)) in small.iter().enumerate().step_by(step) {
         let data = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -245,7 +187,7 @@ fn train(
         ));
     }
     let learnt: u64 = learn.iter().map(|s| s.len() as u64).sum();
-    let spinner = crate::bench::util::bar(1, "training");
+    let spinner = crate::ui::bar(1, "training");
     let t = std::time::Instant::now();
     let bytes = dict::train(&learn, size).map_err(|e| format!("{}: {e}", dir.display()))?;
     spinner.finish_and_clear();
@@ -337,7 +279,7 @@ fn list(path: &Path, as_json: bool) -> Result<(), String> {
         Some(d) => d.parent().unwrap_or(d).to_path_buf(),
         None => l.backing.clone(),
     };
-    let users = crate::space::scan(&[root], false)?.dict_users;
+    let users = crate::stats::path::scan(&[root], false)?.dict_users;
     let mut rows = Vec::new();
     let mut names: Vec<PathBuf> = dir
         .as_ref()
@@ -412,8 +354,8 @@ pub fn main(cmd: DictCmd) -> Result<(), String> {
             max_file,
             sample,
             no_set,
-            json,
-        } => train(&dir, size, max_file, sample, no_set, json),
-        DictCmd::List { path, json } => list(&path, json),
+            out,
+        } => train(&dir, size, max_file, sample, no_set, out.json),
+        DictCmd::List { path, out } => list(&path, out.json),
     }
 }

@@ -26,7 +26,7 @@ use squeezefs_container::encode::Policy;
 use squeezefs_container::predict;
 use squeezefs_container::{Container, FileStorage, Options};
 
-use crate::bench::util::human;
+use crate::ui::human;
 
 /// Extents every type gets at least (when it has that many).
 pub const MIN_PER_TYPE: usize = 8;
@@ -171,7 +171,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         let loc = crate::locate::locate(p)?;
         // Backing files are read directly (also on a mount): those that used a dictionary
         // need it.
-        for why in crate::dict::load_near(&loc) {
+        for why in crate::dictdir::load_near(&loc) {
             eprintln!("warning: {why}");
         }
         let md = std::fs::symlink_metadata(&loc.backing).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -213,7 +213,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         .iter()
         .flat_map(|(k, t)| t.draws.iter().map(move |d| (k.as_str(), d)))
         .collect();
-    let pb = crate::bench::util::bar(draws.len() as u64, "estimate");
+    let pb = crate::ui::bar(draws.len() as u64, "estimate");
     if args.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }

@@ -40,7 +40,7 @@ pub fn locate(path: &Path) -> Result<Located, String> {
             root: None,
         });
     };
-    let doc = crate::stats::read(&mount)?;
+    let doc = crate::statsfile::read(&mount)?;
     let root = doc["mount"]["backing"].as_str().ok_or_else(|| {
         format!(
             "{}: the statistics file does not name the backing directory",

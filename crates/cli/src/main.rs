@@ -3,20 +3,24 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use args::{MountArgs, Output, Paths};
 use clap::{CommandFactory, Parser, Subcommand};
 use squeezefs_container::format::{FORMAT_VERSION, FORMAT_VERSION_NO_DICT, MIN_FORMAT_VERSION};
 
+mod args;
 mod bench;
 mod check;
 mod compress;
 mod daemon;
 mod dict;
+mod dictdir;
 mod estimate;
 mod locate;
 mod logging;
 mod property;
-mod space;
 mod stats;
+mod statsfile;
+mod ui;
 mod walk;
 
 #[derive(Parser)]
@@ -56,13 +60,8 @@ enum Cmd {
         Live counters: `squeezefs stats --live MOUNTPOINT`.\n\n\
         Examples:\n  squeezefs mount ./backing ./mnt\n  squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon")]
     Mount {
-        /// Directory that holds the compressed files (created if missing).
-        backing: PathBuf,
-        /// Where the uncompressed view appears.
-        mountpoint: PathBuf,
-        /// Mount options (see below).
-        #[arg(short = 'o', value_name = "OPTIONS")]
-        options: Vec<String>,
+        #[command(flatten)]
+        target: MountArgs,
         /// Detach once the filesystem is mounted; from then on the log goes to syslog
         /// (journald), tagged squeezefs[PID].
         #[arg(long)]
@@ -108,8 +107,8 @@ enum Cmd {
         /// one, data past the end, never-committed files); never the only valid copy.
         #[arg(long)]
         repair: bool,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// Rewrite files with another codec or extent size, and turn plain files into containers
     /// (like `btrfs filesystem defragment -c`).
@@ -128,8 +127,8 @@ enum Cmd {
         squeezefs compress /mnt --codec lz4 --json | jq .ratio"
     )]
     Compress {
-        #[arg(required = true, value_name = "PATH")]
-        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        paths: Paths,
         /// Codec and level: none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000].
         /// Default: the file's current one (on a mount), zstd:3 (in a backing directory).
         #[arg(long, value_name = "ALG[:LEVEL]")]
@@ -137,8 +136,8 @@ enum Cmd {
         /// Extent size of the rewritten files, 4K..1M (files are copied to change it).
         #[arg(long, value_name = "SIZE", value_parser = squeezefs_fs::parse_extent_size)]
         extent_size: Option<u8>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// Predict, per codec and level, the ratio and speed on your data by sampling it.
     #[command(
@@ -153,8 +152,8 @@ enum Cmd {
         squeezefs estimate /srv/db --sample 256M --json | jq '.codecs[] | {codec, ratio}'"
     )]
     Estimate {
-        #[arg(required = true, value_name = "PATH")]
-        paths: Vec<PathBuf>,
+        #[command(flatten)]
+        paths: Paths,
         /// Codecs to compare, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = estimate::DEFAULT_CODECS)]
         codecs: Vec<squeezefs_codec::CodecSpec>,
@@ -167,8 +166,8 @@ enum Cmd {
         /// Seed of the sampling offsets (the same seed draws the same extents).
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// zstd dictionaries for directories of small files: train, list.
     #[command(
@@ -212,8 +211,8 @@ enum Cmd {
         /// encoded without it (reads their payloads, so it takes longer).
         #[arg(long)]
         dict_gain: bool,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
 }
 
@@ -238,7 +237,12 @@ fn main() -> ExitCode {
     logging::init(if helper.is_some() { "warn" } else { "info" });
     if let Some(h) = helper {
         return match h {
-            Ok(h) => daemon::mount(h.backing, h.mountpoint, &h.options, !h.foreground),
+            Ok(h) => daemon::mount(
+                h.target.backing,
+                h.target.mountpoint,
+                &h.target.options,
+                !h.foreground,
+            ),
             Err(e) => {
                 eprintln!("squeezefs: {e}");
                 ExitCode::from(2)
@@ -247,12 +251,9 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(args);
     match cli.cmd {
-        Cmd::Mount {
-            backing,
-            mountpoint,
-            options,
-            daemon,
-        } => daemon::mount(backing, mountpoint, &options, daemon),
+        Cmd::Mount { target, daemon } => {
+            daemon::mount(target.backing, target.mountpoint, &target.options, daemon)
+        }
         Cmd::Umount {
             mountpoint,
             lazy,
@@ -274,16 +275,12 @@ fn main() -> ExitCode {
             }),
             1,
         ),
-        Cmd::Check {
-            backing,
-            repair,
-            json,
-        } => finish(
+        Cmd::Check { backing, repair, out } => finish(
             "check",
             check::main(check::Args {
                 backing,
                 repair,
-                json,
+                json: out.json,
             }),
             2,
         ),
@@ -291,14 +288,14 @@ fn main() -> ExitCode {
             paths,
             codec,
             extent_size,
-            json,
+            out,
         } => finish(
             "compress",
             compress::main(compress::Args {
-                paths,
+                paths: paths.paths,
                 codec,
                 extent_shift: extent_size,
-                json,
+                json: out.json,
             }),
             2,
         ),
@@ -308,16 +305,16 @@ fn main() -> ExitCode {
             extent_size,
             sample,
             seed,
-            json,
+            out,
         } => finish(
             "estimate",
             estimate::main(estimate::Args {
-                paths,
+                paths: paths.paths,
                 codecs,
                 extent_shift: extent_size,
                 budget: sample,
                 seed,
-                json,
+                json: out.json,
             }),
             2,
         ),
@@ -327,18 +324,8 @@ fn main() -> ExitCode {
             live,
             paths,
             dict_gain,
-            json,
-        } => {
-            let r = if live {
-                match paths.as_slice() {
-                    [m] => stats::main(m, json).map(|()| 0),
-                    _ => Err("--live takes exactly one MOUNTPOINT".into()),
-                }
-            } else {
-                space::main(&paths, dict_gain, json)
-            };
-            finish("stats", r, 2)
-        }
+            out,
+        } => finish("stats", stats::main(live, &paths, dict_gain, out.json), 2),
         Cmd::Bench(b) => finish("bench", bench::main(b).map(|()| 0), 1),
     }
 }

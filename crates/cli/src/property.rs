@@ -11,6 +11,8 @@ use clap::Subcommand;
 use serde_json::json;
 use squeezefs_fs::props::{self, Prop};
 
+use crate::args::Output;
+
 #[derive(Subcommand)]
 pub enum PropertyCmd {
     /// Show a property (or both) of PATH: its own value, or what it inherits.
@@ -20,8 +22,8 @@ pub enum PropertyCmd {
         path: PathBuf,
         /// compression or extent_size (default: both).
         name: Option<String>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Output,
     },
     /// Set a property of PATH. On a directory it applies to files and directories created
     /// in it afterwards; on a file, to data written afterwards (existing extents keep their
@@ -85,7 +87,7 @@ pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
 /// The mount's defaults, from its live statistics file.
 fn mount_defaults(path: &Path) -> Option<serde_json::Value> {
     let mount = crate::locate::locate(path).ok()?.mount?;
-    crate::stats::read(&mount).ok()?.get("mount").cloned()
+    crate::statsfile::read(&mount).ok()?.get("mount").cloned()
 }
 
 fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> {
@@ -204,7 +206,7 @@ fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), Stri
 
 pub fn main(cmd: PropertyCmd) -> Result<(), String> {
     match cmd {
-        PropertyCmd::Get { path, name, json } => get(&path, name.as_deref(), json),
+        PropertyCmd::Get { path, name, out } => get(&path, name.as_deref(), out.json),
         PropertyCmd::Set {
             path,
             name,

@@ -52,17 +52,8 @@ fn mode(p: &Path) -> u32 {
 
 /// The mount's type and per-mount options, from mountinfo.
 fn mount_line(mnt: &Path) -> (String, String) {
-    let canon = mnt.canonicalize().unwrap();
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let l = info
-        .lines()
-        .find(|l| l.split(' ').nth(4) == canon.to_str())
-        .expect("mounted");
-    let (left, right) = l.split_once(" - ").unwrap();
-    (
-        right.split(' ').next().unwrap().to_string(),
-        left.split(' ').nth(5).unwrap().to_string(),
-    )
+    let m = common::squeezefs_mount(mnt).expect("mounted");
+    (m.fstype, m.options)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{is_mounted, require_fuse, scratch, squeezefs};
+use common::{is_mounted, require_fuse, scratch, squeezefs, squeezefs_mount};
 
 const HELPER: &str = "/usr/sbin/mount.fuse.squeezefs";
 
@@ -266,17 +266,9 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
         .status()
         .unwrap();
     assert!(st.success(), "mount -t fuse.squeezefs {source}");
-    let line = |mnt: &Path| {
-        let canon = mnt.canonicalize().unwrap();
-        fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .find(|l| l.split(' ').nth(4) == canon.to_str())
-            .map(str::to_string)
-            .expect("mounted")
-    };
+    let line = |mnt: &Path| squeezefs_mount(mnt).expect("mounted");
     let l = line(&mnt);
-    assert!(l.contains(&format!(" - fuse.squeezefs {source} ")), "{l}");
+    assert!(l.fstype == "fuse.squeezefs" && l.source == source, "{l:?}");
     fs::write(mnt.join("kept"), b"before").unwrap();
     let remount = |how: &str| {
         let out = Command::new("mount")
@@ -291,20 +283,16 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
         );
     };
     remount("ro");
-    assert!(
-        line(&mnt).split(' ').nth(5).unwrap().starts_with("ro"),
-        "{}",
-        line(&mnt)
-    );
+    assert!(line(&mnt).options.starts_with("ro"), "{:?}", line(&mnt));
     let e = fs::write(mnt.join("new"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     assert_eq!(fs::read(mnt.join("kept")).unwrap(), b"before");
     remount("rw");
-    assert!(line(&mnt).split(' ').nth(5).unwrap().starts_with("rw"));
+    assert!(line(&mnt).options.starts_with("rw"));
     fs::write(mnt.join("new"), b"after").unwrap();
     // The flags a remount does not mention stay as they were.
     remount("nosuid");
-    let opts = line(&mnt).split(' ').nth(5).unwrap().to_string();
+    let opts = line(&mnt).options;
     assert!(opts.starts_with("rw") && opts.contains("nosuid"), "{opts}");
     let pid = daemon_pid(&backing).expect("a detached daemon");
     // umount(8) by source name.

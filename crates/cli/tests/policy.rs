@@ -13,6 +13,7 @@ use serde_json::Value;
 use squeezefs_container::format::{
     half_offset, ExtentHeader, Superblock, DATA_START, EXTENT_HEADER_LEN, SB_FLAG_NOCOMPRESS,
 };
+use squeezefs_testdata::{random, text};
 
 mod common;
 use common::{scratch, Mount};
@@ -70,27 +71,6 @@ fn n(v: &Value, a: &str, b: &str) -> u64 {
     v[a][b]
         .as_u64()
         .unwrap_or_else(|| panic!("{a}.{b} missing in {v}"))
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn text(len: usize) -> Vec<u8> {
-    include_bytes!("policy.rs")
-        .iter()
-        .cycle()
-        .take(len)
-        .copied()
-        .collect()
 }
 
 fn write_file(p: &Path, data: &[u8]) {

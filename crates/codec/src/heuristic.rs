@@ -117,18 +117,7 @@ pub fn judge(data: &[u8]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn random(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect()
-    }
+    use squeezefs_testdata::random;
 
     #[test]
     fn integer_log_matches_btrfs() {

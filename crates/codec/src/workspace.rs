@@ -445,16 +445,8 @@ pub fn global() -> &'static Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use squeezefs_testdata::text;
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    fn text(n: usize) -> Vec<u8> {
-        include_bytes!("workspace.rs")
-            .iter()
-            .cycle()
-            .take(n)
-            .copied()
-            .collect()
-    }
 
     fn compress_with(pool: &Pool, level: i32, src: &[u8]) -> usize {
         let mut lease = pool.get(level);

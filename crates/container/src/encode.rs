@@ -298,6 +298,7 @@ pub fn encode_inline(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use squeezefs_testdata::{random, text};
 
     #[test]
     fn limits_follow_the_block_and_ratio_rules() {
@@ -328,27 +329,6 @@ mod tests {
         let mut back = vec![0; 131072];
         decode_payload(&h, payload, &mut back).unwrap();
         assert_eq!(back, data);
-    }
-
-    fn random(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
-    fn text(n: usize) -> Vec<u8> {
-        include_bytes!("encode.rs")
-            .iter()
-            .cycle()
-            .take(n)
-            .copied()
-            .collect()
     }
 
     #[test]

@@ -4,17 +4,9 @@ use squeezefs_container::check::{check, repair, Fix, Severity};
 use squeezefs_container::format::{half_offset, EXTENT_HEADER_LEN};
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::{Container, Options, Storage, WriteBack};
+use squeezefs_testdata::text_salted;
 
 const E: usize = 1 << 17;
-
-fn text(n: usize, salt: u8) -> Vec<u8> {
-    include_bytes!("check.rs")
-        .iter()
-        .cycle()
-        .take(n)
-        .map(|b| b ^ salt)
-        .collect()
-}
 
 fn flip(disk: &MemDisk, off: u64) {
     let mut b = [0u8; 1];
@@ -38,7 +30,7 @@ fn read_all(disk: &MemDisk) -> Vec<u8> {
 
 #[test]
 fn a_clean_container_verifies_every_extent() {
-    let disk = committed(&text(3 * E + 100, 0));
+    let disk = committed(&text_salted(3 * E + 100, 0));
     let r = check(&disk).unwrap();
     assert!(r.findings.is_empty(), "{:?}", r.findings);
     assert_eq!(r.extents_verified, 4);
@@ -52,7 +44,7 @@ fn a_clean_container_verifies_every_extent() {
 
 #[test]
 fn a_damaged_only_copy_is_reported_with_extent_and_offset() {
-    let disk = committed(&text(3 * E, 0));
+    let disk = committed(&text_salted(3 * E, 0));
     flip(&disk, half_offset(17, 1, 0) + EXTENT_HEADER_LEN as u64 + 77);
     let r = check(&disk).unwrap();
     assert!(r.damaged());
@@ -67,10 +59,10 @@ fn a_damaged_only_copy_is_reported_with_extent_and_offset() {
 
 #[test]
 fn stale_and_torn_copies_are_leftovers_that_repair_removes() {
-    let disk = committed(&text(2 * E, 0));
+    let disk = committed(&text_salted(2 * E, 0));
     // A rewrite written back but never committed: both halves of extent 0 hold valid copies.
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
-    c.write(0, &text(E, 1)).unwrap();
+    c.write(0, &text_salted(E, 1)).unwrap();
     let _ = c.write_back().unwrap();
     drop(c);
     let before = read_all(&disk);
@@ -84,9 +76,9 @@ fn stale_and_torn_copies_are_leftovers_that_repair_removes() {
     assert!(read_all(&disk) == before, "repair changed no byte of the file");
 
     // A torn newer half beside a valid older one: the older is in use; the torn one goes.
-    let disk = committed(&text(2 * E, 0));
+    let disk = committed(&text_salted(2 * E, 0));
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
-    c.write(E as u64, &text(E, 2)).unwrap();
+    c.write(E as u64, &text_salted(E, 2)).unwrap();
     let _ = c.write_back().unwrap();
     drop(c);
     // Extent 1's new copy went to half B; tear it.
@@ -99,14 +91,14 @@ fn stale_and_torn_copies_are_leftovers_that_repair_removes() {
     assert!(check(&disk).unwrap().findings.is_empty());
     assert!(read_all(&disk) == before);
     assert!(
-        before[E..] == text(2 * E, 0)[E..],
+        before[E..] == text_salted(2 * E, 0)[E..],
         "the old (valid) copy is what reads"
     );
 }
 
 #[test]
 fn superblock_copies_and_leftovers_past_the_end() {
-    let disk = committed(&text(2 * E, 0));
+    let disk = committed(&text_salted(2 * E, 0));
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
     c.set_size(E as u64 + 10).unwrap();
     c.fsync().unwrap();
@@ -159,7 +151,7 @@ fn superblock_copies_and_leftovers_past_the_end() {
 fn a_container_never_committed_is_a_leftover_cut_to_empty() {
     let disk = MemDisk::new();
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
-    c.write(0, &text(2 * E, 3)).unwrap();
+    c.write(0, &text_salted(2 * E, 3)).unwrap();
     assert!(
         matches!(c.write_back().unwrap(), WriteBack::Commit(_)),
         "superblock pending"

@@ -7,30 +7,10 @@ use squeezefs_codec::CodecSpec;
 use squeezefs_container::format::{sb_offset, Superblock, BLOCK, SB_FLAG_NOCOMPRESS};
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::{Container, Options, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY};
+use squeezefs_testdata::{random, text};
 use xxhash_rust::xxh3::xxh3_64;
 
 const E: usize = 1 << 17;
-
-fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn text(n: usize) -> Vec<u8> {
-    include_bytes!("policy.rs")
-        .iter()
-        .cycle()
-        .take(n)
-        .copied()
-        .collect()
-}
 
 fn opts(codec: &str, force: bool) -> Options {
     Options {

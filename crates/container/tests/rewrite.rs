@@ -6,19 +6,13 @@ use squeezefs_container::convert::copy_into;
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, Options, Storage};
+use squeezefs_testdata::log_lines;
 
 fn opts(codec: &str) -> Options {
     Options {
         codec: codec.parse::<CodecSpec>().unwrap(),
         ..Options::default()
     }
-}
-
-fn text(n: usize) -> Vec<u8> {
-    (0..)
-        .flat_map(|i: u32| format!("{i:08} some log line\n").into_bytes())
-        .take(n)
-        .collect()
 }
 
 fn contents(disk: &MemDisk) -> Vec<u8> {
@@ -34,7 +28,7 @@ fn kinds(disk: &MemDisk) -> Vec<Kind> {
 /// A file written with lz4 and with a hole in the middle.
 fn lz4_file() -> (MemDisk, Vec<u8>) {
     let disk = MemDisk::new();
-    let mut data = text(1 << 20);
+    let mut data = log_lines(1 << 20);
     data[300_000..700_000].fill(0);
     let mut c = Container::open(disk.clone(), &opts("lz4")).unwrap();
     c.write(0, &data).unwrap();
@@ -95,7 +89,7 @@ fn a_crash_anywhere_in_a_rewrite_leaves_the_same_bytes() {
 #[test]
 fn copy_into_turns_a_plain_file_into_a_container_with_another_extent_size() {
     let src_disk = MemDisk::new();
-    let mut data = text(3 << 20);
+    let mut data = log_lines(3 << 20);
     data[1 << 20..2 << 20].fill(0);
     src_disk.write_at(&data, 0).unwrap();
     let mut src = Container::open(src_disk.clone(), &opts("zstd:3")).unwrap();

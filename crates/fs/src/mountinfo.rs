@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
     pub mountpoint: PathBuf,
+    /// `fuse.squeezefs` (or `fuse` for a mount made by an older squeezefs as root).
+    pub fstype: String,
     /// `squeezefs:BACKING` (the FSName every squeezefs mount is given).
     pub source: String,
     /// The per-mount options (`rw,nosuid,nodev,relatime`).
@@ -54,6 +56,7 @@ pub fn squeezefs_mounts(mountinfo: &str) -> Vec<Mount> {
             let ours = fstype == "fuse.squeezefs" || (fstype == "fuse" && source.starts_with("squeezefs:"));
             ours.then(|| Mount {
                 mountpoint: PathBuf::from(unescape(mountpoint)),
+                fstype: fstype.to_string(),
                 source: unescape(source),
                 options: options.to_string(),
             })
@@ -99,6 +102,8 @@ mod tests {
         assert_eq!(m[0].options, "rw,nosuid,nodev,relatime");
         assert_eq!(m[0].backing(), Some(PathBuf::from("/srv/b y")));
         assert_eq!(m[1].mountpoint, PathBuf::from("/old"));
+        assert_eq!(m[0].fstype, "fuse.squeezefs");
+        assert_eq!(m[1].fstype, "fuse");
         assert_eq!(mount_points(info).len(), 4);
         assert_eq!(mount_points(info)[0], PathBuf::from("/work/m x"));
     }

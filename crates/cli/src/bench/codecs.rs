@@ -11,6 +11,7 @@ use squeezefs_codec::CodecSpec;
 use squeezefs_container::encode::{compressed_limit, decode_half, encode_half};
 
 use super::util::{self, median, Corpus};
+use crate::ui;
 
 /// The default set: what the users choose between.
 pub const DEFAULT_CODECS: &str =
@@ -99,7 +100,7 @@ pub fn run_codecs(
 ) -> Result<Vec<CodecRow>, String> {
     let extents: Vec<&[u8]> = corpus.extents(shift).collect();
     let logical: u64 = extents.iter().map(|e| e.len() as u64).sum();
-    let bar = util::bar((specs.len() as u64) * rounds as u64, "codecs");
+    let bar = ui::bar((specs.len() as u64) * rounds as u64, "codecs");
     let mut rows = Vec::new();
     let mut out = vec![0u8; 1 << shift];
     for &spec in specs {
@@ -196,7 +197,7 @@ pub fn main(args: CodecsArgs) -> Result<(), String> {
             format!("{:.3}", r.disk_ratio),
             format!("{:.1}", r.compress_mb_s),
             format!("{:.1}", r.decompress_mb_s),
-            util::human(r.workspace_bytes),
+            ui::human(r.workspace_bytes),
         ]);
     }
     print!("{t}");

@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use serde::Serialize;
 use squeezefs_codec::CodecSpec;
 
 use super::plot;
+use super::report::{FsReport, FsRow};
 use super::targets::{syncfs, Kind, Target};
 use super::util::{self, walk};
+use crate::ui;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -58,31 +59,6 @@ pub struct FsArgs {
     /// Skip btrfs without compression and the host filesystem.
     #[arg(long)]
     pub no_baselines: bool,
-}
-
-#[derive(Serialize, Clone, Debug)]
-pub struct FsRow {
-    pub workload: String,
-    pub method: String,
-    pub logical_bytes: u64,
-    pub disk_bytes: u64,
-    pub ratio: f64,
-    /// Seconds per timed step, in order (corpus: write, read; tarball: copy, extract, read).
-    pub steps: Vec<(String, f64)>,
-    pub write_mb_s: f64,
-    pub read_mb_s: f64,
-    /// Peak resident memory of the squeezefs daemon (0 for kernel filesystems).
-    pub daemon_peak_rss: u64,
-}
-
-#[derive(Serialize)]
-pub struct FsReport {
-    pub date: String,
-    pub machine: String,
-    pub host_fs: String,
-    pub caches_dropped: bool,
-    pub notes: Vec<String>,
-    pub rows: Vec<FsRow>,
 }
 
 const BUF: usize = 1 << 20;
@@ -191,7 +167,7 @@ pub fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
         "{cpu}, {cores} cores, {} RAM, Linux {}",
-        util::human(mem),
+        ui::human(mem),
         kernel.trim()
     )
 }
@@ -354,7 +330,7 @@ fn print_rows(rows: &[FsRow]) {
             cells.push(format!("{:.1}", r.write_mb_s));
             cells.push(format!("{:.1}", r.read_mb_s));
             cells.push(if r.daemon_peak_rss > 0 {
-                util::human(r.daemon_peak_rss)
+                ui::human(r.daemon_peak_rss)
             } else {
                 "-".into()
             });
@@ -447,7 +423,7 @@ pub fn main(args: FsArgs) -> Result<(), String> {
     }
     let mut rows = Vec::new();
     let runs = kinds.len() * (args.corpus.is_some() as usize + tar.is_some() as usize);
-    let bar = util::bar(runs as u64, "bench fs");
+    let bar = ui::bar(runs as u64, "bench fs");
     if let Some(c) = &args.corpus {
         for k in &kinds {
             bar.set_message(format!("corpus on {}", k.name(&host)));

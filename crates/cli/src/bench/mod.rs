@@ -5,8 +5,9 @@
 pub mod codecs;
 pub mod fs;
 mod plot;
+mod report;
 mod targets;
-pub mod util;
+mod util;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {

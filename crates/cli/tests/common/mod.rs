@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use squeezefs_fs::mountinfo;
+
 pub fn require_fuse() {
     assert!(
         Path::new("/dev/fuse").exists(),
@@ -37,8 +39,13 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn is_mounted(mnt: &Path) -> bool {
     let canon = mnt.canonicalize().unwrap_or_else(|_| mnt.to_path_buf());
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap()))
+    mountinfo::mount_points(&info).contains(&canon)
+}
+
+/// The squeezefs mount at `mnt` (mountinfo's fields for it, through the product's parser).
+pub fn squeezefs_mount(mnt: &Path) -> Option<mountinfo::Mount> {
+    let canon = mnt.canonicalize().unwrap();
+    mountinfo::current().into_iter().find(|m| m.mountpoint == canon)
 }
 
 pub struct Mount {

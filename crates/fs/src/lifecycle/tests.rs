@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_testdata::text;
 
 use super::{Files, IDLE_MAX};
 use crate::inode::{Inode, Inodes};
@@ -56,15 +57,6 @@ impl Backing {
         let n = c.size().unwrap();
         c.read(0, n as usize).unwrap()
     }
-}
-
-fn text(n: usize) -> Vec<u8> {
-    b"the quick brown fox jumps over the lazy dog; "
-        .iter()
-        .cycle()
-        .take(n)
-        .copied()
-        .collect()
 }
 
 /// (in memory, handles, superblock pending) of a file's state.

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::bench::util::human;
+use crate::statsfile::read;
+use crate::ui::human;
 
 fn n(v: &Value, path: &[&str]) -> u64 {
     path.iter()
@@ -19,19 +20,6 @@ fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
         .try_fold(v, |v, k| v.get(*k))
         .and_then(Value::as_str)
         .unwrap_or("?")
-}
-
-/// Reads the statistics document of the squeezefs mounted at `mountpoint`.
-pub fn read(mountpoint: &Path) -> Result<Value, String> {
-    let file = mountpoint.join(squeezefs_fs::statsfile::NAME);
-    let raw = std::fs::read(&file).map_err(|e| {
-        format!(
-            "{}: {e} (is a squeezefs mounted at {}? the statistics file exists only at the root of a mount)",
-            file.display(),
-            mountpoint.display()
-        )
-    })?;
-    serde_json::from_slice(&raw).map_err(|e| format!("{}: not a statistics document: {e}", file.display()))
 }
 
 /// The table.

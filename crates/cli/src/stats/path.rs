@@ -4,15 +4,18 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rayon::prelude::*;
 use serde_json::json;
+use squeezefs_codec::CodecSpec;
+use squeezefs_container::encode::Policy;
+use squeezefs_container::predict;
 use squeezefs_container::usage::{usage, Kind, Part, Usage};
 use squeezefs_container::FileStorage;
 
-use crate::bench::util::human;
+use crate::ui::human;
 
 #[derive(Default)]
 pub struct Totals {
@@ -114,7 +117,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
         if dict_gain {
             // Reading payloads back needs the dictionaries (also on a mount: this reads
             // the backing files, not the mount).
-            for why in crate::dict::load_near(&loc) {
+            for why in crate::dictdir::load_near(&loc) {
                 eprintln!("warning: {why}");
             }
         }
@@ -140,7 +143,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let u = usage(&FileStorage::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
             let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
-                Some(crate::dict::gain(
+                Some(gain(
                     path,
                     u.codec.unwrap_or(squeezefs_codec::CodecSpec::DEFAULT),
                 )?)
@@ -270,6 +273,36 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "errors": t.errors,
         "seconds": secs,
     })
+}
+
+/// What one container (a backing file) would take on disk written now with `codec` (the
+/// one its superblock names) with its dictionary and without it: its content read back,
+/// encoded both ways as the filesystem would (`container::predict`). For `squeezefs stats
+/// --dict-gain`.
+fn gain(backing: &Path, codec: CodecSpec) -> Result<(u64, u64), String> {
+    use squeezefs_container::{Container, Options};
+    let f = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+    let mut c = Container::open(FileStorage::new(f), &Options::default())
+        .map_err(|e| format!("{}: {e}", backing.display()))?;
+    let Some(extent) = c.extent_size() else {
+        return Ok((0, 0));
+    };
+    let shift = extent.trailing_zeros() as u8;
+    let size = c.size().map_err(|e| e.to_string())?;
+    let dict = c.dictionary_property();
+    let (mut with, mut without) = (0, 0);
+    let mut off = 0;
+    while off < size {
+        let data = c
+            .read(off, extent as usize)
+            .map_err(|e| format!("{}: {e}", backing.display()))?;
+        let idx = off >> shift;
+        let policy = Policy::new(codec, false);
+        without += predict::extent(policy, shift, size, idx, &data).disk;
+        with += predict::extent(Policy { dict, ..policy }, shift, size, idx, &data).disk;
+        off += extent;
+    }
+    Ok((with, without))
 }
 
 pub fn main(paths: &[PathBuf], dict_gain: bool, json: bool) -> Result<u8, String> {
