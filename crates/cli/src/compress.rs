@@ -25,6 +25,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use nix::unistd::{lseek, Whence};
 use rayon::prelude::*;
 use serde_json::json;
 use squeezefs_codec::CodecSpec;
@@ -187,10 +188,7 @@ fn rename_over(tmp: &Path, path: &Path) -> Result<(), String> {
 /// `syncfs` of the filesystem holding `path`.
 fn syncfs(path: &Path) -> Result<(), String> {
     let f = File::open(path).map_err(|e| err(path, e))?;
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(err(path, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    nix::unistd::syncfs(f.as_raw_fd()).map_err(|e| err(path, std::io::Error::from(e)))
 }
 
 /// Whether the backing file is a container written with `codec` already: every extent is,
@@ -416,11 +414,10 @@ fn copy_data(src: &mut File, dst: &mut File, len: u64, pb: &indicatif::ProgressB
     let mut off = 0u64;
     while off < len {
         let fd = src.as_raw_fd();
-        let data = unsafe { libc::lseek(fd, off as i64, libc::SEEK_DATA) };
-        if data < 0 {
+        let Ok(data) = lseek(fd, off as i64, Whence::SeekData) else {
             break; // only a hole is left
-        }
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) }.max(data) as u64;
+        };
+        let hole = lseek(fd, data, Whence::SeekHole).unwrap_or(-1).max(data) as u64;
         let end = hole.min(len);
         src.seek(SeekFrom::Start(data as u64))
             .map_err(|e| e.to_string())?;

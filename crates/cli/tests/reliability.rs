@@ -1,13 +1,15 @@
 //! Reliability on a real mount: one daemon per backing directory, SIGKILL, damaged
 //! containers and `squeezefs check`.
 
+#![deny(unsafe_code)]
+
 use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    as_tests, is_mounted, mount_again_elsewhere, open_to_others, scratch, tests_ids, Mount, SmallFs,
+    as_tests, is_mounted, mount_again_elsewhere, open_to_others, scratch, sys, tests_ids, Mount, SmallFs,
 };
 
 #[test]
@@ -564,9 +566,9 @@ fn seek_data_and_hole_never_hide_data_still_in_the_page_cache() {
     // Whatever the daemon has seen, the answers must not claim a hole over that data.
     let data = f
         .seek(SeekFrom::Start(0))
-        .map(|_| unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 0, libc::SEEK_DATA) });
+        .map(|_| sys::lseek(&f, 0, libc::SEEK_DATA));
     assert!(matches!(data, Ok(d) if d >= 0 && d as u64 <= 1 << 20), "{data:?}");
-    let hole = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 1 << 20, libc::SEEK_HOLE) };
+    let hole = sys::lseek(&f, 1 << 20, libc::SEEK_HOLE);
     assert!(hole >= size as i64, "hole {hole} inside data ending at {size}");
     drop(f);
     // Closed: the daemon has everything and answers exactly.
@@ -575,9 +577,8 @@ fn seek_data_and_hole_never_hide_data_still_in_the_page_cache() {
     g.write_all(&[7u8; 512]).unwrap();
     drop(g);
     let g = fs::File::open(m.path("g")).unwrap();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&g);
-    assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) }, 1 << 20);
-    assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) }, 0);
+    assert_eq!(sys::lseek(&g, 0, libc::SEEK_DATA), 1 << 20);
+    assert_eq!(sys::lseek(&g, 0, libc::SEEK_HOLE), 0);
     drop(g);
     m.unmount();
 }
@@ -594,13 +595,10 @@ fn nothing_through_the_mount_reaches_outside_the_backing_directory() {
     symlink("../outside", backing.join("rel")).unwrap();
     fs::create_dir(backing.join("a")).unwrap();
     // A directory property forged around squeezefs: ignored with a warning, never trusted.
-    let forged = std::ffi::CString::new(backing.join("a").as_os_str().as_encoded_bytes()).unwrap();
+    let forged = backing.join("a");
     let n = std::ffi::CString::new("user.squeezefs.compression").unwrap();
     let v = b"zstd:99\0garbage";
-    assert_eq!(
-        unsafe { libc::setxattr(forged.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) },
-        0
-    );
+    assert_eq!(sys::setxattr(&forged, &n, v), 0);
 
     let m = Mount::new(&dir, "");
     // Symlinks are served as symlinks: the daemon never follows them.
@@ -612,19 +610,21 @@ fn nothing_through_the_mount_reaches_outside_the_backing_directory() {
         fs::read_link(m.path("rel")).unwrap(),
         std::path::Path::new("../outside")
     );
-    let c = std::ffi::CString::new(m.path("abs").as_os_str().as_encoded_bytes()).unwrap();
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW) };
-    assert_eq!(fd, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::ELOOP));
+    let fd = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(m.path("abs"))
+    };
+    assert!(fd.is_err());
+    assert_eq!(fd.unwrap_err().raw_os_error(), Some(libc::ELOOP));
     // The forged property is not a property.
-    let a = std::ffi::CString::new(m.path("a").as_os_str().as_encoded_bytes()).unwrap();
+    let a = m.path("a");
     let mut buf = [0u8; 64];
-    assert_eq!(
-        unsafe { libc::getxattr(a.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) },
-        -1
-    );
+    assert_eq!(sys::getxattr(&a, &n, &mut buf), -1);
     let mut list = [0u8; 256];
-    let len = unsafe { libc::listxattr(a.as_ptr(), list.as_mut_ptr().cast(), list.len()) };
+    let len = sys::listxattr(&a, &mut list);
     assert!(len >= 0 && !String::from_utf8_lossy(&list[..len as usize]).contains("squeezefs"));
     fs::write(m.path("a/file"), b"data").unwrap();
     assert_eq!(fs::read(m.path("a/file")).unwrap(), b"data");
@@ -677,7 +677,7 @@ fn nothing_through_the_mount_reaches_outside_the_backing_directory() {
 fn other_users_get_the_permissions_the_modes_say() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "this test needs root (CI runs as root)"
     );
