@@ -378,3 +378,17 @@ pub fn getfattr(path: &Path, name: &str) -> Option<Vec<u8>> {
         .unwrap();
     out.status.success().then_some(out.stdout)
 }
+
+/// xorshift64: the random choices of the crash and full-disk tests, replayable by seed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
