@@ -5,15 +5,16 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nix::mount::{MntFlags, MsFlags};
 use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
 use crate::args::MountArgs;
+use crate::sys::Forked;
 
 /// What the mount-helper form asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -150,18 +151,16 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
     }
     // --daemon: the child mounts and reports readiness through a pipe; the parent exits 0
     // only once the mount is live. Until then errors reach the terminal; after, syslog.
-    let mut fds = [0i32; 2];
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return fail(std::io::Error::last_os_error());
-    }
-    match unsafe { libc::fork() } {
-        -1 => fail(std::io::Error::last_os_error()),
-        0 => {
-            unsafe {
-                libc::close(fds[0]);
-                libc::setsid();
-            }
-            let mut tx = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+    let (rx, tx) = match nix::unistd::pipe() {
+        Ok(p) => p,
+        Err(e) => return fail(e.into()),
+    };
+    match crate::sys::fork() {
+        Err(e) => fail(e),
+        Ok(Forked::Child) => {
+            drop(rx);
+            let _ = nix::unistd::setsid();
+            let mut tx = std::fs::File::from(tx);
             let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
                 if let Err(e) = crate::logging::to_syslog() {
                     // A warning on the command line; as mount(8)'s helper, quiet unless
@@ -183,9 +182,9 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
                 Err(e) => fail(e),
             }
         }
-        _ => {
-            unsafe { libc::close(fds[1]) };
-            let mut rx = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        Ok(Forked::Parent) => {
+            drop(tx);
+            let mut rx = std::fs::File::from(rx);
             let mut b = [0u8; 1];
             match rx.read(&mut b) {
                 Ok(1) => ExitCode::SUCCESS,
@@ -301,19 +300,16 @@ fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
         .ok_or_else(|| format!("{} is not a squeezefs mount point", canon.display()))?;
     let flags = remount_flags(&m.options, options);
     let target = std::ffi::CString::new(canon.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: a remount names only the target (a NUL-terminated path that outlives the
-    // call); source, type and data may be NULL for it.
-    let r = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            target.as_ptr(),
-            std::ptr::null(),
-            flags,
-            std::ptr::null(),
-        )
-    };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
+    // A remount names only the target; source, type and data are NULL for it.
+    let r = nix::mount::mount(
+        None::<&str>,
+        target.as_c_str(),
+        None::<&str>,
+        MsFlags::from_bits_retain(flags),
+        None::<&str>,
+    );
+    if let Err(e) = r {
+        let e = std::io::Error::from(e);
         return Err(match e.raw_os_error() {
             Some(libc::EPERM) => format!("{e} (only root can remount)"),
             Some(libc::EBUSY) => {
@@ -327,13 +323,15 @@ fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
 
 /// Points stdin, stdout and stderr at /dev/null (a detached daemon keeps no terminal).
 fn detach_stdio() {
-    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-    if null >= 0 {
+    use nix::fcntl::{open, OFlag};
+    // The descriptor is kept raw on purpose: when stdin, stdout or stderr was closed, /dev/null
+    // is opened as that descriptor, and must stay open (and inheritable) as it.
+    if let Ok(null) = open("/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty()) {
         for fd in 0..3 {
-            unsafe { libc::dup2(null, fd) };
+            let _ = nix::unistd::dup2(null, fd);
         }
         if null > 2 {
-            unsafe { libc::close(null) };
+            let _ = nix::unistd::close(null);
         }
     }
 }
@@ -352,12 +350,16 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
         .ok()
         .and_then(|v| v["mount"]["backing"].as_str().map(PathBuf::from))
         .and_then(|b| squeezefs_fs::lock::holder_of(&b));
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let ok = if root {
         let c = std::ffi::CString::new(canon.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        let flags = if lazy { libc::MNT_DETACH } else { 0 };
-        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-            let e = std::io::Error::last_os_error();
+        let flags = if lazy {
+            MntFlags::MNT_DETACH
+        } else {
+            MntFlags::empty()
+        };
+        if let Err(e) = nix::mount::umount2(c.as_c_str(), flags) {
+            let e = std::io::Error::from(e);
             return Err(match e.raw_os_error() {
                 Some(libc::EBUSY) => format!(
                     "{}: busy: {} (close those, or use --lazy)",

@@ -1,5 +1,7 @@
 //! The `squeezefs` command.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,6 +22,8 @@ mod logging;
 mod property;
 mod stats;
 mod statsfile;
+#[allow(unsafe_code)]
+mod sys;
 mod ui;
 mod walk;
 

@@ -63,22 +63,23 @@ fn cpath(p: &Path) -> Result<CString, String> {
 
 /// The property's own value on `path` (`None`: not set there).
 pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
-    let c = cpath(path)?;
+    cpath(path)?; // refuses a path with a NUL byte, naming it
     let name = CString::new(p.xattr()).expect("no NUL");
     let mut buf = vec![0u8; 256];
-    let n = unsafe { libc::getxattr(c.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENODATA) => Ok(None),
-            Some(libc::EOPNOTSUPP) => Err(format!(
-                "{}: not on a squeezefs mount, or its backing filesystem has no user xattrs",
-                path.display()
-            )),
-            _ => Err(format!("{}: {e}", path.display())),
-        };
-    }
-    buf.truncate(n as usize);
+    let n = match crate::sys::getxattr(path, &name, &mut buf) {
+        Ok(n) => n,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::ENODATA) => Ok(None),
+                Some(libc::EOPNOTSUPP) => Err(format!(
+                    "{}: not on a squeezefs mount, or its backing filesystem has no user xattrs",
+                    path.display()
+                )),
+                _ => Err(format!("{}: {e}", path.display())),
+            }
+        }
+    };
+    buf.truncate(n);
     Ok(Some(
         String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string(),
     ))
@@ -136,17 +137,16 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
 /// Sets one property on one path; `Ok(false)` when skipped (extent size of a file that
 /// holds data, in a recursive run).
 pub(crate) fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Result<bool, String> {
-    let c = cpath(path)?;
+    cpath(path)?; // refuses a path with a NUL byte, naming it
     let name = CString::new(p.xattr()).expect("no NUL");
     let r = if value.is_empty() {
-        unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) }
+        crate::sys::removexattr(path, &name)
     } else {
-        unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) }
+        crate::sys::setxattr(path, &name, value.as_bytes())
     };
-    if r == 0 {
+    let Err(e) = r else {
         return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
+    };
     let is_file_with_data = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0);
     match e.raw_os_error() {
         Some(libc::ENODATA) if value.is_empty() => Ok(true),

@@ -2,6 +2,8 @@
 //! on a real FUSE mount beside kernel btrfs (loop image) and the host filesystem. Needs
 //! root, /dev/fuse, btrfs-progs, tar and xz (`scripts/test` installs them; CI runs as root).
 
+#![deny(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -76,7 +78,7 @@ fn codec_table_on_real_files() {
 #[test]
 fn filesystem_table_beside_btrfs_and_the_host() {
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "this test needs root: it mounts kernel btrfs from a loop image (CI runs as root)"
     );

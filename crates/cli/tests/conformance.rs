@@ -2,30 +2,29 @@
 //! (issue 17): each answer a local filesystem gives, checked on a real mount as the user it
 //! concerns. Needs root (other users, device nodes, tmpfs, setcap); CI runs as root.
 
+#![deny(unsafe_code)]
+
 mod common;
 
-use std::ffi::CString;
 use std::fs;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::sys::{self, DirStream};
 use common::{
     as_tests, mount_again_elsewhere, open_rw_new, open_to_others, scratch, tests_ids, unmount, Mount, SmallFs,
 };
 
 fn root_only() {
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "this test needs root (CI runs as root)"
     );
-}
-
-fn c(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
 fn errno() -> i32 {
@@ -66,10 +65,10 @@ fn xattr_size_queries_give_the_values_length_so_getfattr_getfacl_and_getcap_work
     let fs_ = f.to_str().unwrap();
     run("setfattr", &["-n", "user.a", "-v", "hello", fs_]);
     // The size query the kernel and every tool ask first.
-    let n = unsafe { libc::getxattr(c(&f).as_ptr(), c"user.a".as_ptr(), std::ptr::null_mut(), 0) };
+    let n = sys::getxattr(&f, c"user.a", &mut []);
     assert_eq!(n, 5, "getxattr(…, NULL, 0) is the value's length");
     let mut small = [0u8; 2];
-    let n = unsafe { libc::getxattr(c(&f).as_ptr(), c"user.a".as_ptr(), small.as_mut_ptr().cast(), 2) };
+    let n = sys::getxattr(&f, c"user.a", &mut small[..2]);
     assert_eq!((n, errno()), (-1, libc::ERANGE), "a buffer too small is ERANGE");
     assert!(text(&run("getfattr", &["-d", fs_])).contains("user.a=\"hello\""));
     // File capabilities (security.capability) round-trip, and stay when the daemon later
@@ -156,27 +155,14 @@ fn root_mounts_are_suid_and_dev_as_mount_8_makes_them_and_other_users_mounts_are
     assert!(!opts.contains("nosuid") && !opts.contains("nodev"), "{opts}");
     // A device node made on the mount opens as the device.
     let null = m.path("null");
-    assert_eq!(
-        unsafe { libc::mknod(c(&null).as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) },
-        0
-    );
+    assert_eq!(sys::mknod(&null, libc::S_IFCHR | 0o666, libc::makedev(1, 3)), 0);
     fs::write(&null, b"into the void").unwrap();
     assert!(fs::read(&null).unwrap().is_empty());
     // copy_file_range to a device is EINVAL (a device, not a permission problem).
     fs::write(m.path("src"), b"data").unwrap();
     let src = fs::File::open(m.path("src")).unwrap();
     let dst = fs::OpenOptions::new().write(true).open(&null).unwrap();
-    use std::os::fd::AsRawFd;
-    let r = unsafe {
-        libc::copy_file_range(
-            src.as_raw_fd(),
-            std::ptr::null_mut(),
-            dst.as_raw_fd(),
-            std::ptr::null_mut(),
-            4,
-            0,
-        )
-    };
+    let r = sys::copy_file_range(&src, &dst, 4);
     assert_eq!((r, errno()), (-1, libc::EINVAL));
     drop((src, dst));
     m.unmount();
@@ -207,19 +193,19 @@ fn root_mounts_are_suid_and_dev_as_mount_8_makes_them_and_other_users_mounts_are
 }
 
 /// lseek(fd, off, whence) as (result, errno).
-fn seek(fd: i32, off: i64, whence: i32) -> (i64, i32) {
-    let r = unsafe { libc::lseek(fd, off, whence) };
+fn seek(fd: BorrowedFd, off: i64, whence: i32) -> (i64, i32) {
+    let r = sys::lseek(fd, off, whence);
     (r, if r < 0 { errno() } else { 0 })
 }
 
 #[test]
 fn seek_data_and_seek_hole_are_exact_even_before_written_data_reaches_the_daemon() {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     use std::os::unix::fs::FileExt;
     let dir = scratch("seek");
     let m = Mount::new(&dir, "extent_size=64K");
     let f = open_rw_new(&m.path("f"));
-    let fd = f.as_raw_fd();
+    let fd = f.as_fd();
     let ext: u64 = 64 << 10;
     assert_eq!(
         f.metadata().unwrap().blksize(),
@@ -258,7 +244,7 @@ fn seek_data_and_seek_hole_are_exact_even_before_written_data_reaches_the_daemon
     f.write_all_at(&vec![b'b'; 3 * ext as usize], 0).unwrap();
     f.sync_all().unwrap();
     f.write_all_at(b"cc", 0).unwrap();
-    let r = unsafe { libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, e, e) };
+    let r = sys::fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, e, e);
     assert_eq!(r, 0);
     assert_eq!(
         seek(fd, 0, libc::SEEK_HOLE),
@@ -282,20 +268,6 @@ fn seek_data_and_seek_hole_are_exact_even_before_written_data_reaches_the_daemon
     m.unmount();
 }
 
-/// Every name of an open directory stream from where it stands, with `d_ino`.
-fn read_all(d: *mut libc::DIR) -> Vec<(Vec<u8>, u64)> {
-    let mut out = Vec::new();
-    loop {
-        let e = unsafe { libc::readdir64(d) };
-        if e.is_null() {
-            return out;
-        }
-        let e = unsafe { &*e };
-        let name = unsafe { std::ffi::CStr::from_ptr(e.d_name.as_ptr()) };
-        out.push((name.to_bytes().to_vec(), e.d_ino));
-    }
-}
-
 #[test]
 fn rewinddir_lists_names_made_since_opendir_and_d_ino_is_st_ino() {
     let dir = scratch("readdir");
@@ -306,30 +278,32 @@ fn rewinddir_lists_names_made_since_opendir_and_d_ino_is_st_ino() {
         fs::write(d.join(format!("before-{i}")), b"x").unwrap();
     }
     // Opened, not read, then rewound (xfstests' rewinddir-test does just this).
-    let unread = unsafe { libc::opendir(c(&d).as_ptr()) };
-    assert!(!unread.is_null());
+    let unread = DirStream::open(&d);
+    assert!(unread.is_some());
+    let mut unread = unread.unwrap();
     fs::write(d.join("made-after-opendir"), b"").unwrap();
-    unsafe { libc::rewinddir(unread) };
-    let names: Vec<Vec<u8>> = read_all(unread).into_iter().map(|(n, _)| n).collect();
-    unsafe { libc::closedir(unread) };
+    unread.rewind();
+    let names: Vec<Vec<u8>> = unread.read_all().into_iter().map(|(n, _)| n).collect();
+    drop(unread);
     assert!(
         names.contains(&b"made-after-opendir".to_vec()),
         "a name made before the first readdir"
     );
     fs::remove_file(d.join("made-after-opendir")).unwrap();
     // Read, then names made, then rewound.
-    let stream = unsafe { libc::opendir(c(&d).as_ptr()) };
-    assert!(!stream.is_null());
-    assert_eq!(read_all(stream).len(), 52);
+    let stream = DirStream::open(&d);
+    assert!(stream.is_some());
+    let mut stream = stream.unwrap();
+    assert_eq!(stream.read_all().len(), 52);
     // Names made while the directory is open appear after a rewind.
     for i in 0..3000 {
         fs::write(d.join(format!("after-{i}")), b"").unwrap();
     }
     fs::hard_link(d.join("before-0"), d.join("link")).unwrap();
     fs::create_dir(d.join("sub")).unwrap();
-    unsafe { libc::rewinddir(stream) };
-    let all = read_all(stream);
-    unsafe { libc::closedir(stream) };
+    stream.rewind();
+    let all = stream.read_all();
+    drop(stream);
     assert_eq!(all.len(), 3000 + 50 + 2 + 2, "every name, once");
     for (name, d_ino) in &all {
         let name = std::ffi::OsStr::from_bytes(name);
@@ -348,8 +322,7 @@ fn rewinddir_lists_names_made_since_opendir_and_d_ino_is_st_ino() {
 }
 
 fn fallocate(f: &fs::File, mode: i32, off: u64, len: u64) -> i32 {
-    use std::os::fd::AsRawFd;
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) };
+    let r = sys::fallocate(f, mode, off as i64, len as i64);
     if r == 0 {
         0
     } else {

@@ -2,6 +2,8 @@
 //! `compress` applying it to files already there, `stats` showing it and its gain, `check`
 //! and a remount reading it back, and a damaged dictionary being refused, never used.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use std::ffi::OsStr;

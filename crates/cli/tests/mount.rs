@@ -3,23 +3,22 @@
 //!
 //! Each test mounts its own backing directory under a fresh temporary directory.
 
+#![deny(unsafe_code)]
+
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{is_mounted, scratch, Mount};
+use common::{is_mounted, scratch, sys, Mount};
 
 /// renameat2(2) with `flags`; returns its result (0 or -1, errno set).
 fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> libc::c_int {
-    let a = CString::new(from.as_os_str().as_bytes()).unwrap();
-    let b = CString::new(to.as_os_str().as_bytes()).unwrap();
-    unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) }
+    sys::renameat2(from, to, flags)
 }
 
 fn du_bytes(path: &Path) -> u64 {
@@ -177,10 +176,9 @@ fn posix_surface_on_a_real_mount() {
     );
     {
         let f = fs::File::open(&sparse).unwrap();
-        use std::os::fd::AsRawFd;
-        let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+        let data = sys::lseek(&f, 0, libc::SEEK_DATA);
         assert_eq!(data, 1 << 20, "first data at 1 MiB");
-        let hole = unsafe { libc::lseek(f.as_raw_fd(), 1 << 20, libc::SEEK_HOLE) };
+        let hole = sys::lseek(&f, 1 << 20, libc::SEEK_HOLE);
         assert_eq!(hole, (1 << 20) + (64 << 10));
         let mut buf = vec![0u8; 8];
         use std::os::unix::fs::FileExt;
@@ -194,15 +192,12 @@ fn posix_surface_on_a_real_mount() {
             .write(true)
             .open(&sparse)
             .unwrap();
-        use std::os::fd::AsRawFd;
-        let r = unsafe {
-            libc::fallocate(
-                f.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                1 << 20,
-                4096,
-            )
-        };
+        let r = sys::fallocate(
+            &f,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            1 << 20,
+            4096,
+        );
         assert_eq!(r, 0);
         use std::os::unix::fs::FileExt;
         let mut buf = vec![1u8; 1000];
@@ -234,7 +229,6 @@ fn posix_surface_on_a_real_mount() {
     // Rename: plain, NOREPLACE, EXCHANGE.
     fs::write(m.path("a"), b"A").unwrap();
     fs::write(m.path("b"), b"B").unwrap();
-    let c = |p: PathBuf| CString::new(p.as_os_str().as_bytes()).unwrap();
     let r = rename2(&m.path("a"), &m.path("b"), libc::RENAME_NOREPLACE);
     assert_eq!(r, -1);
     assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
@@ -253,7 +247,7 @@ fn posix_surface_on_a_real_mount() {
     std::os::unix::fs::symlink("b", m.path("sym")).unwrap();
     assert_eq!(fs::read_link(m.path("sym")).unwrap(), Path::new("b"));
     assert_eq!(fs::read(m.path("sym")).unwrap(), b"changed through one name");
-    let r = unsafe { libc::mkfifo(c(m.path("fifo")).as_ptr(), 0o644) };
+    let r = sys::mkfifo(&m.path("fifo"), 0o644);
     assert_eq!(r, 0);
     assert!(fs::metadata(m.path("fifo")).unwrap().file_type().is_fifo());
     let sock = std::os::unix::net::UnixListener::bind(m.path("sock")).unwrap();
@@ -263,25 +257,10 @@ fn posix_surface_on_a_real_mount() {
         .is_socket());
     drop(sock);
     let name = CString::new("user.note").unwrap();
-    let r = unsafe {
-        libc::setxattr(
-            c(m.path("b")).as_ptr(),
-            name.as_ptr(),
-            b"v1".as_ptr() as *const _,
-            2,
-            0,
-        )
-    };
+    let r = sys::setxattr(&m.path("b"), &name, &b"v1"[..2]);
     assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
     let mut buf = [0u8; 16];
-    let n = unsafe {
-        libc::getxattr(
-            c(m.path("b")).as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr() as *mut _,
-            16,
-        )
-    };
+    let n = sys::getxattr(&m.path("b"), &name, &mut buf[..16]);
     assert_eq!(&buf[..n as usize], b"v1");
 
     // Truncate and append.
@@ -298,9 +277,9 @@ fn posix_surface_on_a_real_mount() {
     assert_eq!(fs::read(m.path("text")).unwrap(), &text[..100]);
 
     // statfs answers.
-    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c(m.path("")).as_ptr(), &mut sv) }, 0);
-    assert!(sv.f_blocks > 0);
+    let sv = nix::sys::statvfs::statvfs(&m.path(""));
+    assert!(sv.is_ok(), "statvfs: {sv:?}");
+    assert!(sv.unwrap().blocks() > 0);
 
     // Everything survives a remount.
     let sparse_len = fs::metadata(&sparse).unwrap().len();
@@ -324,7 +303,7 @@ fn posix_surface_on_a_real_mount() {
 #[test]
 fn more_files_than_the_daemon_may_open() {
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "this test needs root: reopening files by handle needs CAP_DAC_READ_SEARCH (CI runs as root)"
     );
@@ -394,28 +373,14 @@ fn small_files_rewritten_through_the_mount_take_one_block() {
 /// Whether the first page of `path` is in the page cache (mincore).
 fn first_page_cached(path: &Path) -> bool {
     let f = fs::File::open(path).unwrap();
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let mut v = [0u8; 1];
-        assert_eq!(libc::mincore(p, 4096, v.as_mut_ptr()), 0);
-        libc::munmap(p, 4096);
-        v[0] & 1 == 1
-    }
+    sys::first_page_cached(&f)
 }
 
 /// Opening a directory starts reading its files ahead (cold trees are latency-bound).
 #[test]
 fn opening_a_directory_reads_its_files_ahead() {
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "this test needs root to drop the page cache"
     );
@@ -426,7 +391,7 @@ fn opening_a_directory_reads_its_files_ahead() {
         fs::write(m.path(&format!("d/f{i}")), format!("file {i} ").repeat(3000)).unwrap();
     }
     m.unmount();
-    unsafe { libc::sync() };
+    nix::unistd::sync();
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     let backing = dir.join("backing/d");
     let cached = |n: usize| {
@@ -530,7 +495,7 @@ fn fsx_a_million_operations_over_four_seeds() {
 #[test]
 fn pjdfstest_posix_suite() {
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "pjdfstest needs root (it switches users); run the suite as root"
     );

@@ -2,6 +2,8 @@
 //! syslog, squeezefs umount) and the finish of the command line (--version, --help examples,
 //! man pages, completions). Needs root: it installs the mount helper for the test.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use std::ffi::OsStr;
@@ -24,7 +26,7 @@ struct Helper {
 impl Helper {
     fn install() -> Helper {
         assert_eq!(
-            unsafe { libc::geteuid() },
+            nix::unistd::geteuid().as_raw(),
             0,
             "mount(8) helpers need root: run the tests as root"
         );

@@ -2,10 +2,11 @@
 //! heuristic, the incompressible-file backoff, early abort, `compress-force`, the workspace
 //! pool and the live statistics file.
 
+#![deny(unsafe_code)]
+
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -16,15 +17,11 @@ use squeezefs_container::format::{
 use squeezefs_testdata::{random, text};
 
 mod common;
-use common::{scratch, Mount};
-
-fn cstr(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
+use common::{scratch, sys, Mount};
 
 fn setx(p: &Path, name: &str, v: &str) -> Result<(), i32> {
     let n = CString::new(name).unwrap();
-    let r = unsafe { libc::setxattr(cstr(p).as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    let r = sys::setxattr(p, &n, v.as_bytes());
     if r == 0 {
         Ok(())
     } else {
@@ -35,7 +32,7 @@ fn setx(p: &Path, name: &str, v: &str) -> Result<(), i32> {
 fn getx(p: &Path, name: &str) -> Result<String, i32> {
     let n = CString::new(name).unwrap();
     let mut buf = vec![0u8; 256];
-    let r = unsafe { libc::getxattr(cstr(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let r = sys::getxattr(p, &n, &mut buf);
     if r < 0 {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
     }
@@ -45,7 +42,7 @@ fn getx(p: &Path, name: &str) -> Result<String, i32> {
 
 fn listx(p: &Path) -> Vec<String> {
     let mut buf = vec![0u8; 4096];
-    let r = unsafe { libc::listxattr(cstr(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let r = sys::listxattr(p, &mut buf);
     assert!(r >= 0);
     buf.truncate(r as usize);
     buf.split(|&b| b == 0)
@@ -140,10 +137,7 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
     assert!(listx(&f).contains(&"user.squeezefs.compression".to_string()));
     // mknod(2) makes regular files too; they inherit as well.
     let made = a.join("sub/mknod");
-    assert_eq!(
-        unsafe { libc::mknod(cstr(&made).as_ptr(), libc::S_IFREG | 0o644, 0) },
-        0
-    );
+    assert_eq!(sys::mknod(&made, libc::S_IFREG | 0o644, 0), 0);
     assert_eq!(getx(&made, "user.squeezefs.compression").unwrap(), "lz4:1");
     assert_eq!(getx(&made, "user.squeezefs.extent_size").unwrap(), "16K");
     // A file's own property wins over its directory's.
@@ -241,7 +235,7 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
     let p = m.path("plain.txt");
     setx(&p, "user.squeezefs.compression", "lzo").unwrap();
     let c = CString::new("user.squeezefs.compression").unwrap();
-    assert_eq!(unsafe { libc::removexattr(cstr(&p).as_ptr(), c.as_ptr()) }, 0);
+    assert_eq!(sys::removexattr(&p, &c), 0);
     assert_eq!(getx(&p, "user.squeezefs.compression"), Err(libc::ENODATA));
     assert!(!listx(&p).contains(&"user.squeezefs.compression".to_string()));
     m.unmount();

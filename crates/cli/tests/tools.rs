@@ -1,5 +1,7 @@
 //! The user tools on real trees and real mounts: `stats PATH…` (compsize) and `compress`.
 
+#![deny(unsafe_code)]
+
 mod common;
 
 use std::ffi::OsStr;

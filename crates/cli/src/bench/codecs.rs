@@ -69,8 +69,7 @@ pub struct CodecReport {
 
 /// Bytes the C heap holds right now (all arenas and mmapped chunks).
 fn heap_in_use() -> u64 {
-    let m = unsafe { libc::mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
+    crate::sys::heap_in_use()
 }
 
 /// The memory a fresh compression context of `spec` takes: a new thread (so no context is

@@ -126,14 +126,10 @@ fn timed<T>(f: impl FnOnce() -> Result<T, String>) -> Result<(T, f64), String> {
 }
 
 fn fs_name(p: &Path) -> String {
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+    let Ok(s) = nix::sys::statfs::statfs(p) else {
         return "host".into();
     };
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
-        return "host".into();
-    }
-    match s.f_type as u32 {
+    match s.filesystem_type().0 as u32 {
         0xEF53 => "ext4",
         0x5846_5342 => "xfs",
         0x9123_683E => "btrfs",
@@ -362,7 +358,7 @@ pub fn main(args: FsArgs) -> Result<(), String> {
         return Err("nothing to run: give --corpus DIR and/or --tarball FILE".into());
     }
     std::fs::create_dir_all(&args.work).map_err(|e| format!("{}: {e}", args.work.display()))?;
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let mut notes = Vec::new();
     let mut use_btrfs = !args.no_btrfs;
     if use_btrfs && !root {

@@ -75,19 +75,13 @@ fn is_mountpoint(p: &Path) -> bool {
 /// Makes everything written on the filesystem holding `p` durable (`syncfs`).
 pub fn syncfs(p: &Path) -> Result<(), String> {
     let f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
-        return Err(format!(
-            "syncfs {}: {}",
-            p.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f))
+        .map_err(|e| format!("syncfs {}: {}", p.display(), std::io::Error::from(e)))
 }
 
 /// Drops the kernel's page, dentry and inode caches (root only), so reads hit the disk.
 pub fn drop_caches() -> bool {
-    unsafe { libc::sync() };
+    nix::unistd::sync();
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use squeezefs_fs::mountinfo;
 
+#[allow(unsafe_code)]
+pub mod sys;
+
 pub fn require_fuse() {
     assert!(
         Path::new("/dev/fuse").exists(),
@@ -68,20 +71,7 @@ impl Mount {
             cmd.arg("-o").arg(opts);
         }
         if let Some(n) = fd_limit {
-            use std::os::unix::process::CommandExt;
-            let lim = libc::rlimit {
-                rlim_cur: n as libc::rlim_t,
-                rlim_max: n as libc::rlim_t,
-            };
-            // SAFETY: setrlimit is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            sys::limit_open_files(&mut cmd, n);
         }
         Mount::launch(dir, cmd)
     }
@@ -387,4 +377,18 @@ pub fn getfattr(path: &Path, name: &str) -> Option<Vec<u8>> {
         .output()
         .unwrap();
     out.status.success().then_some(out.stdout)
+}
+
+/// xorshift64: the random choices of the crash and full-disk tests, replayable by seed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
 }
