@@ -13,6 +13,7 @@ pub mod dicts;
 pub mod encode;
 pub mod format;
 mod layout;
+pub mod pack;
 pub mod predict;
 pub mod sim;
 pub mod stats;
@@ -33,6 +34,12 @@ pub enum Error {
     /// An extent's header or payload failed validation and no valid copy is left.
     #[error("extent {index} (file offset {offset}) is damaged: {detail}")]
     CorruptExtent { index: u64, offset: u64, detail: String },
+    /// A packed file's block is damaged or missing, or its bytes fail their checksum.
+    #[error("pack {pack}, block at {block}: {detail}")]
+    CorruptPack { pack: u32, block: u64, detail: String },
+    /// A packed file's location record is damaged.
+    #[error("location record is damaged: {0}")]
+    CorruptLocation(String),
     /// Neither superblock copy is valid.
     #[error("container superblock is damaged: {0}")]
     CorruptSuperblock(String),
@@ -52,7 +59,10 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Error::CorruptExtent { .. } | Error::CorruptSuperblock(_) => libc::EIO,
+            Error::CorruptExtent { .. }
+            | Error::CorruptSuperblock(_)
+            | Error::CorruptPack { .. }
+            | Error::CorruptLocation(_) => libc::EIO,
             Error::Unsupported(_) => libc::EOPNOTSUPP,
             Error::TooLarge => libc::EFBIG,
             Error::Invalid(_) => libc::EINVAL,
@@ -60,7 +70,13 @@ impl Error {
     }
 
     pub fn is_corruption(&self) -> bool {
-        matches!(self, Error::CorruptExtent { .. } | Error::CorruptSuperblock(_))
+        matches!(
+            self,
+            Error::CorruptExtent { .. }
+                | Error::CorruptSuperblock(_)
+                | Error::CorruptPack { .. }
+                | Error::CorruptLocation(_)
+        )
     }
 }
 

@@ -3,7 +3,14 @@
 //! what a real disk could hold afterwards — the last synced state, plus any subset of the
 //! completed-but-unsynced operations (in their order, which models a page cache: a later
 //! write to a page wins), plus a prefix of the torn write.
+//!
+//! Several disks (a backing file and the packs its location records point into) can share
+//! one [`Crash`], so the crash stops them all at once. Extended attributes are kept apart
+//! from the data: [`Storage::sync_data`] makes only data durable (as `fdatasync` on ext4,
+//! which skips a pure xattr change), [`Storage::sync_all`] everything; after a crash any
+//! in-order subset of the unsynced xattr changes survives.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -34,22 +41,53 @@ fn apply(data: &mut Vec<u8>, op: &Op) {
     }
 }
 
+type Xattrs = BTreeMap<String, Vec<u8>>;
+
 #[derive(Debug, Default)]
 struct Inner {
     durable: Vec<u8>,
     current: Vec<u8>,
     pending: Vec<Op>,
-    /// Mutating operations (write/punch/set_len/sync) still allowed before the crash.
-    crash_countdown: Option<u64>,
-    crashed: bool,
     torn: Option<Op>,
     syncs: u64,
+    xattrs: Xattrs,
+    durable_xattrs: Xattrs,
+    /// Unsynced xattr changes, in order (`None`: removal).
+    pending_xattrs: Vec<(String, Option<Vec<u8>>)>,
+}
+
+#[derive(Debug, Default)]
+struct World {
+    /// Mutating operations (write/punch/set_len/xattr/sync) still allowed before the crash.
+    countdown: Option<u64>,
+    crashed: bool,
+}
+
+/// One crash shared by several disks: counting down, it stops all of them at the same
+/// operation.
+#[derive(Clone, Debug, Default)]
+pub struct Crash(Arc<Mutex<World>>);
+
+impl Crash {
+    pub fn new() -> Crash {
+        Crash::default()
+    }
+
+    /// Crash on the `n`-th mutating operation from now, on any disk of this crash.
+    pub fn after(&self, n: u64) {
+        self.0.lock().unwrap().countdown = Some(n);
+    }
+
+    pub fn has_crashed(&self) -> bool {
+        self.0.lock().unwrap().crashed
+    }
 }
 
 /// Shared handle to one simulated file; clones see the same disk.
 #[derive(Clone, Debug, Default)]
 pub struct MemDisk {
     inner: Arc<Mutex<Inner>>,
+    crash: Crash,
 }
 
 fn crashed() -> io::Error {
@@ -61,13 +99,31 @@ impl MemDisk {
         MemDisk::default()
     }
 
+    /// A new empty disk that crashes with `crash`.
+    pub fn with_crash(crash: &Crash) -> MemDisk {
+        MemDisk {
+            inner: Arc::default(),
+            crash: crash.clone(),
+        }
+    }
+
+    /// The crash this disk shares.
+    pub fn crash(&self) -> &Crash {
+        &self.crash
+    }
+
     /// Crash on the `n`-th mutating operation from now (0 = the next one).
     pub fn crash_after(&self, n: u64) {
-        self.inner.lock().unwrap().crash_countdown = Some(n);
+        self.crash.after(n);
     }
 
     pub fn has_crashed(&self) -> bool {
-        self.inner.lock().unwrap().crashed
+        self.crash.has_crashed()
+    }
+
+    /// The durable-or-not current value of xattr `name` (what reads see now).
+    pub fn xattr(&self, name: &str) -> Option<Vec<u8>> {
+        self.inner.lock().unwrap().xattrs.get(name).cloned()
     }
 
     /// Number of completed syncs (for tests that check syncing happens).
@@ -83,7 +139,13 @@ impl MemDisk {
     /// A disk holding what survives a crash now: synced state, a random in-order subset
     /// of unsynced operations, and a random prefix of the torn one. `rand` yields random
     /// numbers (the caller's seeded generator).
-    pub fn reboot(&self, mut rand: impl FnMut() -> u64) -> MemDisk {
+    pub fn reboot(&self, rand: impl FnMut() -> u64) -> MemDisk {
+        self.reboot_into(&Crash::new(), rand)
+    }
+
+    /// [`MemDisk::reboot`], the new disk crashing with `crash` (shared with the other disks
+    /// rebooted into it).
+    pub fn reboot_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemDisk {
         let g = self.inner.lock().unwrap();
         let mut data = g.durable.clone();
         for op in &g.pending {
@@ -104,28 +166,48 @@ impl MemDisk {
                 }
             }
         }
+        let mut xattrs = g.durable_xattrs.clone();
+        for (name, value) in &g.pending_xattrs {
+            if rand().is_multiple_of(2) {
+                match value {
+                    Some(v) => xattrs.insert(name.clone(), v.clone()),
+                    None => xattrs.remove(name),
+                };
+            }
+        }
         MemDisk {
             inner: Arc::new(Mutex::new(Inner {
                 durable: data.clone(),
                 current: data,
+                durable_xattrs: xattrs.clone(),
+                xattrs,
                 ..Inner::default()
             })),
+            crash: crash.clone(),
         }
+    }
+
+    /// Counts one mutating operation against the crash; `Err` when the disk has crashed
+    /// (now or before). `torn` is what was in flight when it crashes now.
+    fn step(&self, g: &mut Inner, torn: Option<Op>) -> io::Result<()> {
+        let mut w = self.crash.0.lock().unwrap();
+        if w.crashed {
+            return Err(crashed());
+        }
+        if let Some(n) = w.countdown {
+            if n == 0 {
+                w.crashed = true;
+                g.torn = torn;
+                return Err(crashed());
+            }
+            w.countdown = Some(n - 1);
+        }
+        Ok(())
     }
 
     fn mutate(&self, op: Option<Op>) -> io::Result<()> {
         let mut g = self.inner.lock().unwrap();
-        if g.crashed {
-            return Err(crashed());
-        }
-        if let Some(n) = g.crash_countdown {
-            if n == 0 {
-                g.crashed = true;
-                g.torn = op;
-                return Err(crashed());
-            }
-            g.crash_countdown = Some(n - 1);
-        }
+        self.step(&mut g, op.clone())?;
         match op {
             Some(op) => {
                 apply(&mut g.current, &op);
@@ -139,14 +221,27 @@ impl MemDisk {
         }
         Ok(())
     }
+
+    fn mutate_xattr(&self, name: &str, value: Option<&[u8]>) -> io::Result<()> {
+        let mut g = self.inner.lock().unwrap();
+        // An xattr change is atomic: a crash on it either happened before it or not at all.
+        self.step(&mut g, None)?;
+        match value {
+            Some(v) => g.xattrs.insert(name.to_owned(), v.to_vec()),
+            None => g.xattrs.remove(name),
+        };
+        g.pending_xattrs
+            .push((name.to_owned(), value.map(<[u8]>::to_vec)));
+        Ok(())
+    }
 }
 
 impl Storage for MemDisk {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        let g = self.inner.lock().unwrap();
-        if g.crashed {
+        if self.has_crashed() {
             return Err(crashed());
         }
+        let g = self.inner.lock().unwrap();
         let len = g.current.len() as u64;
         if off >= len {
             return Ok(0);
@@ -173,11 +268,33 @@ impl Storage for MemDisk {
     }
 
     fn len(&self) -> io::Result<u64> {
-        let g = self.inner.lock().unwrap();
-        if g.crashed {
+        if self.has_crashed() {
             return Err(crashed());
         }
-        Ok(g.current.len() as u64)
+        Ok(self.inner.lock().unwrap().current.len() as u64)
+    }
+
+    fn get_xattr(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        if self.has_crashed() {
+            return Err(crashed());
+        }
+        Ok(self.xattr(name))
+    }
+
+    fn set_xattr(&self, name: &str, value: &[u8]) -> io::Result<()> {
+        self.mutate_xattr(name, Some(value))
+    }
+
+    fn remove_xattr(&self, name: &str) -> io::Result<()> {
+        self.mutate_xattr(name, None)
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.mutate(None)?;
+        let mut g = self.inner.lock().unwrap();
+        g.durable_xattrs = g.xattrs.clone();
+        g.pending_xattrs.clear();
+        Ok(())
     }
 }
 

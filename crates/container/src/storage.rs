@@ -28,6 +28,27 @@ pub trait Storage: Send + Sync {
     fn next_data(&self, off: u64) -> io::Result<Option<u64>> {
         Ok(if off < self.len()? { Some(off) } else { None })
     }
+    /// The value of the file's extended attribute `name` (`None`: not set). Storage that
+    /// has no xattrs answers `None`.
+    fn get_xattr(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let _ = name;
+        Ok(None)
+    }
+    /// Sets extended attribute `name` (atomically: a reader sees the old or the new value).
+    /// Made durable by [`Storage::sync_all`], not by [`Storage::sync_data`].
+    fn set_xattr(&self, name: &str, value: &[u8]) -> io::Result<()> {
+        let _ = (name, value);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+    /// Removes extended attribute `name`; absent is not an error.
+    fn remove_xattr(&self, name: &str) -> io::Result<()> {
+        let _ = name;
+        Ok(())
+    }
+    /// Makes everything durable: data, length and metadata (xattrs) — `fsync(2)`.
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync_data()
+    }
 }
 
 /// Reads exactly `buf.len()` bytes unless EOF comes first; returns the count.
@@ -95,6 +116,25 @@ impl Storage for FileStorage {
         Ok(self.file.metadata()?.len())
     }
 
+    fn get_xattr(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        sys::get_xattr(self.file.as_fd(), name)
+    }
+
+    fn set_xattr(&self, name: &str, value: &[u8]) -> io::Result<()> {
+        sys::set_xattr(self.file.as_fd(), name, value)
+    }
+
+    fn remove_xattr(&self, name: &str) -> io::Result<()> {
+        match sys::remove_xattr(self.file.as_fd(), name) {
+            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(()),
+            r => r,
+        }
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
     fn next_data(&self, off: u64) -> io::Result<Option<u64>> {
         let Ok(o) = i64::try_from(off) else {
             return Ok(None);
@@ -112,16 +152,79 @@ impl Storage for FileStorage {
     }
 }
 
-/// The two Linux calls `FileStorage` needs that std does not wrap: punching a hole
-/// (`fallocate(2)`) and finding data (`lseek(2)` with `SEEK_DATA`).
+/// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
+/// (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`) and a packed file's
+/// location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`).
 ///
-/// The crate's only `unsafe`. `nix` wraps both calls safely, but no crate of the workspace
-/// uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking it would add
-/// a second version of nix beside fuser's (0.31) for two system calls.
+/// The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
+/// the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
+/// it would add a second version of nix beside fuser's (0.31) for two system calls. The
+/// `xattr` crate would cover the last three, for three calls the fs crate already makes the
+/// same way (`squeezefs_fs::sys`).
 #[allow(unsafe_code)]
 mod sys {
+    use std::ffi::CString;
     use std::io;
     use std::os::fd::{AsRawFd, BorrowedFd};
+
+    /// Largest xattr value read (the kernel's limit is 64 KiB; squeezefs reads only its own
+    /// small records, so anything longer is refused by the caller's decoder anyway).
+    const XATTR_MAX: usize = 64 << 10;
+
+    fn c_name(name: &str) -> io::Result<CString> {
+        CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    /// The value of xattr `name`, `None` when the file has none of that name.
+    pub(super) fn get_xattr(fd: BorrowedFd<'_>, name: &str) -> io::Result<Option<Vec<u8>>> {
+        let n = c_name(name)?;
+        let mut buf = vec![0u8; 256];
+        loop {
+            // SAFETY: `n` is a NUL-terminated string that outlives the call, and `buf` is a
+            // live, writable allocation of exactly `buf.len()` bytes, which is the size
+            // passed: the kernel writes at most that many bytes into it. The fd is kept open
+            // by `BorrowedFd`. Failures come back through errno, read at once below.
+            let r =
+                unsafe { libc::fgetxattr(fd.as_raw_fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if r >= 0 {
+                buf.truncate(r as usize);
+                return Ok(Some(buf));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ENODATA) => return Ok(None),
+                // Backing filesystems without user xattrs have no records.
+                Some(libc::EOPNOTSUPP) => return Ok(None),
+                Some(libc::ERANGE) if buf.len() < XATTR_MAX => buf.resize(XATTR_MAX, 0),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    pub(super) fn set_xattr(fd: BorrowedFd<'_>, name: &str, value: &[u8]) -> io::Result<()> {
+        let n = c_name(name)?;
+        // SAFETY: `n` is NUL-terminated and `value` is a live slice of `value.len()` bytes,
+        // the length passed; the kernel only reads them during the call. The fd is kept
+        // open by `BorrowedFd`; failures come back through errno.
+        let r = unsafe { libc::fsetxattr(fd.as_raw_fd(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    pub(super) fn remove_xattr(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+        let n = c_name(name)?;
+        // SAFETY: `n` is NUL-terminated and outlives the call; the fd is kept open by
+        // `BorrowedFd`; failures come back through errno.
+        let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), n.as_ptr()) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
 
     /// Deallocates `[off, off+len)` without changing the file's length.
     pub(super) fn punch_hole(fd: BorrowedFd<'_>, off: i64, len: i64) -> io::Result<()> {

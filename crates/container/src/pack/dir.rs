@@ -1,0 +1,211 @@
+//! Where pack files live: [`PackDir`], a directory of pack files named by their id —
+//! `BACKING/.squeezefs-packs/ID.pack` on a real backing directory ([`FsPackDir`]), or
+//! simulated disks that crash with the backing files in tests ([`MemPackDir`]).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::sim::{Crash, MemDisk};
+use crate::storage::{FileStorage, Storage};
+
+/// The directory of packs, at the backing root. Hidden from the mount.
+pub const DIR_NAME: &str = ".squeezefs-packs";
+
+/// A set of pack files, each a [`Storage`], named by a non-zero id.
+pub trait PackDir: Send + Sync {
+    /// Ids of the packs present, ascending.
+    fn list(&self) -> io::Result<Vec<u32>>;
+    /// Opens pack `id` (`NotFound` when there is none).
+    fn open(&self, id: u32) -> io::Result<Arc<dyn Storage>>;
+    /// Creates pack `id`, empty, with its directory entry durable when this returns
+    /// (`AlreadyExists` when there is one).
+    fn create(&self, id: u32) -> io::Result<Arc<dyn Storage>>;
+    /// Removes pack `id`, durably.
+    fn remove(&self, id: u32) -> io::Result<()>;
+    /// What to call pack `id` in messages.
+    fn describe(&self, id: u32) -> String;
+}
+
+/// Packs as files `ID.pack` in a directory (created at the first pack).
+#[derive(Debug)]
+pub struct FsPackDir {
+    path: PathBuf,
+    writable: bool,
+}
+
+impl FsPackDir {
+    /// The packs of backing directory `backing`.
+    pub fn new(backing: &Path, writable: bool) -> FsPackDir {
+        FsPackDir {
+            path: backing.join(DIR_NAME),
+            writable,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn file(&self, id: u32) -> PathBuf {
+        self.path.join(format!("{id}.pack"))
+    }
+}
+
+/// The id in a pack's file name (`ID.pack`, `ID` decimal without leading zeros, non-zero).
+pub fn parse_name(name: &str) -> Option<u32> {
+    let digits = name.strip_suffix(".pack")?;
+    if digits.starts_with('0') || digits.is_empty() {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn sync_dir(p: &Path) -> io::Result<()> {
+    File::open(p)?.sync_all()
+}
+
+impl PackDir for FsPackDir {
+    fn list(&self) -> io::Result<Vec<u32>> {
+        let rd = match fs::read_dir(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r?,
+        };
+        let mut ids: Vec<u32> = rd
+            .flatten()
+            .filter_map(|e| parse_name(e.file_name().to_str()?))
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn open(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(self.writable)
+            .open(self.file(id))?;
+        Ok(Arc::new(FileStorage::new(f)))
+    }
+
+    fn create(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
+        match fs::create_dir(&self.path) {
+            Ok(()) => {
+                if let Some(parent) = self.path.parent() {
+                    sync_dir(parent)?;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(self.file(id))?;
+        sync_dir(&self.path)?;
+        Ok(Arc::new(FileStorage::new(f)))
+    }
+
+    fn remove(&self, id: u32) -> io::Result<()> {
+        fs::remove_file(self.file(id))?;
+        sync_dir(&self.path)
+    }
+
+    fn describe(&self, id: u32) -> String {
+        self.file(id).display().to_string()
+    }
+}
+
+/// Simulated packs for the crash tests: one [`MemDisk`] per pack, crashing with the disks
+/// of the files that point into them. Creating and removing a pack is durable at once (the
+/// real directory is synced before either returns).
+#[derive(Clone, Debug, Default)]
+pub struct MemPackDir {
+    packs: Arc<Mutex<BTreeMap<u32, MemDisk>>>,
+    crash: Crash,
+}
+
+impl MemPackDir {
+    pub fn new(crash: &Crash) -> MemPackDir {
+        MemPackDir {
+            packs: Arc::default(),
+            crash: crash.clone(),
+        }
+    }
+
+    /// The packs as they could be after the crash (each disk rebooted into `crash`).
+    pub fn reboot_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemPackDir {
+        let packs = self
+            .packs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, d)| (*id, d.reboot_into(crash, &mut rand)))
+            .collect();
+        MemPackDir {
+            packs: Arc::new(Mutex::new(packs)),
+            crash: crash.clone(),
+        }
+    }
+
+    /// The disk of pack `id`, for tests that damage it.
+    pub fn disk(&self, id: u32) -> Option<MemDisk> {
+        self.packs.lock().unwrap().get(&id).cloned()
+    }
+}
+
+impl PackDir for MemPackDir {
+    fn list(&self) -> io::Result<Vec<u32>> {
+        Ok(self.packs.lock().unwrap().keys().copied().collect())
+    }
+
+    fn open(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
+        match self.packs.lock().unwrap().get(&id) {
+            Some(d) => Ok(Arc::new(d.clone())),
+            None => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn create(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
+        if self.crash.has_crashed() {
+            return Err(io::Error::other("simulated crash"));
+        }
+        let mut g = self.packs.lock().unwrap();
+        if g.contains_key(&id) {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        let d = MemDisk::with_crash(&self.crash);
+        g.insert(id, d.clone());
+        Ok(Arc::new(d))
+    }
+
+    fn remove(&self, id: u32) -> io::Result<()> {
+        if self.crash.has_crashed() {
+            return Err(io::Error::other("simulated crash"));
+        }
+        match self.packs.lock().unwrap().remove(&id) {
+            Some(_) => Ok(()),
+            None => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn describe(&self, id: u32) -> String {
+        format!("pack {id}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_decimal_ids() {
+        assert_eq!(parse_name("12.pack"), Some(12));
+        assert_eq!(parse_name("012.pack"), None);
+        assert_eq!(parse_name("0.pack"), None);
+        assert_eq!(parse_name("x.pack"), None);
+        assert_eq!(parse_name("12.pack.tmp"), None);
+    }
+}

@@ -1,0 +1,331 @@
+//! The byte layout of format 4's packs: the pack file header, the solid block header and the
+//! location record a packed file carries as the xattr [`LOCATION_XATTR`]. docs/FORMAT.md
+//! ("Packs") describes every field; this module is the only code that knows the bytes. All
+//! integers little-endian, checksums XXH3-64.
+
+use squeezefs_codec::{Algorithm, CodecSpec};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_COMPRESSION, PROP_EXTENT_SIZE};
+
+/// The xattr holding a packed file's location (on the backing file). Short on purpose: ext4
+/// keeps xattrs inside a 256-byte inode only while name and value fit in ~88 bytes.
+pub const LOCATION_XATTR: &str = "user.sqzfs";
+/// Bytes of a location record.
+pub const LOCATION_LEN: usize = 56;
+/// Location record version this code reads and writes.
+pub const LOCATION_VERSION: u8 = 1;
+/// Property bits a location record may carry (a file with a dictionary is never packed).
+pub const LOCATION_PROPS: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
+
+/// First bytes of a pack file.
+pub const PACK_MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'P', b'A', b'C', b'K'];
+pub const PACK_VERSION: u16 = 1;
+/// Bytes of the pack header; the first block follows it.
+pub const PACK_HEADER_LEN: usize = 64;
+/// Block header magic.
+pub const BLOCK_MAGIC: [u8; 4] = *b"SQZB";
+pub const BLOCK_HEADER_LEN: usize = 48;
+/// Most input bytes one block holds: the largest extent (a packed file fits one extent,
+/// and files never straddle blocks).
+pub const BLOCK_MAX: usize = 1 << MAX_EXTENT_SHIFT;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// A pack file's header (bytes 0 … 63).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackHeader {
+    pub id: u32,
+}
+
+impl PackHeader {
+    pub fn encode(&self) -> [u8; PACK_HEADER_LEN] {
+        let mut b = [0u8; PACK_HEADER_LEN];
+        b[0..8].copy_from_slice(&PACK_MAGIC);
+        b[8..10].copy_from_slice(&PACK_VERSION.to_le_bytes());
+        b[10..12].copy_from_slice(&(PACK_HEADER_LEN as u16).to_le_bytes());
+        // 12..16 flags, 0
+        b[16..20].copy_from_slice(&self.id.to_le_bytes());
+        // 20..56 reserved, 0
+        let sum = xxh3_64(&b[..56]);
+        b[56..64].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PackHeader, FormatError> {
+        if b.len() < PACK_HEADER_LEN || b[0..8] != PACK_MAGIC {
+            return Err(FormatError::Magic);
+        }
+        if u64_at(b, 56) != xxh3_64(&b[..56]) {
+            return Err(FormatError::Checksum);
+        }
+        let version = u16_at(b, 8);
+        if version != PACK_VERSION {
+            return Err(FormatError::Version(version));
+        }
+        if u16_at(b, 10) as usize != PACK_HEADER_LEN {
+            return Err(FormatError::Field("pack header length"));
+        }
+        let flags = u32_at(b, 12);
+        if flags != 0 {
+            return Err(FormatError::Flags(flags));
+        }
+        Ok(PackHeader { id: u32_at(b, 16) })
+    }
+}
+
+/// One solid block's header: `BLOCK_HEADER_LEN` bytes, then `stored_len` payload bytes that
+/// decode to `logical_len` bytes (whole files, back to back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    /// Codec of the payload (`None`: stored raw).
+    pub codec: Algorithm,
+    /// Level used (informational).
+    pub level: i32,
+    /// The pack the block belongs to.
+    pub pack: u32,
+    /// Files placed in the block when it was written (informational, for `check`).
+    pub files: u32,
+    /// The block's own offset in its pack (a header read from the wrong place is refused).
+    pub offset: u64,
+    pub stored_len: u32,
+    pub logical_len: u32,
+    pub payload_sum: u64,
+}
+
+impl BlockHeader {
+    pub fn encode(&self) -> [u8; BLOCK_HEADER_LEN] {
+        let mut b = [0u8; BLOCK_HEADER_LEN];
+        b[0..4].copy_from_slice(&BLOCK_MAGIC);
+        b[4] = self.codec.id();
+        // 5: flags, 0
+        b[6..8].copy_from_slice(&(self.level as i16).to_le_bytes());
+        b[8..12].copy_from_slice(&self.pack.to_le_bytes());
+        b[12..16].copy_from_slice(&self.files.to_le_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        b[24..28].copy_from_slice(&self.stored_len.to_le_bytes());
+        b[28..32].copy_from_slice(&self.logical_len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.payload_sum.to_le_bytes());
+        let sum = xxh3_64(&b[..40]);
+        b[40..48].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses and validates a block header read at `offset` of pack `pack`; lengths are
+    /// checked before the caller allocates anything for the payload.
+    pub fn decode(b: &[u8], pack: u32, offset: u64) -> Result<BlockHeader, FormatError> {
+        if b.len() < BLOCK_HEADER_LEN || b[0..4] != BLOCK_MAGIC {
+            return Err(FormatError::Magic);
+        }
+        if u64_at(b, 40) != xxh3_64(&b[..40]) {
+            return Err(FormatError::Checksum);
+        }
+        if b[5] != 0 {
+            return Err(FormatError::Flags(b[5] as u32));
+        }
+        let codec = Algorithm::from_id(b[4]).ok_or(FormatError::Field("codec"))?;
+        let h = BlockHeader {
+            codec,
+            level: i16::from_le_bytes([b[6], b[7]]) as i32,
+            pack: u32_at(b, 8),
+            files: u32_at(b, 12),
+            offset: u64_at(b, 16),
+            stored_len: u32_at(b, 24),
+            logical_len: u32_at(b, 28),
+            payload_sum: u64_at(b, 32),
+        };
+        if h.pack != pack || h.offset != offset {
+            return Err(FormatError::Field("block is not the one the location names"));
+        }
+        if h.logical_len as usize > BLOCK_MAX || h.logical_len == 0 {
+            return Err(FormatError::Field("block logical length"));
+        }
+        if h.stored_len as usize > BLOCK_MAX || h.stored_len == 0 {
+            return Err(FormatError::Field("block stored length"));
+        }
+        if h.codec == Algorithm::None && h.stored_len != h.logical_len {
+            return Err(FormatError::Field("raw block lengths differ"));
+        }
+        Ok(h)
+    }
+}
+
+/// Where a packed file's bytes are, and the file's own settings: the value of the xattr
+/// [`LOCATION_XATTR`] on its backing file. An empty file has `len == 0` and `pack == 0`
+/// (no bytes anywhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// `PROP_COMPRESSION` / `PROP_EXTENT_SIZE`: which of `codec` / `extent_shift` are the
+    /// file's own properties (as in a superblock).
+    pub props: u8,
+    /// The file's codec (its property, or the mount's when last written).
+    pub codec: CodecSpec,
+    pub extent_shift: u8,
+    pub pack: u32,
+    /// Offset of the block's header in the pack file.
+    pub block: u64,
+    /// Offset of the file's first byte in the block's decoded bytes.
+    pub offset: u32,
+    /// The file's logical size, ≤ its extent size.
+    pub len: u32,
+    /// Orders this record against the file's container superblocks: the higher wins.
+    pub generation: u64,
+    /// XXH3-64 of the file's bytes.
+    pub content_sum: u64,
+}
+
+impl Location {
+    pub fn encode(&self) -> [u8; LOCATION_LEN] {
+        let mut b = [0u8; LOCATION_LEN];
+        b[0] = LOCATION_VERSION;
+        b[1] = self.props;
+        b[2] = self.codec.alg.id();
+        b[3] = self.extent_shift;
+        b[4..6].copy_from_slice(&(self.codec.level as i16).to_le_bytes());
+        // 6..8 flags, 0
+        b[8..12].copy_from_slice(&self.pack.to_le_bytes());
+        b[12..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.block.to_le_bytes());
+        b[24..28].copy_from_slice(&self.len.to_le_bytes());
+        // 28..32 reserved, 0
+        b[32..40].copy_from_slice(&self.generation.to_le_bytes());
+        b[40..48].copy_from_slice(&self.content_sum.to_le_bytes());
+        let sum = xxh3_64(&b[..48]);
+        b[48..56].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses a record. An unknown version or flag is [`FormatError::Version`] /
+    /// [`FormatError::Flags`] (a newer squeezefs wrote it), anything else malformed is
+    /// damage.
+    pub fn decode(b: &[u8]) -> Result<Location, FormatError> {
+        if b.is_empty() {
+            return Err(FormatError::Field("empty location record"));
+        }
+        if b[0] != LOCATION_VERSION {
+            return Err(FormatError::Version(b[0] as u16));
+        }
+        if b.len() != LOCATION_LEN {
+            return Err(FormatError::Field("location record length"));
+        }
+        if u64_at(b, 48) != xxh3_64(&b[..48]) {
+            return Err(FormatError::Checksum);
+        }
+        let flags = u16_at(b, 6);
+        if flags != 0 {
+            return Err(FormatError::Flags(flags as u32));
+        }
+        let props = b[1];
+        if props & !LOCATION_PROPS != 0 {
+            return Err(FormatError::Props(props & !LOCATION_PROPS));
+        }
+        let extent_shift = b[3];
+        if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
+            return Err(FormatError::Field("extent size"));
+        }
+        let alg = Algorithm::from_id(b[2]).ok_or(FormatError::Field("codec"))?;
+        let level = i16::from_le_bytes([b[4], b[5]]) as i32;
+        let codec = CodecSpec::new(alg, level).map_err(|_| FormatError::Field("codec level"))?;
+        let l = Location {
+            props,
+            codec,
+            extent_shift,
+            pack: u32_at(b, 8),
+            offset: u32_at(b, 12),
+            block: u64_at(b, 16),
+            len: u32_at(b, 24),
+            generation: u64_at(b, 32),
+            content_sum: u64_at(b, 40),
+        };
+        if l.len as u64 > 1u64 << extent_shift {
+            return Err(FormatError::Field("packed file longer than its extent"));
+        }
+        if l.offset as usize + l.len as usize > BLOCK_MAX {
+            return Err(FormatError::Field("file range beyond a block"));
+        }
+        if l.len == 0 && (l.pack != 0 || l.block != 0 || l.offset != 0) {
+            return Err(FormatError::Field("empty file with a place"));
+        }
+        if l.len > 0 && (l.pack == 0 || l.block < PACK_HEADER_LEN as u64) {
+            return Err(FormatError::Field("pack or block"));
+        }
+        Ok(l)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc() -> Location {
+        Location {
+            props: PROP_COMPRESSION,
+            codec: CodecSpec::new(Algorithm::Zstd, 3).unwrap(),
+            extent_shift: 17,
+            pack: 7,
+            block: 64,
+            offset: 100,
+            len: 5000,
+            generation: 9,
+            content_sum: 0xdead_beef,
+        }
+    }
+
+    #[test]
+    fn location_round_trips_and_every_bit_flip_is_caught() {
+        let b = loc().encode();
+        assert_eq!(Location::decode(&b).unwrap(), loc());
+        for i in 0..LOCATION_LEN * 8 {
+            let mut c = b;
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
+        }
+        assert!(Location::decode(&b[..40]).is_err());
+        let mut newer = b;
+        newer[0] = 2;
+        assert_eq!(Location::decode(&newer), Err(FormatError::Version(2)));
+    }
+
+    #[test]
+    fn block_header_round_trips_and_names_its_place() {
+        let h = BlockHeader {
+            codec: Algorithm::Zstd,
+            level: 1,
+            pack: 3,
+            files: 12,
+            offset: 4096,
+            stored_len: 1000,
+            logical_len: 131072,
+            payload_sum: 42,
+        };
+        let b = h.encode();
+        assert_eq!(BlockHeader::decode(&b, 3, 4096).unwrap(), h);
+        assert!(BlockHeader::decode(&b, 4, 4096).is_err());
+        assert!(BlockHeader::decode(&b, 3, 64).is_err());
+        for i in 0..BLOCK_HEADER_LEN * 8 {
+            let mut c = b;
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(
+                BlockHeader::decode(&c, 3, 4096).is_err(),
+                "flip of bit {i} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn pack_header_round_trips() {
+        let b = PackHeader { id: 77 }.encode();
+        assert_eq!(PackHeader::decode(&b).unwrap().id, 77);
+        let mut c = b;
+        c[17] ^= 1;
+        assert!(PackHeader::decode(&c).is_err());
+    }
+}

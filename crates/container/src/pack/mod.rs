@@ -1,0 +1,450 @@
+//! Packs (format 4): small files stored whole, back to back, in solid blocks shared by many
+//! files, so a file of a few KiB costs a few hundred bytes of a compressed block instead of
+//! a 4 KiB block of its own. The idea is squashfs's fragments and EROFS's
+//! fragments/ztailpacking, which are read-only; here files are added and replaced while the
+//! filesystem is mounted, crash-safely.
+//!
+//! * `format.rs` — the bytes: pack header, block header, the location record.
+//! * `dir.rs` — where packs live ([`PackDir`]: a real directory, or crashing test disks).
+//! * `cache.rs` — the shared cache of decompressed blocks.
+//! * this file — [`Packs`]: appending files to open blocks, writing blocks, making them
+//!   durable, reading a file back through the cache.
+//!
+//! # How a file gets into a pack
+//! 1. [`Packs::append`] copies the file's bytes into the open block of its group (same codec
+//!    and extent size) and returns a [`Slot`]. A block is written (compressed, checksummed,
+//!    appended to the current pack) as soon as the next file would not fit, so a batch of
+//!    closes fills blocks; files never straddle blocks.
+//! 2. [`Packs::durable`] writes the slot's block if it is still open and syncs its pack if
+//!    that block is not yet durable: only then may the file's location record point at it.
+//!    A group commit calls [`Packs::seal_all`] before its `syncfs` and [`Packs::synced`]
+//!    after it, so no file needs a sync of its own.
+//! 3. The container writes the location record (see `container/packing.rs`).
+//!
+//! Blocks are never overwritten: a rewritten or deleted file leaves its old bytes as
+//! garbage, reclaimed by rewriting a pack's live files into new blocks (`gc.rs`).
+//!
+//! # Lock order
+//! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
+
+pub mod cache;
+pub mod dir;
+pub mod format;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use squeezefs_codec::{compress, decompress, Algorithm, CodecSpec};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::storage::{read_full, Storage};
+use crate::{Error, Result};
+use cache::BlockCache;
+pub use dir::{FsPackDir, MemPackDir, PackDir};
+pub use format::{BlockHeader, Location, PackHeader, BLOCK_HEADER_LEN, LOCATION_XATTR, PACK_HEADER_LEN};
+
+/// A pack takes no more blocks once it is this long; the next block starts a new pack.
+pub const PACK_MAX: u64 = 64 << 20;
+/// Default size of the cache of decompressed blocks.
+pub const DEFAULT_CACHE: usize = 32 << 20;
+
+/// Where a file's bytes ended up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub pack: u32,
+    /// Offset of the block's header in the pack.
+    pub block: u64,
+    /// Offset of the file's bytes in the block's decoded bytes.
+    pub offset: u32,
+}
+
+#[derive(Debug, Clone)]
+enum SlotState {
+    /// In the open block of this group, at this offset.
+    Open(Group),
+    Placed(Placed),
+    /// Its block could not be written.
+    Lost(String),
+}
+
+/// A file's bytes handed to [`Packs::append`]: where they are, once their block is written.
+#[derive(Debug)]
+pub struct Slot {
+    pub len: u32,
+    /// XXH3-64 of the bytes.
+    pub sum: u64,
+    state: Mutex<SlotState>,
+}
+
+/// Files are packed with others of the same codec and extent size.
+type Group = (CodecSpec, u8);
+
+#[derive(Debug, Default)]
+struct OpenBlock {
+    data: Vec<u8>,
+    slots: Vec<(Arc<Slot>, u32)>,
+}
+
+struct Current {
+    id: u32,
+    st: Arc<dyn Storage>,
+    end: u64,
+}
+
+#[derive(Default)]
+struct Writer {
+    next_id: u32,
+    cur: Option<Current>,
+    /// Per pack written to: bytes written, and bytes known durable.
+    written: HashMap<u32, u64>,
+    synced: HashMap<u32, u64>,
+    open: HashMap<Group, OpenBlock>,
+}
+
+/// Counters of a mount's packs (for `squeezefs stats --live`).
+#[derive(Debug, Default)]
+pub struct PackCounters {
+    pub files_packed: AtomicU64,
+    pub blocks_written: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_stored: AtomicU64,
+    pub blocks_read: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub bytes_reclaimed: AtomicU64,
+}
+
+/// What a [`Packs::seal_all`] wrote: the length of every pack with writes not yet known
+/// durable. Handed back to [`Packs::synced`] after a sync of the whole backing filesystem.
+#[derive(Debug, Default)]
+pub struct SyncMark(Vec<(u32, u64)>);
+
+/// The packs of one backing directory.
+pub struct Packs {
+    dir: Box<dyn PackDir>,
+    writable: bool,
+    writer: Mutex<Writer>,
+    handles: RwLock<HashMap<u32, Arc<dyn Storage>>>,
+    cache: Mutex<BlockCache>,
+    pub counters: PackCounters,
+}
+
+impl std::fmt::Debug for Packs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packs").field("writable", &self.writable).finish()
+    }
+}
+
+fn corrupt(pack: u32, block: u64, detail: impl Into<String>) -> Error {
+    Error::CorruptPack {
+        pack,
+        block,
+        detail: detail.into(),
+    }
+}
+
+impl Packs {
+    /// The packs in `dir`; `writable` lets files be added. `cache` bytes of decompressed
+    /// blocks are kept.
+    pub fn new(dir: Box<dyn PackDir>, writable: bool, cache: usize) -> io::Result<Packs> {
+        let next_id = dir.list()?.last().map_or(1, |m| m.saturating_add(1));
+        Ok(Packs {
+            dir,
+            writable,
+            writer: Mutex::new(Writer {
+                next_id,
+                ..Writer::default()
+            }),
+            handles: RwLock::new(HashMap::new()),
+            cache: Mutex::new(BlockCache::new(cache)),
+            counters: PackCounters::default(),
+        })
+    }
+
+    /// Whether files may be added.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    pub fn dir(&self) -> &dyn PackDir {
+        &*self.dir
+    }
+
+    fn handle(&self, id: u32) -> Result<Arc<dyn Storage>> {
+        if let Some(h) = self.handles.read().unwrap().get(&id) {
+            return Ok(h.clone());
+        }
+        let h = match self.dir.open(id) {
+            Ok(h) => h,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(corrupt(id, 0, format!("{} is missing", self.dir.describe(id))))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(self.handles.write().unwrap().entry(id).or_insert(h).clone())
+    }
+
+    /// Adds a file's bytes (at most `1 << shift`, not empty) to the open block of its group.
+    /// Blocks that fill up are written at once (not synced).
+    pub fn append(&self, codec: CodecSpec, shift: u8, data: &[u8]) -> Result<Arc<Slot>> {
+        assert!(self.writable, "append to read-only packs");
+        assert!(!data.is_empty() && data.len() <= 1 << shift, "packed file size");
+        let group = (codec, shift);
+        let slot = Arc::new(Slot {
+            len: data.len() as u32,
+            sum: xxh3_64(data),
+            state: Mutex::new(SlotState::Open(group)),
+        });
+        let mut w = self.writer.lock().unwrap();
+        let target = 1usize << shift;
+        if w.open
+            .get(&group)
+            .is_some_and(|b| b.data.len() + data.len() > target)
+        {
+            self.seal(&mut w, group)?;
+        }
+        let b = w.open.entry(group).or_default();
+        let at = b.data.len() as u32;
+        b.data.extend_from_slice(data);
+        b.slots.push((slot.clone(), at));
+        self.counters.files_packed.fetch_add(1, Ordering::Relaxed);
+        if b.data.len() >= target {
+            self.seal(&mut w, group)?;
+        }
+        Ok(slot)
+    }
+
+    /// Writes the open block of `group`: compressed (or raw when that is not smaller),
+    /// appended to the current pack; its files are placed.
+    fn seal(&self, w: &mut Writer, group: Group) -> Result<()> {
+        let Some(b) = w.open.remove(&group) else {
+            return Ok(());
+        };
+        if b.data.is_empty() {
+            return Ok(());
+        }
+        let r = self.write_block(w, group.0, &b);
+        match &r {
+            Ok(placed) => {
+                for (slot, off) in &b.slots {
+                    *slot.state.lock().unwrap() = SlotState::Placed(Placed {
+                        offset: *off,
+                        ..*placed
+                    });
+                }
+            }
+            Err(e) => {
+                for (slot, _) in &b.slots {
+                    *slot.state.lock().unwrap() = SlotState::Lost(e.to_string());
+                }
+            }
+        }
+        r.map(|_| ())
+    }
+
+    fn write_block(&self, w: &mut Writer, codec: CodecSpec, b: &OpenBlock) -> Result<Placed> {
+        let logical = b.data.len();
+        let mut payload = Vec::new();
+        let compressed = codec.alg != Algorithm::None
+            && compress(codec, &b.data, &mut payload, logical - 1).unwrap_or(false);
+        let (alg, payload) = if compressed {
+            (codec.alg, payload.as_slice())
+        } else {
+            (Algorithm::None, b.data.as_slice())
+        };
+        if w.cur.as_ref().is_none_or(|c| c.end >= PACK_MAX) {
+            w.cur = None;
+            let id = w.next_id;
+            if id == u32::MAX {
+                return Err(Error::Invalid("no pack id left".into()));
+            }
+            w.next_id += 1;
+            let st = self.dir.create(id)?;
+            st.write_at(&PackHeader { id }.encode(), 0)?;
+            self.handles.write().unwrap().insert(id, st.clone());
+            w.cur = Some(Current {
+                id,
+                st,
+                end: PACK_HEADER_LEN as u64,
+            });
+        }
+        let cur = w.cur.as_mut().expect("current pack");
+        let h = BlockHeader {
+            codec: alg,
+            level: if alg == Algorithm::None { 0 } else { codec.level },
+            pack: cur.id,
+            files: b.slots.len() as u32,
+            offset: cur.end,
+            stored_len: payload.len() as u32,
+            logical_len: logical as u32,
+            payload_sum: xxh3_64(payload),
+        };
+        let mut buf = Vec::with_capacity(BLOCK_HEADER_LEN + payload.len());
+        buf.extend_from_slice(&h.encode());
+        buf.extend_from_slice(payload);
+        let at = cur.end;
+        if let Err(e) = cur.st.write_at(&buf, at) {
+            // What was written may be torn: never append after it again.
+            w.cur = None;
+            return Err(e.into());
+        }
+        cur.end += buf.len() as u64;
+        let (id, end) = (cur.id, cur.end);
+        w.written.insert(id, end);
+        self.counters.blocks_written.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_in
+            .fetch_add(logical as u64, Ordering::Relaxed);
+        self.counters
+            .bytes_stored
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        // The new block is what the next reads of these files want.
+        self.cache
+            .lock()
+            .unwrap()
+            .insert((id, at), Arc::from(b.data.as_slice()));
+        Ok(Placed {
+            pack: id,
+            block: at,
+            offset: 0,
+        })
+    }
+
+    /// Writes the slot's block if it is still open and syncs its pack unless that block is
+    /// known durable: afterwards a location record may point at it.
+    pub fn durable(&self, slot: &Slot) -> Result<Placed> {
+        let mut w = self.writer.lock().unwrap();
+        let state = slot.state.lock().unwrap().clone();
+        let placed = match state {
+            SlotState::Placed(p) => p,
+            SlotState::Lost(why) => return Err(Error::Io(io::Error::other(why))),
+            SlotState::Open(group) => {
+                self.seal(&mut w, group)?;
+                match slot.state.lock().unwrap().clone() {
+                    SlotState::Placed(p) => p,
+                    SlotState::Lost(why) => return Err(Error::Io(io::Error::other(why))),
+                    SlotState::Open(_) => unreachable!("sealed"),
+                }
+            }
+        };
+        let written = w.written.get(&placed.pack).copied().unwrap_or(0);
+        let synced = w.synced.get(&placed.pack).copied().unwrap_or(0);
+        if written > synced {
+            self.handle(placed.pack)?.sync_data()?;
+            w.synced.insert(placed.pack, written);
+        }
+        Ok(placed)
+    }
+
+    /// Writes every open block (before a sync of the whole backing filesystem); returns
+    /// what that sync will make durable.
+    pub fn seal_all(&self) -> Result<SyncMark> {
+        let mut w = self.writer.lock().unwrap();
+        let groups: Vec<Group> = w.open.keys().copied().collect();
+        let mut first_err = None;
+        for g in groups {
+            if let Err(e) = self.seal(&mut w, g) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let mark = w
+            .written
+            .iter()
+            .filter(|(id, end)| w.synced.get(id).is_none_or(|s| s < end))
+            .map(|(id, end)| (*id, *end))
+            .collect();
+        Ok(SyncMark(mark))
+    }
+
+    /// A sync of the whole backing filesystem finished after [`Packs::seal_all`] returned
+    /// `mark`: what it wrote is durable.
+    pub fn synced(&self, mark: SyncMark) {
+        let mut w = self.writer.lock().unwrap();
+        for (id, end) in mark.0 {
+            let s = w.synced.entry(id).or_insert(0);
+            *s = (*s).max(end);
+        }
+    }
+
+    /// Syncs every pack with writes not yet durable (unmount, `fsync` of many files).
+    pub fn sync(&self) -> Result<()> {
+        let mark = self.seal_all()?;
+        for (id, _) in &mark.0 {
+            self.handle(*id)?.sync_data()?;
+        }
+        self.synced(mark);
+        Ok(())
+    }
+
+    /// The decoded bytes of the block at `block` in pack `pack`, through the cache.
+    pub fn block(&self, pack: u32, block: u64) -> Result<Arc<[u8]>> {
+        if let Some(b) = self.cache.lock().unwrap().get((pack, block)) {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(b);
+        }
+        let (h, payload) = self.read_block(pack, block)?;
+        let mut out = vec![0u8; h.logical_len as usize];
+        decompress(h.codec, &payload, &mut out).map_err(|e| {
+            corrupt(
+                pack,
+                block,
+                format!("{} payload passed its checksum but does not decode: {e}", h.codec),
+            )
+        })?;
+        self.counters.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let data: Arc<[u8]> = out.into();
+        self.cache.lock().unwrap().insert((pack, block), data.clone());
+        Ok(data)
+    }
+
+    /// A block's header and verified payload, read from disk (no cache).
+    pub fn read_block(&self, pack: u32, block: u64) -> Result<(BlockHeader, Vec<u8>)> {
+        let st = self.handle(pack)?;
+        let mut hb = [0u8; BLOCK_HEADER_LEN];
+        if read_full(&*st, &mut hb, block)? < BLOCK_HEADER_LEN {
+            return Err(corrupt(pack, block, "block header beyond the end of the pack"));
+        }
+        let h =
+            BlockHeader::decode(&hb, pack, block).map_err(|e| corrupt(pack, block, format!("header {e}")))?;
+        let mut payload = vec![0u8; h.stored_len as usize];
+        if read_full(&*st, &mut payload, block + BLOCK_HEADER_LEN as u64)? < payload.len() {
+            return Err(corrupt(pack, block, "payload beyond the end of the pack"));
+        }
+        if xxh3_64(&payload) != h.payload_sum {
+            return Err(corrupt(pack, block, "payload checksum mismatch"));
+        }
+        Ok((h, payload))
+    }
+
+    /// A packed file's bytes, verified against its record's checksum.
+    pub fn read(&self, loc: &Location) -> Result<Vec<u8>> {
+        if loc.len == 0 {
+            return Ok(Vec::new());
+        }
+        let block = self.block(loc.pack, loc.block)?;
+        let range = loc.offset as usize..loc.offset as usize + loc.len as usize;
+        let bytes = block
+            .get(range)
+            .ok_or_else(|| corrupt(loc.pack, loc.block, "the file's range is beyond the block"))?;
+        if xxh3_64(bytes) != loc.content_sum {
+            return Err(corrupt(
+                loc.pack,
+                loc.block,
+                format!("the file's bytes at {} do not match its checksum", loc.offset),
+            ));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// What to call pack `id` in messages (its path).
+    pub fn describe(&self, id: u32) -> String {
+        self.dir.describe(id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

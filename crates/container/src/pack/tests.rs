@@ -1,0 +1,157 @@
+use super::*;
+use crate::sim::Crash;
+
+fn zstd1() -> CodecSpec {
+    CodecSpec::new(Algorithm::Zstd, 1).unwrap()
+}
+
+fn text(seed: u64, len: usize) -> Vec<u8> {
+    let words = [
+        "fn ", "let ", "struct ", "impl ", "pub ", "match ", "{\n", "}\n", "x", "y", "42",
+    ];
+    let mut s = seed | 1;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.extend_from_slice(words[(s % words.len() as u64) as usize].as_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn loc(slot: &Slot, p: Placed) -> Location {
+    Location {
+        props: 0,
+        codec: zstd1(),
+        extent_shift: 17,
+        pack: p.pack,
+        block: p.block,
+        offset: p.offset,
+        len: slot.len,
+        generation: 1,
+        content_sum: slot.sum,
+    }
+}
+
+#[test]
+fn files_share_solid_blocks_and_read_back() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, DEFAULT_CACHE).unwrap();
+    let files: Vec<Vec<u8>> = (0..100)
+        .map(|i| text(i, 500 + (i as usize * 37) % 9000))
+        .collect();
+    let slots: Vec<_> = files
+        .iter()
+        .map(|f| packs.append(zstd1(), 17, f).unwrap())
+        .collect();
+    let placed: Vec<_> = slots.iter().map(|s| packs.durable(s).unwrap()).collect();
+    let total: usize = files.iter().map(Vec::len).sum();
+    let blocks: std::collections::BTreeSet<_> = placed.iter().map(|p| (p.pack, p.block)).collect();
+    assert!(
+        blocks.len() <= total.div_ceil(128 << 10) + 1,
+        "{} blocks for {total} bytes",
+        blocks.len()
+    );
+    let stored = dir.disk(1).unwrap().contents().len();
+    assert!(stored * 3 < total, "solid blocks compress: {stored} of {total}");
+    // A fresh reader (no cache) finds every file.
+    let fresh = Packs::new(Box::new(dir), false, DEFAULT_CACHE).unwrap();
+    for ((f, s), p) in files.iter().zip(&slots).zip(&placed) {
+        assert_eq!(&fresh.read(&loc(s, *p)).unwrap(), f);
+    }
+    // One block read per block, the rest from the cache.
+    assert_eq!(
+        fresh.counters.blocks_read.load(Ordering::Relaxed),
+        blocks.len() as u64
+    );
+}
+
+#[test]
+fn a_damaged_block_or_a_wrong_record_is_an_error_never_wrong_bytes() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+    let a = packs.append(zstd1(), 17, &text(1, 3000)).unwrap();
+    let b = packs.append(zstd1(), 17, &text(2, 3000)).unwrap();
+    let pa = packs.durable(&a).unwrap();
+    let pb = packs.durable(&b).unwrap();
+    // A record naming another file's bytes (or a stale record) fails its content checksum.
+    let mut wrong = loc(&a, pb);
+    wrong.len = a.len;
+    assert!(matches!(packs.read(&wrong), Err(Error::CorruptPack { .. })));
+    // A record into a missing pack.
+    let mut missing = loc(&a, pa);
+    missing.pack = 9;
+    assert!(matches!(packs.read(&missing), Err(Error::CorruptPack { .. })));
+    // Every flipped byte of the pack's block is caught (cache is 0 bytes: always read).
+    let disk = dir.disk(1).unwrap();
+    let len = disk.contents().len();
+    for at in (PACK_HEADER_LEN..len).step_by(7) {
+        let orig = disk.contents()[at];
+        disk.write_at(&[orig ^ 0x5a], at as u64).unwrap();
+        assert!(packs.read(&loc(&a, pa)).is_err(), "flip at {at} not caught");
+        disk.write_at(&[orig], at as u64).unwrap();
+    }
+    assert!(packs.read(&loc(&a, pa)).is_ok());
+}
+
+#[test]
+fn durable_means_synced_and_a_crash_keeps_durable_blocks() {
+    for n in 0..40 {
+        let crash = Crash::new();
+        let dir = MemPackDir::new(&crash);
+        let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+        let files: Vec<Vec<u8>> = (0..30).map(|i| text(i + n, 7000)).collect();
+        crash.after(n);
+        let mut durable = Vec::new();
+        for f in &files {
+            let Ok(s) = packs.append(zstd1(), 17, f) else {
+                break;
+            };
+            match packs.durable(&s) {
+                Ok(p) => durable.push((f.clone(), loc(&s, p))),
+                Err(_) => break,
+            }
+        }
+        let mut x = n + 7;
+        let after = dir.reboot_into(&Crash::new(), || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            x >> 33
+        });
+        let fresh = Packs::new(Box::new(after), true, 0).unwrap();
+        for (f, l) in &durable {
+            assert_eq!(&fresh.read(l).unwrap(), f, "crash at op {n}");
+        }
+        // New files after the crash go to a new pack and read back too.
+        let s = fresh.append(zstd1(), 17, b"after").unwrap();
+        let p = fresh.durable(&s).unwrap();
+        assert_eq!(fresh.read(&loc(&s, p)).unwrap(), b"after");
+    }
+}
+
+#[test]
+fn incompressible_blocks_are_stored_raw_and_groups_do_not_mix() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir), true, DEFAULT_CACHE).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..5000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let a = packs.append(zstd1(), 17, &noise).unwrap();
+    let lz4 = CodecSpec::new(Algorithm::Lz4, 1).unwrap();
+    let b = packs.append(lz4, 17, &text(3, 4000)).unwrap();
+    let pa = packs.durable(&a).unwrap();
+    let pb = packs.durable(&b).unwrap();
+    assert_ne!((pa.pack, pa.block), (pb.pack, pb.block));
+    let (ha, _) = packs.read_block(pa.pack, pa.block).unwrap();
+    let (hb, _) = packs.read_block(pb.pack, pb.block).unwrap();
+    assert_eq!(ha.codec, Algorithm::None);
+    assert_eq!(hb.codec, Algorithm::Lz4);
+    assert_eq!(packs.read(&loc(&a, pa)).unwrap(), noise);
+}
