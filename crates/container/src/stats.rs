@@ -34,6 +34,7 @@ pub struct Stats {
     probe_zstd1_pass: AtomicU64,
     heuristic_overruled: AtomicU64,
     inline_files: AtomicU64,
+    packed_files: AtomicU64,
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
     checksum_errors: AtomicU64,
@@ -70,6 +71,8 @@ pub struct Snapshot {
     pub heuristic_overruled: u64,
     /// Files written whole into their superblock's inline area.
     pub inline_files: u64,
+    /// Files written to a pack (each write-out of a packed file counts).
+    pub packed_files: u64,
     /// Files flagged incompressible / unflagged after a successful retry.
     pub files_flagged: u64,
     pub files_unflagged: u64,
@@ -148,6 +151,10 @@ impl Stats {
         }
     }
 
+    pub fn packed_file(&self) {
+        add(&self.packed_files, 1);
+    }
+
     pub fn flagged(&self, on: bool) {
         add(
             if on {
@@ -179,6 +186,7 @@ impl Stats {
             probe_zstd1_pass: g(&self.probe_zstd1_pass),
             heuristic_overruled: g(&self.heuristic_overruled),
             inline_files: g(&self.inline_files),
+            packed_files: g(&self.packed_files),
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),
             checksum_errors: g(&self.checksum_errors),

@@ -1,11 +1,37 @@
 //! Model-based tests: random operation sequences on a container over the in-memory disk,
 //! checked byte for byte against a plain `Vec<u8>`; and crash simulation, where the disk
-//! drops unsynced writes and tears the write in flight, then the file is reopened.
+//! drops unsynced writes and tears the write in flight, then the file is reopened. Half of
+//! the cases run with packs (format 4): files of at most one extent then live in a pack,
+//! which crashes with the backing file.
+
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
-use squeezefs_container::sim::MemDisk;
+use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
+use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{Container, Error, Options, Storage, WriteBack};
+
+/// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
+/// directory, crashing with it.
+fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>) -> Options {
+    Options {
+        codec,
+        extent_shift: shift,
+        packs: packs.map(|d| Arc::new(Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap())),
+        ..Default::default()
+    }
+}
+
+/// What a group commit's `syncfs` does: every pack and the backing file durable, metadata
+/// included.
+fn syncfs(disk: &MemDisk, opts: &Options) -> Result<(), Error> {
+    if let Some(p) = &opts.packs {
+        p.sync()?;
+    }
+    disk.sync_all()?;
+    Ok(())
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -161,11 +187,11 @@ fn apply_container(
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
         Op::Settle => {
             let ticket = c.ticket();
-            disk.sync_data()?;
+            syncfs(disk, opts)?;
             c.settle(ticket).map(|_| None)
         }
         Op::Commit => {
-            disk.sync_data()?;
+            syncfs(disk, opts)?;
             c.commit(c.ticket()).map(|_| None)
         }
         Op::Reopen => {
@@ -190,10 +216,12 @@ proptest! {
     fn container_matches_model(
         (shift, codec, ops) in config_strategy().prop_flat_map(|(shift, codec, max)| {
             (Just(shift), Just(codec), prop::collection::vec(op_strategy(max), 1..40))
-        })
+        }),
+        packed in any::<bool>(),
     ) {
         let disk = MemDisk::new();
-        let opts = Options { codec, extent_shift: shift, ..Default::default() };
+        let packs = packed.then(|| MemPackDir::new(disk.crash()));
+        let opts = options(codec, shift, packs.as_ref());
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
         for op in &ops {
@@ -234,9 +262,11 @@ proptest! {
         }),
         crash_at in 0u64..60,
         reboot_seed in any::<u64>(),
+        packed in any::<bool>(),
     ) {
         let disk = MemDisk::new();
-        let opts = Options { codec, extent_shift: shift, ..Default::default() };
+        let packs = packed.then(|| MemPackDir::new(disk.crash()));
+        let opts = options(codec, shift, packs.as_ref());
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap(); // the file exists durably, empty
         let mut model: Vec<u8> = Vec::new();
@@ -259,7 +289,11 @@ proptest! {
             }
         }
         let mut rng = reboot_seed | 1;
-        let disk2 = disk.reboot(|| { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng });
+        let mut rand = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+        let crash2 = Crash::new();
+        let disk2 = disk.reboot_into(&crash2, &mut rand);
+        let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
+        let opts = options(codec, shift, packs2.as_ref());
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);

@@ -139,7 +139,8 @@ impl<S: Storage> Container<S> {
                 if p.dirty_bytes() > MAX_DIRTY_BYTES {
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
                 }
-                if !out.is_empty() {
+                // (A file that goes to a pack at its write-out has nothing to write early.)
+                if !out.is_empty() && !p.packs_it() {
                     p.write_extents(&self.storage, &out)?;
                 }
                 p.trim_cache();
@@ -308,6 +309,9 @@ impl Packed {
         if (idx << self.shift) >= self.size {
             return Ok(false);
         }
+        if idx == 0 && self.loc_unloaded {
+            self.load_packed()?;
+        }
         if let Some(e) = self.exts.get(&idx) {
             if let Some(d) = e.data.as_deref() {
                 return Ok(d.iter().any(|&b| b != 0));
@@ -330,10 +334,16 @@ impl Packed {
     /// Turns whole extents `range` into holes now (zeros are their new content: losing
     /// the punch in a crash brings back the old bytes, never others).
     pub(super) fn punch_extents<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
+        // The backing file is a packed file's fallback until its record is durable.
+        self.leave_pack(st)?;
         let start = half_offset(self.shift, range.start, 0);
         let end = half_offset(self.shift, range.end, 0);
         st.punch(start, end - start)?;
         self.unsynced = true;
+        if range.start == 0 {
+            // A packed file's bytes are zeros now, whatever its pack holds.
+            self.loc_unloaded = false;
+        }
         let gone: Vec<u64> = self.exts.range(range).map(|(i, _)| *i).collect();
         for i in gone {
             let e = self.exts.get_mut(&i).expect("listed");

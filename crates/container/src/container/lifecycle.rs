@@ -76,6 +76,8 @@ impl<S: Storage> Container<S> {
             Mode::Plain => Ok(()),
             Mode::Packed(p) => {
                 p.flush(&self.storage, false)?;
+                // A record a deferred write-back left for the commit is set now.
+                p.commit_location(&self.storage)?;
                 p.pending = None;
                 Ok(())
             }
@@ -93,7 +95,10 @@ impl<S: Storage> Container<S> {
                 p.pending = pending.then_some(p.epoch);
                 Ok(if pending {
                     WriteBack::Commit(Ticket(p.epoch))
-                } else if p.sb_other_dirty || p.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty)) {
+                } else if p.sb_other_dirty
+                    || p.location_unsettled()
+                    || p.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
+                {
                     WriteBack::Settle(Ticket(p.epoch))
                 } else {
                     WriteBack::Done
@@ -110,9 +115,15 @@ impl<S: Storage> Container<S> {
         match &mut self.mode {
             Mode::Packed(p) if p.pending == Some(p.epoch) && ticket.0 == p.epoch => {
                 p.pending = None;
-                p.synced(&self.storage)?;
-                p.write_superblock(&self.storage, None, true)?;
-                p.stale_from = None;
+                if p.loc_pending.is_some() {
+                    // The caller's sync covered the backing file, not necessarily the
+                    // pack: `commit_location` makes sure of that itself.
+                    p.commit_location(&self.storage)?;
+                } else {
+                    p.synced(&self.storage)?;
+                    p.write_superblock(&self.storage, None, true)?;
+                    p.stale_from = None;
+                }
                 Ok(Some(Ticket(p.epoch)))
             }
             _ => Ok(None),
@@ -136,7 +147,7 @@ impl<S: Storage> Container<S> {
             Mode::Packed(p)
                 if p.epoch == ticket.0 && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
             {
-                p.synced(&self.storage)
+                p.synced_all(&self.storage)
             }
             _ => Ok(()),
         }
@@ -157,9 +168,17 @@ impl<S: Storage> Container<S> {
     /// [`Container::flush`], then makes everything durable.
     pub fn fsync(&mut self) -> Result<()> {
         self.flush()?;
-        self.storage.sync_data()?;
-        if let Mode::Packed(p) = &mut self.mode {
-            p.synced(&self.storage)?;
+        match &mut self.mode {
+            // A location record is metadata: `fdatasync` need not write it.
+            Mode::Packed(p) if p.loc.is_some() => {
+                self.storage.sync_all()?;
+                p.synced_all(&self.storage)?;
+            }
+            Mode::Packed(p) => {
+                self.storage.sync_data()?;
+                p.synced_all(&self.storage)?;
+            }
+            Mode::Plain => self.storage.sync_data()?,
         }
         Ok(())
     }

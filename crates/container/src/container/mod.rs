@@ -31,6 +31,7 @@
 mod cache;
 mod data;
 mod lifecycle;
+mod packing;
 mod policy;
 mod props;
 mod state;
@@ -52,6 +53,7 @@ use crate::format::{
     PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_NOCOMPRESS,
 };
 use crate::layout::{current_superblock, read_head, superblock_copies, Head, Tie};
+use crate::pack::{Location, Packs};
 use crate::stats::Stats;
 use crate::storage::Storage;
 use crate::{Error, Result};
@@ -68,6 +70,10 @@ pub struct Options {
     pub force: bool,
     /// Where decisions are counted (shared by all containers of a mount).
     pub stats: Arc<Stats>,
+    /// The backing directory's packs (format 4): packed files are read from them, and
+    /// files of at most one extent are written to them when they are writable. `None`:
+    /// files are containers only, and a packed file is refused.
+    pub packs: Option<Arc<Packs>>,
 }
 
 impl Default for Options {
@@ -77,6 +83,7 @@ impl Default for Options {
             extent_shift: DEFAULT_EXTENT_SHIFT,
             force: false,
             stats: Arc::default(),
+            packs: None,
         }
     }
 }
@@ -121,6 +128,13 @@ impl Packed {
             unsynced: false,
             epoch: 0,
             pending: None,
+            packs: opts.packs.clone(),
+            loc: None,
+            loc_durable: false,
+            loc_unloaded: false,
+            loc_pending: None,
+            backing_stale: false,
+            loc_stale: false,
         }
     }
 }
@@ -133,7 +147,23 @@ impl<S: Storage> Container<S> {
     /// Opens the container in `storage`. An empty file becomes an empty container (its
     /// superblock is written at the first flush); a file without the magic is plain.
     pub fn open(storage: S, opts: &Options) -> Result<Container<S>> {
-        let blocks = match read_head(&storage)? {
+        let loc = packing::read_location(&storage)?;
+        if loc.is_some() && opts.packs.is_none() {
+            return Err(Error::Unsupported(
+                "a packed file (format 4), but this backing directory's packs are not available".into(),
+            ));
+        }
+        let head = read_head(&storage)?;
+        let blocks = match (head, loc) {
+            (Head::Container(b), Some(l)) => match Self::newest_superblock_gen(&b) {
+                Some(g) if g >= l.generation => Head::Container(b),
+                // The record is newer (or beside a first superblock a crash tore).
+                g => return Ok(Self::open_packed(storage, opts, l, g)),
+            },
+            (_, Some(l)) => return Ok(Self::open_packed(storage, opts, l, None)),
+            (head, None) => head,
+        };
+        let blocks = match blocks {
             Head::Empty => {
                 let p = Packed::new(opts.extent_shift, opts, 0);
                 return Ok(Container {
@@ -201,6 +231,11 @@ impl<S: Storage> Container<S> {
         }
         p.sb_slot = Some(slot);
         p.sb_gen = sb.generation;
+        if loc.is_some() {
+            // An older record the superblock replaced: it goes once that is durable.
+            p.loc = loc;
+            p.loc_stale = true;
+        }
         p.sb_inline = sb.is_inline();
         // A lone valid copy is the one to keep whatever happened. With two, the newer may
         // not have reached the disk yet (written earlier in this boot): the first
@@ -251,6 +286,47 @@ impl<S: Storage> Container<S> {
             storage,
             mode: Mode::Packed(Box::new(p)),
         })
+    }
+
+    /// The generation of the current superblock in a container's head, if it has a valid
+    /// copy.
+    fn newest_superblock_gen(blocks: &[u8]) -> Option<u64> {
+        current_superblock(&superblock_copies(blocks), Tie::First).map(|(_, sb)| sb.generation)
+    }
+
+    /// A file whose location record is current: its bytes are in a pack (loaded at first
+    /// use), its settings in the record; whatever the backing file holds besides is cut once
+    /// the record is known durable.
+    fn open_packed(storage: S, opts: &Options, l: Location, sb_gen: Option<u64>) -> Container<S> {
+        let mut p = Packed::new(l.extent_shift, opts, l.len as u64);
+        if l.props & PROP_COMPRESSION != 0 {
+            p.codec = l.codec;
+            p.codec_prop = true;
+        }
+        p.shift_prop = l.props & PROP_EXTENT_SIZE != 0;
+        p.sb_gen = l.generation.max(sb_gen.unwrap_or(0));
+        p.sb_dirty = false;
+        p.stale_from = Some(0);
+        p.loc = Some(l);
+        p.loc_unloaded = l.len > 0;
+        p.backing_stale = storage.len().map(|n| n > 0).unwrap_or(true);
+        Container {
+            storage,
+            mode: Mode::Packed(Box::new(p)),
+        }
+    }
+
+    /// Whether the file's bytes are in a pack now (its record is current).
+    pub fn is_packed(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.loc.is_some() && !p.loc_stale)
+    }
+
+    /// The file's current location record, if it is packed.
+    pub fn location(&self) -> Option<Location> {
+        match &self.mode {
+            Mode::Packed(p) if !p.loc_stale => p.loc,
+            _ => None,
+        }
     }
 
     pub fn storage(&self) -> &S {

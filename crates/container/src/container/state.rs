@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use squeezefs_codec::CodecSpec;
 
+use super::packing::PendingLoc;
 use crate::format::ExtentHeader;
+use crate::pack::{Location, Packs};
 use crate::stats::Stats;
 
 /// A verified copy of an extent: its header and payload.
@@ -137,6 +139,22 @@ pub(super) struct Packed {
     pub(super) epoch: u64,
     /// `write_back` left the superblock to write after a sync, at this epoch.
     pub(super) pending: Option<u64>,
+    /// The mount's packs: where a packed file's bytes are, and (when writable) where a file
+    /// of at most one extent goes (`packing.rs`).
+    pub(super) packs: Option<Arc<Packs>>,
+    /// The file's location record on the backing file (it outranks the superblock, or
+    /// `loc_stale`).
+    pub(super) loc: Option<Location>,
+    /// `loc` is known durable.
+    pub(super) loc_durable: bool,
+    /// The file's bytes are in its pack and not loaded yet (extent 0 is not in memory).
+    pub(super) loc_unloaded: bool,
+    /// Bytes handed to the packs by a write-back, their record waiting for the commit.
+    pub(super) loc_pending: Option<PendingLoc>,
+    /// The backing file holds bytes the record replaced: cut once the record is durable.
+    pub(super) backing_stale: bool,
+    /// A newer superblock replaces `loc`: the record is removed once it is durable.
+    pub(super) loc_stale: bool,
 }
 
 #[derive(Debug)]

@@ -19,6 +19,8 @@ use crate::{Error, Result};
 impl Packed {
     /// Compresses and writes extents `idxs` (dirty ones), in parallel.
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+        // Nothing goes to the backing file of a packed file before it leaves its pack.
+        self.leave_pack(st)?;
         // 1. Learn each target's halves where unknown (stale extents included: their
         //    generations must be exceeded).
         let mut need_sync = false;
@@ -168,6 +170,11 @@ impl Packed {
         if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {
             return Ok(false);
         }
+        if self.packs_it() {
+            return self.flush_packed(st, defer);
+        }
+        // A container (again): a packed file's bytes come out of the pack first.
+        self.leave_pack(st)?;
         // Decide inline: the whole file in the superblock.
         let mut inline = None;
         if self.size <= e {
@@ -356,6 +363,7 @@ impl Packed {
                 st.punch(sb_offset(1 - s), BLOCK)?;
                 self.sb_other_dirty = false;
             }
+            self.drop_stale_location(st)?;
         }
         let shift = self.shift;
         for (idx, e) in self.exts.iter_mut() {

@@ -1,0 +1,241 @@
+//! A container's life in a pack (format 4): a file of at most one extent is stored in the
+//! mount's packs ([`crate::pack`]) instead of in its own backing file, which keeps only the
+//! file's location record (the xattr [`LOCATION_XATTR`]) and no data block.
+//!
+//! # Which state is current
+//! A backing file may hold a location record and container bytes at the same time (one of
+//! them left over until a sync lets it go). The record and the superblock carry generations
+//! from one counter; the higher one is the file. A record with no valid superblock beside it
+//! wins too: the container bytes are then a first superblock torn by a crash (a file leaves
+//! its pack by cutting the backing file to zero first, so no older container can be there).
+//!
+//! # Crash safety (the order of writes)
+//! * **Into a pack.** The bytes are appended to a pack ([`Packs::append`]) and made durable
+//!   ([`Packs::durable`]) before the record naming them is set; the record is set before
+//!   the container bytes it replaces are cut, and those are cut only once the record is
+//!   durable (`fsync`, or the group commit's `syncfs`).
+//! * **Out of a pack** (the file grew past one extent, or took a dictionary): the backing
+//!   file is cut to zero (once the record is durable: it is the file meanwhile), the
+//!   container is written as a new one whose superblock outranks the record, and the record
+//!   is removed once that superblock is durable.
+//! * A record is one `setxattr`: atomic. Losing an unsynced one in a crash brings back the
+//!   file's previous state (still complete on disk), never a mix.
+
+use std::sync::Arc;
+
+use super::state::{Ext, Packed};
+use crate::format::FormatError;
+use crate::pack::{Location, Packs, Slot, LOCATION_XATTR};
+use crate::storage::Storage;
+use crate::{Error, Result};
+
+/// What a write-back handed to the packs, waiting for its record.
+#[derive(Debug, Clone)]
+pub(super) enum PendingLoc {
+    /// The file is empty: its record names no pack.
+    Empty,
+    Bytes(Arc<Slot>),
+}
+
+/// The file's location record, if it has one. A record written by a newer squeezefs is
+/// `Unsupported`, a damaged one `CorruptLocation`.
+pub(super) fn read_location<S: Storage>(st: &S) -> Result<Option<Location>> {
+    let Some(v) = st.get_xattr(LOCATION_XATTR)? else {
+        return Ok(None);
+    };
+    match Location::decode(&v) {
+        Ok(l) => Ok(Some(l)),
+        Err(e @ (FormatError::Version(_) | FormatError::Flags(_) | FormatError::Props(_))) => {
+            Err(Error::Unsupported(format!("location record: {e}")))
+        }
+        Err(e) => Err(Error::CorruptLocation(e.to_string())),
+    }
+}
+
+impl Packed {
+    /// The file goes to a pack at its next write-out: packs are writable here, it fits one
+    /// extent and uses no dictionary (a solid block is its own dictionary).
+    pub(super) fn packs_it(&self) -> bool {
+        self.packs.as_ref().is_some_and(|p| p.writable())
+            && self.size <= self.extent_len() as u64
+            && self.dict.is_none()
+    }
+
+    /// The packs (present whenever the file has a record: opening refuses it otherwise).
+    fn packs(&self) -> Result<&Arc<Packs>> {
+        self.packs
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported("a packed file, but this mount has no packs".into()))
+    }
+
+    /// Loads the file's bytes from its pack into extent 0, where they stay (like an inline
+    /// file's, they exist nowhere else the container could find them again).
+    pub(super) fn load_packed(&mut self) -> Result<()> {
+        if !self.loc_unloaded {
+            return Ok(());
+        }
+        let loc = self.loc.expect("an unloaded packed file has a record");
+        let bytes = self.packs()?.read(&loc)?;
+        let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
+        let n = bytes.len().min(self.size as usize);
+        buf[..n].copy_from_slice(&bytes[..n]);
+        let clock = self.tick();
+        self.exts.insert(
+            0,
+            Ext {
+                data: Some(buf),
+                last_use: clock,
+                ..Ext::default()
+            },
+        );
+        self.loc_unloaded = false;
+        Ok(())
+    }
+
+    /// Write-out into a pack: the bytes go to the packs now, the record once they are
+    /// durable ([`Packed::commit_location`]); with `defer` that is left to the caller's
+    /// commit (returns true).
+    pub(super) fn flush_packed<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
+        self.load_packed()?;
+        let len = self.size as usize;
+        let pending = if len == 0 {
+            PendingLoc::Empty
+        } else {
+            // From memory, the pack, or the file's extent on disk (a container shrunk to
+            // one extent).
+            let data = match self.extent_data(st, 0)? {
+                Some(d) => d[..len].to_vec(),
+                None => vec![0u8; len],
+            };
+            PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
+        };
+        // Extent 0 keeps the bytes in memory (never evicted: stale range); nothing of the
+        // file is in the backing file's extent slots any more.
+        self.exts.retain(|i, x| *i == 0 && x.data.is_some());
+        if let Some(x) = self.exts.get_mut(&0) {
+            x.dirty = false;
+            x.covered.clear();
+            x.disk = None;
+            x.written = false;
+        }
+        self.stale_from = Some(0);
+        self.sb_dirty = false;
+        self.loc_pending = Some(pending);
+        self.stats.packed_file();
+        if defer {
+            return Ok(true);
+        }
+        self.commit_location(st)?;
+        Ok(false)
+    }
+
+    /// Sets the record for the bytes [`Packed::flush_packed`] handed over, once they are
+    /// durable in their pack. The container bytes it replaces are cut once it is durable.
+    pub(super) fn commit_location<S: Storage>(&mut self, st: &S) -> Result<()> {
+        let Some(pending) = self.loc_pending.clone() else {
+            return Ok(());
+        };
+        let (pack, block, offset, len, sum) = match &pending {
+            PendingLoc::Empty => (0, 0, 0, 0, xxhash_rust::xxh3::xxh3_64(&[])),
+            PendingLoc::Bytes(slot) => match self.packs()?.durable(slot) {
+                Ok(p) => (p.pack, p.block, p.offset, slot.len, slot.sum),
+                Err(e) => {
+                    // Its block is lost: the bytes go to the packs again at the next
+                    // write-out.
+                    self.loc_pending = None;
+                    self.sb_dirty = true;
+                    return Err(e);
+                }
+            },
+        };
+        let mut props = 0;
+        if self.codec_prop {
+            props |= crate::format::PROP_COMPRESSION;
+        }
+        if self.shift_prop {
+            props |= crate::format::PROP_EXTENT_SIZE;
+        }
+        let rec = Location {
+            props,
+            codec: self.codec,
+            extent_shift: self.shift,
+            pack,
+            block,
+            offset,
+            len,
+            generation: self.sb_gen + 1,
+            content_sum: sum,
+        };
+        st.set_xattr(LOCATION_XATTR, &rec.encode())?;
+        self.sb_gen += 1;
+        self.loc = Some(rec);
+        self.loc_durable = false;
+        self.loc_stale = false;
+        self.loc_pending = None;
+        // Whatever the backing file holds (superblocks, extents, a plain file's bytes) is
+        // no longer the file: cut once the record is durable.
+        self.backing_stale = st.len()? > 0;
+        self.sb_slot = None;
+        self.sb_durable = false;
+        self.sb_unknown = false;
+        self.sb_other_dirty = false;
+        self.sb_inline = false;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Before the file is written as a container again: its bytes are loaded, the backing
+    /// file's leftovers cut (after making the record durable: it is the file until the new
+    /// superblock is), and the record marked for removal once that superblock is durable.
+    pub(super) fn leave_pack<S: Storage>(&mut self, st: &S) -> Result<()> {
+        self.load_packed()?;
+        if self.loc_pending.take().is_some() {
+            // Bytes handed to a pack but never named by a record: garbage there.
+            self.sb_dirty = true;
+        }
+        if self.loc.is_none() || self.loc_stale {
+            return Ok(());
+        }
+        if self.backing_stale {
+            if !self.loc_durable {
+                st.sync_all()?;
+                self.loc_durable = true;
+            }
+            st.set_len(0)?;
+            self.backing_stale = false;
+        }
+        self.loc_stale = true;
+        self.sb_dirty = true;
+        Ok(())
+    }
+
+    /// After a sync that covered metadata too (`fsync`, `syncfs`): the record is durable, so
+    /// what it replaced in the backing file goes.
+    pub(super) fn synced_all<S: Storage>(&mut self, st: &S) -> Result<()> {
+        self.synced(st)?;
+        if self.loc.is_some() && !self.loc_stale {
+            self.loc_durable = true;
+            if self.backing_stale {
+                st.set_len(0)?;
+                self.backing_stale = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Once the superblock that replaced a record is durable, the record goes.
+    pub(super) fn drop_stale_location<S: Storage>(&mut self, st: &S) -> Result<()> {
+        if self.loc_stale && self.sb_slot.is_some() && self.sb_durable {
+            st.remove_xattr(LOCATION_XATTR)?;
+            self.loc_stale = false;
+            self.loc = None;
+            self.loc_durable = false;
+        }
+        Ok(())
+    }
+
+    /// Whether something written waits for a sync before what it replaced can go.
+    pub(super) fn location_unsettled(&self) -> bool {
+        self.backing_stale || self.loc_stale || (self.loc.is_some() && !self.loc_durable)
+    }
+}
