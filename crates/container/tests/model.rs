@@ -65,6 +65,10 @@ enum Op {
     /// A sync of the whole disk, then `settle` (the group commit's second sync): what the
     /// written copies replaced is removed.
     Settle,
+    /// What the filesystem does at a last close: `write_back`; with nothing left to do the
+    /// container is dropped unflushed and opened again; otherwise a sync, `commit`, a sync,
+    /// `settle`.
+    Close,
 }
 
 /// A zstd dictionary trained on text like the payloads' (registered once per process).
@@ -122,6 +126,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
         1 => any::<bool>().prop_map(Op::SetDict),
         1 => Just(Op::Settle),
+        2 => Just(Op::Close),
     ]
 }
 
@@ -193,6 +198,27 @@ fn apply_container(
         Op::Commit => {
             syncfs(disk, opts)?;
             c.commit(c.ticket()).map(|_| None)
+        }
+        Op::Close => {
+            match c.write_back()? {
+                WriteBack::Done => {}
+                WriteBack::Commit(t) => {
+                    syncfs(disk, opts)?;
+                    if let Some(t) = c.commit(t)? {
+                        syncfs(disk, opts)?;
+                        c.settle(t)?;
+                    }
+                }
+                WriteBack::Settle(t) => {
+                    syncfs(disk, opts)?;
+                    c.settle(t)?;
+                }
+            }
+            if !c.commit_pending() && c.dirty_bytes() == 0 {
+                // Dropped without a flush: whatever is not on disk now is lost.
+                *c = Container::open(disk.clone(), opts)?;
+            }
+            Ok(None)
         }
         Op::Reopen => {
             c.flush()?;
@@ -537,4 +563,28 @@ fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
     want[10..15].copy_from_slice(b"later");
     let mut c = Container::open(disk.reboot(|| 0), &opts).unwrap();
     assert_eq!(c.read(0, want.len()).unwrap(), want);
+}
+
+/// A file closed twice (the filesystem's `flush` then `release` both write back): the
+/// second write-back still reports the record its bytes wait for.
+#[test]
+fn a_packed_file_written_back_twice_keeps_its_pending_record() {
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir));
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    c.write(0, b"hello").unwrap();
+    assert!(matches!(c.write_back().unwrap(), WriteBack::Commit(_)));
+    let WriteBack::Commit(t) = c.write_back().unwrap() else {
+        panic!("the record still waits")
+    };
+    syncfs(&disk, &opts).unwrap();
+    let t = c.commit(t).unwrap().expect("committed");
+    syncfs(&disk, &opts).unwrap();
+    c.settle(t).unwrap();
+    assert!(c.write_back().unwrap().is_done());
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    assert!(c.is_packed());
+    assert_eq!(c.read(0, 10).unwrap(), b"hello");
+    assert_eq!(disk.contents().len(), 0, "nothing in the backing file");
 }

@@ -9,6 +9,7 @@ mod lifecycle;
 pub mod lock;
 pub mod mountinfo;
 mod ops;
+pub mod packing;
 mod prefetch;
 pub mod props;
 pub mod statsfile;
@@ -38,6 +39,12 @@ pub struct MountConfig {
     pub allow_other: bool,
     pub default_permissions: bool,
     pub read_only: bool,
+    /// `pack` / `nopack` (default for now): files of at most one extent go to packs
+    /// (format 4). Off by default until `check`, `stats`, `compress` and the garbage
+    /// collector know packs (issue 14).
+    pub pack: bool,
+    /// `pack_cache=SIZE`: bytes of decompressed pack blocks kept (default 32M).
+    pub pack_cache: usize,
     /// Options passed to the kernel as they are (e.g. `noatime`, `fsname=`).
     pub other: Vec<String>,
 }
@@ -51,6 +58,8 @@ impl Default for MountConfig {
             allow_other: false,
             default_permissions: true,
             read_only: false,
+            pack: false,
+            pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
             other: Vec::new(),
         }
     }
@@ -108,6 +117,14 @@ impl MountConfig {
                 ("allow_other", None) => self.allow_other = true,
                 ("default_permissions", None) => self.default_permissions = true,
                 ("ro", None) => self.read_only = true,
+                ("pack", None) => self.pack = true,
+                ("nopack", None) => self.pack = false,
+                ("pack_cache" | "pack-cache", Some(v)) => {
+                    self.pack_cache = usize::try_from(parse_size(v)?)
+                        .ok()
+                        .filter(|n| *n <= 1 << 40)
+                        .ok_or_else(|| format!("pack_cache={v}: too large"))?
+                }
                 ("rw", None) => self.read_only = false,
                 // mount(8) and fstab noise that means nothing to a FUSE filesystem.
                 ("defaults" | "auto" | "noauto" | "user" | "nouser" | "_netdev" | "nofail", None) => {}
@@ -127,7 +144,8 @@ impl MountConfig {
                 ("x-systemd.automount", _) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
-                | ("allow_other" | "default_permissions" | "ro" | "rw", Some(_)) => {
+                | ("pack_cache" | "pack-cache", None)
+                | ("allow_other" | "default_permissions" | "ro" | "rw" | "pack" | "nopack", Some(_)) => {
                     return Err(format!("mount option `{opt}` is malformed"));
                 }
                 _ => self.other.push(opt.to_string()),
@@ -142,6 +160,7 @@ impl MountConfig {
             extent_shift: self.extent_shift,
             force: self.force,
             stats: Default::default(),
+            packs: None,
         }
     }
 
@@ -286,7 +305,13 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
         input_size: 1 << cfg.extent_shift,
         ..Default::default()
     });
-    let fs = SqueezeFs::new(&backing, cfg.container_options(), cfg.read_only)?;
+    let mut opts = cfg.container_options();
+    opts.packs = Some(packing::open(
+        &backing,
+        cfg.pack && !cfg.read_only,
+        cfg.pack_cache,
+    )?);
+    let fs = SqueezeFs::new(&backing, opts, cfg.read_only)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() && limit < 65536 {
         log::warn!(

@@ -168,7 +168,8 @@ impl Packed {
         let e = self.extent_len() as u64;
         let count = self.extent_count();
         if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {
-            return Ok(false);
+            // Bytes handed to a pack by an earlier write-back still wait for their record.
+            return Ok(defer && self.loc_pending.is_some());
         }
         if self.packs_it() {
             return self.flush_packed(st, defer);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use log::error;
 
+use squeezefs_container::pack::Packs;
 use squeezefs_container::{Ticket, WriteBack};
 
 use super::state::OpenFile;
@@ -52,6 +53,9 @@ struct Queue {
 
 pub struct Committer {
     q: Mutex<Queue>,
+    /// The mount's packs: open blocks are written before each batch's `syncfs`, which then
+    /// makes them durable too.
+    packs: Option<Arc<Packs>>,
     cv: Condvar,
     max_pending: AtomicUsize,
     /// Commits done and syncs issued (for tests and statistics).
@@ -60,9 +64,10 @@ pub struct Committer {
 }
 
 impl Committer {
-    pub fn new() -> Arc<Committer> {
+    pub fn new(packs: Option<Arc<Packs>>) -> Arc<Committer> {
         Arc::new(Committer {
             q: Mutex::new(Queue::default()),
+            packs,
             cv: Condvar::new(),
             max_pending: AtomicUsize::new(1024),
             commits: AtomicUsize::new(0),
@@ -132,7 +137,16 @@ impl Committer {
     }
 
     fn commit(&self, inodes: &Inodes, batch: Vec<Queued>) {
+        // Blocks still open go out first, so this one sync covers them; a file whose block
+        // failed finds out at its commit (`Packs::durable`).
+        let mark = self.packs.as_ref().map(|p| p.seal_all());
+        if let Some(Err(e)) = &mark {
+            error!("writing pack blocks failed: {e}");
+        }
         let synced = inodes.syncfs();
+        if let (Ok(()), Some(p), Some(Ok(m))) = (&synced, &self.packs, mark) {
+            p.synced(m);
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &synced {
             error!("syncfs of the backing filesystem failed: {e}; syncing files one by one");

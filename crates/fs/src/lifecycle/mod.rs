@@ -43,7 +43,7 @@ impl Files {
     pub fn new(inodes: Arc<Inodes>, opts: Options, read_only: bool) -> Files {
         Files {
             inodes,
-            committer: Committer::new(),
+            committer: Committer::new(opts.packs.clone()),
             commit_thread: Mutex::new(None),
             opts,
             read_only,

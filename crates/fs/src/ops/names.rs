@@ -1,13 +1,13 @@
 //! The one funnel from a request's (parent inode, name) to what the `*at()` calls need:
 //! the parent's fd and the name checked to be a single component ([`At`]); the hiding of
-//! `.squeezefs-dicts` at the mount root; and lookup.
+//! `.squeezefs-dicts` and `.squeezefs-packs` at the mount root; and lookup.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use fuser::{Errno, FileAttr, INodeNo};
-use squeezefs_container::dicts;
+use squeezefs_container::{dicts, pack};
 
 use super::SqueezeFs;
 use crate::inode::{Inode, PathFd};
@@ -20,10 +20,10 @@ pub(super) struct At {
     pub name: CString,
 }
 
-/// Whether `name` in directory `parent` is the dictionary directory: hidden from the
-/// mount, and no entry may be made under its name.
+/// Whether `name` in directory `parent` is the dictionary or the pack directory: hidden
+/// from the mount, and no entry may be made under its name.
 pub(super) fn is_dict_dir(parent: u64, name: &[u8]) -> bool {
-    parent == 1 && name == dicts::DIR_NAME.as_bytes()
+    parent == 1 && (name == dicts::DIR_NAME.as_bytes() || name == pack::dir::DIR_NAME.as_bytes())
 }
 
 impl SqueezeFs {

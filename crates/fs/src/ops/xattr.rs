@@ -21,6 +21,14 @@ const CAPS: &[u8] = b"security.capability";
 /// after the caller's `setcap` (the group commit); a trusted xattr only CAP_SYS_ADMIN can
 /// set is left alone, and means nothing to the backing file (a container, not a program).
 const CAPS_STORED: &CStr = c"trusted.squeezefs.capability";
+/// A packed file's location record (format 4): the daemon's own, never seen through the
+/// mount (a copy made with `cp -a` or set by hand would point a file at other bytes).
+const LOCATION: &[u8] = squeezefs_container::pack::LOCATION_XATTR.as_bytes();
+
+/// Names of the backing entry's xattrs that belong to squeezefs itself.
+fn reserved(name: &[u8]) -> bool {
+    name == CAPS_STORED.to_bytes() || name == LOCATION
+}
 
 /// getxattr on an inode's fd, or its size query (`size` 0: the value's length, which
 /// getfattr, getfacl and getcap ask first).
@@ -50,7 +58,7 @@ impl SqueezeFs {
         if name.as_bytes() == props::REWRITE.as_bytes() {
             return self.rewrite(&i, value);
         }
-        if name.as_bytes() == CAPS_STORED.to_bytes() {
+        if reserved(name.as_bytes()) {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;
@@ -79,7 +87,7 @@ impl SqueezeFs {
         if caps && i.no_caps.load(Ordering::Relaxed) {
             return Err(Errno::ENODATA);
         }
-        if name.as_bytes() == CAPS_STORED.to_bytes() {
+        if reserved(name.as_bytes()) {
             return Err(Errno::ENODATA);
         }
         let fd = self.fd(&i)?;
@@ -105,7 +113,7 @@ impl SqueezeFs {
         // Capabilities kept under their stored name are listed under their own, once.
         let names: Vec<&[u8]> = raw
             .split(|&b| b == 0)
-            .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none())
+            .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none() && *n != LOCATION)
             .map(|n| if n == CAPS_STORED.to_bytes() { CAPS } else { n })
             .collect();
         let mut v: Vec<u8> = Vec::with_capacity(raw.len());
@@ -133,7 +141,7 @@ impl SqueezeFs {
         if let Some(p) = Prop::from_xattr(name.as_bytes()) {
             return self.set_prop(&i, p, None, 0);
         }
-        if name.as_bytes() == CAPS_STORED.to_bytes() {
+        if reserved(name.as_bytes()) {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;

@@ -1,0 +1,138 @@
+//! Small files packed (format 4, mount option `pack`) on a real mount: a tree of small
+//! real files round-trips through a remount, takes less disk than one container per file,
+//! its backing files hold no data block, and the daemon's own record and directory stay
+//! invisible through the mount.
+
+#![deny(unsafe_code)]
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+use common::{files_under, getfattr, real_tree, scratch, Mount};
+
+/// Disk used under `dir`, directories included (what `du` shows).
+fn du(dir: &Path) -> u64 {
+    let out = Command::new("du")
+        .args(["-s", "--block-size=1"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Copies the repository's sources into a mount with `opts`; returns (files, disk).
+fn tree_on(name: &str, opts: &str) -> (Vec<(std::path::PathBuf, Vec<u8>)>, u64, std::path::PathBuf) {
+    let dir = scratch(name);
+    let m = Mount::new(&dir, opts);
+    let files = real_tree(&m.path("src"));
+    m.unmount();
+    let disk = du(&dir.join("backing"));
+    (files, disk, dir)
+}
+
+#[test]
+fn a_tree_of_small_files_is_packed_and_round_trips() {
+    let (files, packed_disk, dir) = tree_on("pack-tree", "compress=zstd:1,pack");
+    let (_, plain_disk, other) = tree_on("nopack-tree", "compress=zstd:1");
+    let logical: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    println!(
+        "FIGURES {} files, {logical} bytes: packed {packed_disk} on disk (ratio {:.2}), one container per file {plain_disk} (ratio {:.2})",
+        files.len(),
+        logical as f64 / packed_disk as f64,
+        logical as f64 / plain_disk as f64
+    );
+    assert!(
+        packed_disk * 2 < plain_disk,
+        "packing saves at least half: {packed_disk} vs {plain_disk}"
+    );
+    // Backing files of at most one extent hold no data block: their bytes are in a pack.
+    let backing = dir.join("backing");
+    for (p, meta) in files_under(&backing.join("src")) {
+        assert_eq!(meta.len(), 0, "{} keeps bytes in its backing file", p.display());
+        assert_eq!(meta.blocks(), 0, "{} takes a block", p.display());
+        assert!(
+            getfattr(&p, "user.sqzfs").is_some(),
+            "{} has no record",
+            p.display()
+        );
+    }
+    let packs: Vec<_> = fs::read_dir(backing.join(".squeezefs-packs")).unwrap().collect();
+    assert!(!packs.is_empty());
+
+    // Read back through a mount that does not pack (packs are always read).
+    let m = Mount::new(&dir, "");
+    for (rel, data) in &files {
+        let got = fs::read(m.path("src").join(rel)).unwrap();
+        assert!(&got == data, "{} differs after remount", rel.display());
+        assert_eq!(
+            fs::metadata(m.path("src").join(rel)).unwrap().len(),
+            data.len() as u64
+        );
+    }
+    // The record and the pack directory are the daemon's own.
+    let one = m.path("src").join(&files[0].0);
+    assert!(
+        getfattr(&one, "user.sqzfs").is_none(),
+        "record visible through the mount"
+    );
+    let st = Command::new("setfattr")
+        .args(["-n", "user.sqzfs", "-v", "x"])
+        .arg(&one)
+        .status()
+        .unwrap();
+    assert!(!st.success(), "record settable through the mount");
+    let listed = fs::read_dir(&m.mnt)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect::<Vec<_>>();
+    assert!(!listed.iter().any(|n| n == ".squeezefs-packs"), "{listed:?}");
+    assert!(fs::create_dir(m.path(".squeezefs-packs")).is_err());
+    m.unmount();
+
+    // Growing past one extent makes a container; shrinking packs it again; renames and
+    // hard links across directories keep the bytes.
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(m.path("src/grown"), b"small first").unwrap();
+    fs::write(m.path("src/grown"), &big).unwrap();
+    fs::create_dir(m.path("elsewhere")).unwrap();
+    fs::rename(m.path("src").join(&files[1].0), m.path("elsewhere/moved")).unwrap();
+    fs::hard_link(m.path("src").join(&files[2].0), m.path("elsewhere/linked")).unwrap();
+    m.unmount();
+    let grown = backing.join("src/grown");
+    assert!(
+        fs::metadata(&grown).unwrap().len() > 0,
+        "a grown file is a container"
+    );
+    assert!(getfattr(&grown, "user.sqzfs").is_none(), "its record is gone");
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    assert_eq!(fs::read(m.path("src/grown")).unwrap(), big);
+    assert_eq!(fs::read(m.path("elsewhere/moved")).unwrap(), files[1].1);
+    assert_eq!(fs::read(m.path("elsewhere/linked")).unwrap(), files[2].1);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("src/grown"))
+        .unwrap()
+        .set_len(1000)
+        .unwrap();
+    m.unmount();
+    let m = Mount::new(&dir, "");
+    assert_eq!(fs::read(m.path("src/grown")).unwrap(), &big[..1000]);
+    m.unmount();
+    assert_eq!(
+        fs::metadata(&grown).unwrap().len(),
+        0,
+        "shrunk to one extent: packed again"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+    fs::remove_dir_all(&other).unwrap();
+}

@@ -1,0 +1,81 @@
+//! Whether this mount packs small files (format 4), decided once at mount: the backing
+//! filesystem must keep a location record (a 56-byte user xattr) without spending a block on
+//! it — otherwise a packed file would cost what a container costs, plus its share of a pack.
+//! The packs themselves are always opened, so files packed before can be read.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
+use squeezefs_container::{FileStorage, Storage};
+
+/// Why files are not packed on this backing filesystem, or `None` when they can be.
+pub fn probe(backing: &Path) -> io::Result<Option<String>> {
+    let probe = backing.join(format!(".squeezefs-probe-pack-{}", std::process::id()));
+    let result = (|| {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&probe)?;
+        let st = FileStorage::new(f);
+        match st.set_xattr(
+            LOCATION_XATTR,
+            &[0x5a; squeezefs_container::pack::format::LOCATION_LEN],
+        ) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EPERM)) => {
+                return Ok(Some(format!("it has no user xattrs ({e})")))
+            }
+            r => r?,
+        }
+        st.sync_all()?;
+        use std::os::unix::fs::MetadataExt;
+        let blocks = st.file().metadata()?.blocks();
+        Ok((blocks > 0).then(|| {
+            format!(
+                "a 56-byte xattr takes {} KiB of its own there (ext4 with 256-byte inodes and \
+                 SELinux labels: make it with `mkfs.ext4 -I 512`)",
+                blocks / 2
+            )
+        }))
+    })();
+    let _ = std::fs::remove_file(&probe);
+    result
+}
+
+/// The packs of `backing`; with `pack`, new files of at most one extent go to them when the
+/// backing filesystem keeps records for free (said once, either way).
+pub fn open(backing: &Path, pack: bool, cache: usize) -> io::Result<Arc<Packs>> {
+    let writable = pack
+        && match probe(backing) {
+            Ok(None) => {
+                log::info!(
+                    "small files are packed (format 4) in {}",
+                    FsPackDir::new(backing, false).path().display()
+                );
+                true
+            }
+            Ok(Some(why)) => {
+                log::warn!(
+                    "small files are not packed on the filesystem holding {}: {why}; each file keeps \
+                     a container of its own",
+                    backing.display()
+                );
+                false
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) => {
+                log::warn!(
+                    "the filesystem holding {} is full ({e}): packing not probed, not packing",
+                    backing.display()
+                );
+                false
+            }
+            Err(e) => return Err(e),
+        };
+    Ok(Arc::new(Packs::new(
+        Box::new(FsPackDir::new(backing, writable)),
+        writable,
+        cache,
+    )?))
+}
