@@ -22,7 +22,8 @@
 //! 3. The container writes the location record (see `container/packing.rs`).
 //!
 //! Blocks are never overwritten: a rewritten or deleted file leaves its old bytes as
-//! garbage, reclaimed by rewriting a pack's live files into new blocks (`gc.rs`).
+//! garbage. Reclaiming it (rewriting a pack's live files into new blocks) is not built yet
+//! (issue 14), which is why the mount option `pack` is off by default.
 //!
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
