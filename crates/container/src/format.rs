@@ -108,14 +108,26 @@ pub enum FormatError {
     Field(&'static str),
 }
 
-fn u16_at(b: &[u8], o: usize) -> u16 {
+pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
 }
-fn u32_at(b: &[u8], o: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
-fn u64_at(b: &[u8], o: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// The extent shift and codec stored as bytes `shift`, codec id `alg` and little-endian
+/// level `level` (a superblock's and a location record's shared fields), validated.
+pub(crate) fn decode_codec_shift(shift: u8, alg: u8, level: [u8; 2]) -> Result<(CodecSpec, u8), FormatError> {
+    if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&shift) {
+        return Err(FormatError::Field("extent size"));
+    }
+    let alg = Algorithm::from_id(alg).ok_or(FormatError::Field("codec"))?;
+    let level = i16::from_le_bytes(level) as i32;
+    let codec = CodecSpec::new(alg, level).map_err(|_| FormatError::Field("codec level"))?;
+    Ok((codec, shift))
 }
 
 /// One superblock copy.
@@ -207,13 +219,7 @@ impl Superblock {
         if (props & PROP_DICTIONARY != 0) != (dict_id != 0) {
             return Err(FormatError::Field("dictionary id"));
         }
-        let extent_shift = block[32];
-        if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
-            return Err(FormatError::Field("extent size"));
-        }
-        let alg = Algorithm::from_id(block[33]).ok_or(FormatError::Field("codec"))?;
-        let level = i16::from_le_bytes([block[34], block[35]]) as i32;
-        let codec = CodecSpec::new(alg, level).map_err(|_| FormatError::Field("codec level"))?;
+        let (codec, extent_shift) = decode_codec_shift(block[32], block[33], [block[34], block[35]])?;
         let inline_codec = Algorithm::from_id(block[36]).ok_or(FormatError::Field("inline codec"))?;
         let inline_len = u16_at(block, 38) as usize;
         if inline_len > INLINE_MAX || block.len() < SB_HEADER_LEN + inline_len {

@@ -222,6 +222,24 @@ impl MountConfig {
 
 /// Refuses backing directories whose filesystem cannot punch holes: containers rely on it
 /// (their unused halves are holes, and so are all-zero extents).
+/// Runs `probe` on a new scratch file in `backing` (`.squeezefs-probe-WHAT-PID`), which is
+/// removed afterwards whatever happened.
+pub(crate) fn with_probe_file<T>(
+    backing: &Path,
+    what: &str,
+    probe: impl FnOnce(std::fs::File) -> io::Result<T>,
+) -> io::Result<T> {
+    let path = backing.join(format!(".squeezefs-probe-{what}-{}", std::process::id()));
+    let result = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(probe);
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
 pub fn check_backing(backing: &Path) -> io::Result<()> {
     let meta = std::fs::metadata(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
@@ -231,20 +249,13 @@ pub fn check_backing(backing: &Path) -> io::Result<()> {
             format!("{} is not a directory", backing.display()),
         ));
     }
-    let probe = backing.join(format!(".squeezefs-probe-{}", std::process::id()));
-    let result = (|| {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&probe)?;
+    let result = with_probe_file(backing, "punch", |f| {
         use std::os::unix::fs::FileExt;
         f.write_all_at(&[1u8; 16384], 0)?;
         let s = squeezefs_container::FileStorage::new(f);
         use squeezefs_container::Storage;
         s.punch(4096, 8192)
-    })();
-    let _ = std::fs::remove_file(&probe);
+    });
     if let Err(e) = &result {
         if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
             // A full backing filesystem must still mount (to read, and to delete).

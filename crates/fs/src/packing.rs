@@ -12,13 +12,7 @@ use squeezefs_container::{FileStorage, Storage};
 
 /// Why files are not packed on this backing filesystem, or `None` when they can be.
 pub fn probe(backing: &Path) -> io::Result<Option<String>> {
-    let probe = backing.join(format!(".squeezefs-probe-pack-{}", std::process::id()));
-    let result = (|| {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&probe)?;
+    crate::with_probe_file(backing, "pack", |f| {
         let st = FileStorage::new(f);
         match st.set_xattr(
             LOCATION_XATTR,
@@ -39,9 +33,7 @@ pub fn probe(backing: &Path) -> io::Result<Option<String>> {
                 blocks / 2
             )
         }))
-    })();
-    let _ = std::fs::remove_file(&probe);
-    result
+    })
 }
 
 /// The packs of `backing`; with `pack`, new files of at most one extent go to them when the

@@ -6,7 +6,10 @@
 use squeezefs_codec::{Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_COMPRESSION, PROP_EXTENT_SIZE};
+use crate::format::{
+    decode_codec_shift, u16_at, u32_at, u64_at, FormatError, MAX_EXTENT_SHIFT, PROP_COMPRESSION,
+    PROP_EXTENT_SIZE,
+};
 
 /// The xattr holding a packed file's location (on the backing file). Short on purpose: ext4
 /// keeps xattrs inside a 256-byte inode only while name and value fit in ~88 bytes.
@@ -29,16 +32,6 @@ pub const BLOCK_HEADER_LEN: usize = 48;
 /// Most input bytes one block holds: the largest extent (a packed file fits one extent,
 /// and files never straddle blocks).
 pub const BLOCK_MAX: usize = 1 << MAX_EXTENT_SHIFT;
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
 
 /// A pack file's header (bytes 0 … 63).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,13 +220,7 @@ impl Location {
         if props & !LOCATION_PROPS != 0 {
             return Err(FormatError::Props(props & !LOCATION_PROPS));
         }
-        let extent_shift = b[3];
-        if !(MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&extent_shift) {
-            return Err(FormatError::Field("extent size"));
-        }
-        let alg = Algorithm::from_id(b[2]).ok_or(FormatError::Field("codec"))?;
-        let level = i16::from_le_bytes([b[4], b[5]]) as i32;
-        let codec = CodecSpec::new(alg, level).map_err(|_| FormatError::Field("codec level"))?;
+        let (codec, extent_shift) = decode_codec_shift(b[3], b[2], [b[4], b[5]])?;
         let l = Location {
             props,
             codec,
