@@ -1,5 +1,5 @@
 //! Walking a directory tree without following symlinks (shared by `check` and
-//! `property set -r`).
+//! `property set -r`), leaving out squeezefs's own directories.
 
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
@@ -15,8 +15,20 @@ fn is_dict_dir(path: &Path) -> bool {
         })
 }
 
-/// Every directory and regular file below `root` (the dictionary directory excepted) (not `root` itself), depth first, with its
-/// metadata; symlinks and special files are left out and never followed.
+/// A backing directory's pack directory (`.squeezefs-packs` holding only `ID.pack` files):
+/// the packed files' bytes, not files of the tree.
+fn is_pack_dir(path: &Path) -> bool {
+    use squeezefs_container::pack::dir::{parse_name, DIR_NAME};
+    path.file_name().is_some_and(|n| n == DIR_NAME)
+        && std::fs::read_dir(path).is_ok_and(|rd| {
+            rd.flatten()
+                .all(|e| e.file_name().to_str().and_then(parse_name).is_some())
+        })
+}
+
+/// Every directory and regular file below `root` (not `root` itself; the dictionary and
+/// pack directories excepted), depth first, with its metadata; symlinks and special files
+/// are left out and never followed.
 pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -27,7 +39,7 @@ pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
             let path = entry.path();
             let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             if meta.is_dir() {
-                if is_dict_dir(&path) {
+                if is_dict_dir(&path) || is_pack_dir(&path) {
                     continue;
                 }
                 stack.push(path.clone());

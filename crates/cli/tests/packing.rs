@@ -136,3 +136,101 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
     fs::remove_dir_all(&dir).unwrap();
     fs::remove_dir_all(&other).unwrap();
 }
+
+/// `squeezefs check BACKING --json` (exit status and document).
+fn check(backing: &Path, repair: bool) -> (i32, serde_json::Value) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["check".as_ref(), backing.as_os_str(), "--json".as_ref()];
+    if repair {
+        args.push("--repair".as_ref());
+    }
+    let out = common::squeezefs(&args);
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), doc)
+}
+
+#[test]
+fn check_verifies_packs_reclaims_garbage_and_names_damage() {
+    let dir = scratch("pack-check");
+    let backing = dir.join("backing");
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let files = real_tree(&m.path("src"));
+    // Delete two files in three: their bytes stay in the packs as garbage.
+    let mut kept = Vec::new();
+    for (i, (rel, data)) in files.into_iter().enumerate() {
+        if i % 3 == 0 {
+            kept.push((rel, data));
+        } else {
+            fs::remove_file(m.path("src").join(&rel)).unwrap();
+        }
+    }
+    m.unmount();
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packed"].as_u64().unwrap(), kept.len() as u64);
+    assert_eq!(doc["extents_verified"].as_u64().unwrap(), kept.len() as u64);
+    let garbage = doc["packs"]["garbage_bytes"].as_u64().unwrap();
+    let before = doc["packs"]["bytes"].as_u64().unwrap();
+    assert!(
+        garbage * 2 > before,
+        "two thirds deleted: {garbage} of {before} garbage"
+    );
+
+    // --repair reclaims: the packs shrink by the garbage, the files read back the same.
+    let (code, doc) = check(&backing, true);
+    assert_eq!(code, 0, "{doc}");
+    let moved = doc["packs"]["reclaimed"]["files_moved"].as_u64().unwrap();
+    assert!(moved > 0, "{doc}");
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    let after = doc["packs"]["bytes"].as_u64().unwrap();
+    let left = doc["packs"]["garbage_bytes"].as_u64().unwrap();
+    println!("FIGURES packs {before} bytes with {garbage} garbage → {after} bytes with {left} garbage after check --repair");
+    assert!(after + garbage / 2 < before, "{before} → {after}");
+    assert!(left * 4 <= after, "{left} garbage of {after} left");
+    let m = Mount::new(&dir, "");
+    for (rel, data) in &kept {
+        assert!(
+            &fs::read(m.path("src").join(rel)).unwrap() == data,
+            "{}",
+            rel.display()
+        );
+    }
+    m.unmount();
+
+    // A pack nothing points into is a leftover: --repair removes it.
+    let packs = backing.join(".squeezefs-packs");
+    let some = fs::read_dir(&packs).unwrap().next().unwrap().unwrap().path();
+    let orphan = packs.join("999.pack");
+    let mut bytes = fs::read(&some).unwrap();
+    bytes[16..20].copy_from_slice(&999u32.to_le_bytes());
+    // (The header's checksum no longer matches: an orphan whether or not it decodes.)
+    fs::write(&orphan, &bytes).unwrap();
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packs"]["leftovers"].as_u64().unwrap(), 1, "{doc}");
+    let (code, _) = check(&backing, true);
+    assert_eq!(code, 0);
+    assert!(!orphan.exists());
+
+    // A flipped byte in a block files use: exit 1, the pack and the files named.
+    let some = fs::read_dir(&packs).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = fs::read(&some).unwrap();
+    let at = 64 + 48 + 10;
+    bytes[at] ^= 0x40;
+    fs::write(&some, &bytes).unwrap();
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 1, "{doc}");
+    assert!(doc["packs"]["damaged_packs"].as_u64().unwrap() == 1, "{doc}");
+    let damaged = doc["damaged_files"].as_u64().unwrap();
+    assert!(damaged > 0, "{doc}");
+    let text = doc.to_string();
+    assert!(
+        text.contains(&*some.to_string_lossy()),
+        "the pack is named: {text}"
+    );
+    // --repair never removes what damaged files still point into.
+    let (code, _) = check(&backing, true);
+    assert_eq!(code, 1);
+    assert!(some.exists());
+}

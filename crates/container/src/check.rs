@@ -1,13 +1,20 @@
 //! Scrub: verify a container at rest, every copy of everything, without the state machine
 //! (`squeezefs check`). Reads only; [`repair`] then removes what a crash left behind —
 //! torn or stale extent copies next to a valid newer one, extents past the end, a container
-//! whose first superblock never landed — and never the only valid copy of anything.
+//! whose first superblock never landed, a location record a superblock outranks, the bytes
+//! a packed file's record replaced — and never the only valid copy of anything.
+//!
+//! A packed file (format 4) is verified by reading its bytes from its pack (block checksum,
+//! decoding, the file's own checksum); the packs themselves are checked as a whole by
+//! [`crate::pack::audit`], which needs every file's record first.
 
 use crate::encode::decode_payload;
 use crate::format::{half_offset, slot_size, ExtentHeader, DATA_START};
 use crate::layout::{
     self, current_superblock, half_name, newest_first, read_head, superblock_copies, Head, Tie,
 };
+use crate::pack::record::{record_state, RecordState};
+use crate::pack::{Location, Packs, LOCATION_XATTR};
 use crate::storage::Storage;
 use crate::Result;
 
@@ -30,6 +37,8 @@ pub enum Fix {
     PunchHalf { index: u64, half: u8 },
     /// Cut the file to this length.
     Truncate(u64),
+    /// Remove the file's location record (a superblock outranks it).
+    RemoveRecord,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +58,12 @@ pub struct Report {
     pub extent_size: u64,
     /// Extent copies verified (header and payload checksums, and decoded).
     pub extents_verified: u64,
+    /// A packed file: its current location record (its bytes were read from the pack and
+    /// verified unless a finding says otherwise).
+    pub packed: Option<Location>,
+    /// The file has a record this squeezefs cannot read (damaged, or newer): which pack
+    /// bytes it names is unknown, so no pack may be judged unused.
+    pub record_unknown: bool,
     pub findings: Vec<Finding>,
 }
 
@@ -87,9 +102,45 @@ fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, h: u8) -> Result<Half> {
     Ok(Half::Valid(hdr))
 }
 
-/// Verifies one backing file.
-pub fn check<S: Storage>(st: &S) -> Result<Report> {
+/// Verifies one backing file; `packs` are the backing directory's packs (a packed file
+/// without them is reported as damage).
+pub fn check<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Report> {
     let mut r = Report::default();
+    match record_state(st)? {
+        RecordState::Absent => {}
+        RecordState::Current { loc, leftover } => {
+            check_packed(&mut r, packs, loc, leftover);
+            return Ok(r);
+        }
+        RecordState::Stale(_) => r.findings.push(Finding {
+            severity: Severity::Leftover,
+            extent: None,
+            detail: format!(
+                "a location record ({LOCATION_XATTR}) left by a file that grew out of its pack: \
+                 its superblock is newer"
+            ),
+            fix: Some(Fix::RemoveRecord),
+        }),
+        RecordState::Unreadable(e) => {
+            r.record_unknown = true;
+            let newer = matches!(e, crate::Error::Unsupported(_));
+            r.findings.push(Finding {
+                severity: if newer {
+                    Severity::Warning
+                } else {
+                    Severity::Damage
+                },
+                extent: None,
+                detail: if newer {
+                    format!("{e}: not checked (use the squeezefs that wrote it)")
+                } else {
+                    format!("{e}: the file cannot be read")
+                },
+                fix: None,
+            });
+            return Ok(r);
+        }
+    }
     let len = st.len()?;
     let blocks = match read_head(st)? {
         Head::Empty => return Ok(r),
@@ -229,6 +280,44 @@ pub fn check<S: Storage>(st: &S) -> Result<Report> {
     Ok(r)
 }
 
+/// A packed file: its bytes read back from its pack and verified; what its record replaced
+/// in the backing file is a leftover.
+fn check_packed(r: &mut Report, packs: Option<&Packs>, loc: Location, leftover: u64) {
+    r.size = loc.len as u64;
+    r.extent_size = 1 << loc.extent_shift;
+    r.packed = Some(loc);
+    let read = match packs {
+        Some(p) => p.read(&loc).map(|_| ()),
+        None => Err(crate::Error::Unsupported("no packs given".into())),
+    };
+    match read {
+        Ok(()) => r.extents_verified += (loc.len > 0) as u64,
+        Err(e) => r.findings.push(Finding {
+            severity: Severity::Damage,
+            extent: Some((0, 0)),
+            detail: match packs {
+                Some(p) if matches!(e, crate::Error::CorruptPack { .. }) => format!(
+                    "packed in {} at block {}: {e}: reads of it fail with EIO",
+                    p.describe(loc.pack),
+                    loc.block
+                ),
+                _ => format!("packed: {e}: reads of it fail with EIO"),
+            },
+            fix: None,
+        }),
+    }
+    if leftover > 0 {
+        r.findings.push(Finding {
+            severity: Severity::Leftover,
+            extent: None,
+            detail: format!(
+                "{leftover} bytes the file's location record replaced (a crash came before they were cut)"
+            ),
+            fix: Some(Fix::Truncate(0)),
+        });
+    }
+}
+
 /// Removes the leftovers `report` found (after making the current copies durable). Returns
 /// how many fixes were applied.
 pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
@@ -237,15 +326,17 @@ pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
     if fixes.is_empty() {
         return Ok(0);
     }
-    st.sync_data()?;
+    // Records and superblocks durable before what they replaced goes.
+    st.sync_all()?;
     for f in &fixes {
         match *f {
             Fix::PunchHalf { index, half } => {
                 st.punch(half_offset(extent_shift, index, half), slot_size(extent_shift))?
             }
             Fix::Truncate(len) => st.set_len(len)?,
+            Fix::RemoveRecord => st.remove_xattr(LOCATION_XATTR)?,
         }
     }
-    st.sync_data()?;
+    st.sync_all()?;
     Ok(fixes.len())
 }

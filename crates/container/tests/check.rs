@@ -31,22 +31,22 @@ fn read_all(disk: &MemDisk) -> Vec<u8> {
 #[test]
 fn a_clean_container_verifies_every_extent() {
     let disk = committed(&text_salted(3 * E + 100, 0));
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(r.findings.is_empty(), "{:?}", r.findings);
     assert_eq!(r.extents_verified, 4);
     assert_eq!(r.size, 3 * E as u64 + 100);
     // Plain and empty files are fine too.
     let plain = MemDisk::new();
     plain.write_at(b"not a container", 0).unwrap();
-    assert!(check(&plain).unwrap().plain);
-    assert!(check(&MemDisk::new()).unwrap().findings.is_empty());
+    assert!(check(&plain, None).unwrap().plain);
+    assert!(check(&MemDisk::new(), None).unwrap().findings.is_empty());
 }
 
 #[test]
 fn a_damaged_only_copy_is_reported_with_extent_and_offset() {
     let disk = committed(&text_salted(3 * E, 0));
     flip(&disk, half_offset(17, 1, 0) + EXTENT_HEADER_LEN as u64 + 77);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(r.damaged());
     let f = &r.findings[0];
     assert_eq!(f.severity, Severity::Damage);
@@ -54,7 +54,7 @@ fn a_damaged_only_copy_is_reported_with_extent_and_offset() {
     assert!(f.detail.contains("payload checksum"), "{}", f.detail);
     // Nothing to repair: repair does not touch it.
     assert_eq!(repair(&disk, &r).unwrap(), 0);
-    assert!(check(&disk).unwrap().damaged());
+    assert!(check(&disk, None).unwrap().damaged());
 }
 
 #[test]
@@ -66,13 +66,13 @@ fn stale_and_torn_copies_are_leftovers_that_repair_removes() {
     let _ = c.write_back().unwrap();
     drop(c);
     let before = read_all(&disk);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(!r.damaged());
     assert_eq!(r.leftovers(), 1);
     assert!(matches!(r.findings[0].fix, Some(Fix::PunchHalf { index: 0, .. })));
     assert!(r.findings[0].detail.contains("older copy"));
     assert_eq!(repair(&disk, &r).unwrap(), 1);
-    assert!(check(&disk).unwrap().findings.is_empty());
+    assert!(check(&disk, None).unwrap().findings.is_empty());
     assert!(read_all(&disk) == before, "repair changed no byte of the file");
 
     // A torn newer half beside a valid older one: the older is in use; the torn one goes.
@@ -84,11 +84,11 @@ fn stale_and_torn_copies_are_leftovers_that_repair_removes() {
     // Extent 1's new copy went to half B; tear it.
     flip(&disk, half_offset(17, 1, 1) + EXTENT_HEADER_LEN as u64 + 5);
     let before = read_all(&disk);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(!r.damaged(), "{:?}", r.findings);
     assert!(r.findings.iter().any(|f| f.detail.contains("torn or damaged")));
     repair(&disk, &r).unwrap();
-    assert!(check(&disk).unwrap().findings.is_empty());
+    assert!(check(&disk, None).unwrap().findings.is_empty());
     assert!(read_all(&disk) == before);
     assert!(
         before[E..] == text_salted(2 * E, 0)[E..],
@@ -106,7 +106,7 @@ fn superblock_copies_and_leftovers_past_the_end() {
     // Junk past the last extent, as an interrupted truncation leaves.
     let end = half_offset(17, 2, 0);
     disk.write_at(&[7u8; 100], end + 5000).unwrap();
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(
         r.findings.iter().any(|f| f.fix == Some(Fix::Truncate(end))),
         "{:?}",
@@ -114,7 +114,7 @@ fn superblock_copies_and_leftovers_past_the_end() {
     );
     repair(&disk, &r).unwrap();
     assert_eq!(disk.len().unwrap(), end);
-    assert!(check(&disk).unwrap().findings.is_empty());
+    assert!(check(&disk, None).unwrap().findings.is_empty());
     // Once a superblock is durable the older copy is punched: a rewritten file keeps one.
     let zeros = |slot: u64| {
         let mut b = [0u8; 4096];
@@ -137,12 +137,12 @@ fn superblock_copies_and_leftovers_past_the_end() {
         })
         .unwrap();
     flip(&disk, newest * 4096 + 20);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(!r.damaged());
     assert_eq!(r.findings[0].severity, Severity::Warning);
     // Both damaged: the file is.
     flip(&disk, (1 - newest) * 4096 + 20);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert!(r.damaged());
     assert!(r.findings[0].detail.contains("no valid superblock"));
 }
@@ -157,9 +157,105 @@ fn a_container_never_committed_is_a_leftover_cut_to_empty() {
         "superblock pending"
     );
     drop(c);
-    let r = check(&disk).unwrap();
+    let r = check(&disk, None).unwrap();
     assert_eq!(r.findings.len(), 1);
     assert_eq!(r.findings[0].fix, Some(Fix::Truncate(0)));
     repair(&disk, &r).unwrap();
     assert_eq!(disk.len().unwrap(), 0);
+}
+
+mod packed {
+    use std::sync::Arc;
+
+    use super::*;
+    use squeezefs_container::pack::{MemPackDir, Packs, LOCATION_XATTR};
+    use squeezefs_container::sim::Crash;
+
+    fn options(dir: &MemPackDir) -> Options {
+        Options {
+            packs: Some(Arc::new(Packs::new(Box::new(dir.clone()), true, 0).unwrap())),
+            ..Options::default()
+        }
+    }
+
+    /// A container file rewritten small: packed, its record durable, its old container
+    /// bytes still there (as a crash before they are cut leaves them).
+    fn packed_over_container(data: &[u8]) -> (MemDisk, MemPackDir, Options) {
+        let crash = Crash::new();
+        let disk = MemDisk::with_crash(&crash);
+        let dir = MemPackDir::new(&crash);
+        let plain = Options::default();
+        let mut c = Container::open(disk.clone(), &plain).unwrap();
+        c.write(0, &text_salted(3 * E, 1)).unwrap();
+        c.fsync().unwrap();
+        drop(c);
+        let opts = options(&dir);
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.set_size(0).unwrap();
+        c.write(0, data).unwrap();
+        // Flushed, not fsynced: the record is set, the old bytes stay until a sync.
+        c.flush().unwrap();
+        disk.sync_all().unwrap();
+        std::mem::forget(c);
+        (disk, dir, opts)
+    }
+
+    #[test]
+    fn a_packed_file_is_read_from_its_pack_and_its_leftovers_repaired() {
+        let data = text_salted(5000, 2);
+        let (disk, _dir, opts) = packed_over_container(&data);
+        assert!(disk.xattr(LOCATION_XATTR).is_some());
+        let packs = opts.packs.as_deref();
+        let r = check(&disk, packs).unwrap();
+        assert_eq!(r.packed.map(|l| l.len), Some(5000));
+        assert_eq!(r.extents_verified, 1);
+        assert!(!r.damaged(), "{:?}", r.findings);
+        assert!(disk.len().unwrap() > 0);
+        assert_eq!(r.leftovers(), 1, "{:?}", r.findings);
+        assert_eq!(r.findings[0].fix, Some(Fix::Truncate(0)));
+        repair(&disk, &r).unwrap();
+        assert_eq!(disk.len().unwrap(), 0);
+        let r = check(&disk, packs).unwrap();
+        assert!(r.findings.is_empty(), "{:?}", r.findings);
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        assert_eq!(c.read(0, 5000).unwrap(), data);
+        // Without the packs, a packed file is damage (never a silently empty file).
+        assert!(check(&disk, None).unwrap().damaged());
+    }
+
+    #[test]
+    fn a_record_a_superblock_outranks_is_a_leftover_and_a_damaged_one_is_damage() {
+        let (disk, dir, opts) = packed_over_container(&text_salted(5000, 3));
+        let record = disk.xattr(LOCATION_XATTR).unwrap();
+        // The file grows out of its pack: a superblock newer than the record.
+        let big = text_salted(2 * E, 4);
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.write(0, &big).unwrap();
+        c.fsync().unwrap();
+        drop(c);
+        // Put the old record back, as a crash before its removal leaves it.
+        disk.set_xattr(LOCATION_XATTR, &record).unwrap();
+        let r = check(&disk, opts.packs.as_deref()).unwrap();
+        assert!(r.packed.is_none());
+        assert_eq!(r.extents_verified, 2);
+        assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+        assert_eq!(r.findings[0].fix, Some(Fix::RemoveRecord));
+        repair(&disk, &r).unwrap();
+        assert!(disk.xattr(LOCATION_XATTR).is_none());
+        assert_eq!(read_all(&disk), big);
+        // A damaged record: damage, and the record's pack is unknown.
+        let mut bad = record.clone();
+        bad[20] ^= 1;
+        disk.set_xattr(LOCATION_XATTR, &bad).unwrap();
+        let r = check(&disk, opts.packs.as_deref()).unwrap();
+        assert!(r.damaged() && r.record_unknown, "{:?}", r.findings);
+        // A record from a newer squeezefs: a warning, not checked, pack unknown.
+        let mut newer = record;
+        newer[0] = 9;
+        disk.set_xattr(LOCATION_XATTR, &newer).unwrap();
+        let r = check(&disk, opts.packs.as_deref()).unwrap();
+        assert!(!r.damaged() && r.record_unknown, "{:?}", r.findings);
+        assert_eq!(r.findings[0].severity, Severity::Warning);
+        let _ = dir;
+    }
 }

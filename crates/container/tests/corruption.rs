@@ -48,7 +48,7 @@ fn flip_and_verify(image: &[u8], data: &[u8], at: usize, mask: u8, extent: Optio
     let mut img = image.to_vec();
     img[at] ^= mask;
     disk.write_at(&img, 0).unwrap();
-    let report = check(&disk).unwrap();
+    let report = check(&disk, None).unwrap();
     assert!(report.damaged(), "flip at {at} not reported by check");
     match extent {
         None => {

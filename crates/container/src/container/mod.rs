@@ -53,6 +53,7 @@ use crate::format::{
     PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_NOCOMPRESS,
 };
 use crate::layout::{current_superblock, read_head, superblock_copies, Head, Tie};
+use crate::pack::record::{newest_superblock_gen, record_wins};
 use crate::pack::{Location, Packs};
 use crate::stats::Stats;
 use crate::storage::Storage;
@@ -155,13 +156,16 @@ impl<S: Storage> Container<S> {
         }
         let head = read_head(&storage)?;
         let blocks = match (head, loc) {
-            (Head::Container(b), Some(l)) => match Self::newest_superblock_gen(&b) {
-                Some(g) if g >= l.generation => Head::Container(b),
-                // The record is newer (or beside a first superblock a crash tore).
-                g => return Ok(Self::open_packed(storage, opts, l, g)),
-            },
-            (_, Some(l)) => return Ok(Self::open_packed(storage, opts, l, None)),
-            (head, None) => head,
+            // The record is newer (or beside a first superblock a crash tore, or a plain
+            // file's bytes it replaced).
+            (head, Some(l)) if record_wins(&head, &l) => {
+                let g = match &head {
+                    Head::Container(b) => newest_superblock_gen(b),
+                    _ => None,
+                };
+                return Ok(Self::open_packed(storage, opts, l, g));
+            }
+            (head, _) => head,
         };
         let blocks = match blocks {
             Head::Empty => {
@@ -286,12 +290,6 @@ impl<S: Storage> Container<S> {
             storage,
             mode: Mode::Packed(Box::new(p)),
         })
-    }
-
-    /// The generation of the current superblock in a container's head, if it has a valid
-    /// copy.
-    fn newest_superblock_gen(blocks: &[u8]) -> Option<u64> {
-        current_superblock(&superblock_copies(blocks), Tie::First).map(|(_, sb)| sb.generation)
     }
 
     /// A file whose location record is current: its bytes are in a pack (loaded at first

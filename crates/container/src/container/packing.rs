@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use super::state::{Ext, Packed};
-use crate::format::FormatError;
+pub(super) use crate::pack::record::read_record as read_location;
 use crate::pack::{Location, Packs, Slot, LOCATION_XATTR};
 use crate::storage::Storage;
 use crate::{Error, Result};
@@ -35,21 +35,6 @@ pub(super) enum PendingLoc {
     /// The file is empty: its record names no pack.
     Empty,
     Bytes(Arc<Slot>),
-}
-
-/// The file's location record, if it has one. A record written by a newer squeezefs is
-/// `Unsupported`, a damaged one `CorruptLocation`.
-pub(super) fn read_location<S: Storage>(st: &S) -> Result<Option<Location>> {
-    let Some(v) = st.get_xattr(LOCATION_XATTR)? else {
-        return Ok(None);
-    };
-    match Location::decode(&v) {
-        Ok(l) => Ok(Some(l)),
-        Err(e @ (FormatError::Version(_) | FormatError::Flags(_) | FormatError::Props(_))) => {
-            Err(Error::Unsupported(format!("location record: {e}")))
-        }
-        Err(e) => Err(Error::CorruptLocation(e.to_string())),
-    }
 }
 
 impl Packed {

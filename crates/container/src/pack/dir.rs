@@ -90,7 +90,10 @@ impl PackDir for FsPackDir {
     }
 
     fn create(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
-        match fs::create_dir(&self.path) {
+        // Only the daemon reads and writes packs: they hold every packed file's bytes,
+        // whatever the files' own modes (the daemon's umask may be 0).
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        match fs::DirBuilder::new().mode(0o700).create(&self.path) {
             Ok(()) => {
                 if let Some(parent) = self.path.parent() {
                     sync_dir(parent)?;
@@ -103,6 +106,7 @@ impl PackDir for FsPackDir {
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(self.file(id))?;
         sync_dir(&self.path)?;
         Ok(Arc::new(FileStorage::new(f)))

@@ -28,9 +28,12 @@
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
 
+pub mod audit;
 pub mod cache;
 pub mod dir;
 pub mod format;
+pub mod reclaim;
+pub mod record;
 
 use std::collections::HashMap;
 use std::io;
@@ -172,7 +175,13 @@ impl Packs {
         &*self.dir
     }
 
-    fn handle(&self, id: u32) -> Result<Arc<dyn Storage>> {
+    /// Forgets pack `id`'s open handle and cached blocks (before it is removed).
+    pub fn forget(&self, id: u32) {
+        self.handles.write().unwrap().remove(&id);
+        self.cache.lock().unwrap().forget_pack(id);
+    }
+
+    pub(crate) fn handle(&self, id: u32) -> Result<Arc<dyn Storage>> {
         if let Some(h) = self.handles.read().unwrap().get(&id) {
             return Ok(h.clone());
         }
@@ -447,5 +456,7 @@ impl Packs {
     }
 }
 
+#[cfg(test)]
+mod audit_tests;
 #[cfg(test)]
 mod tests;

@@ -4,11 +4,22 @@
 //! removes what crashes left behind (stale or torn copies beside a valid one, data past the
 //! end, never-committed files), never the only valid copy. Takes the backing directory's
 //! lock, so it refuses to run while the directory is mounted.
+//!
+//! Packed files (format 4) are verified by reading their bytes from their packs; then every
+//! pack is walked (`packs.rs`): damaged blocks, packs no file uses, blocks torn by a crash,
+//! garbage. `--repair` also removes those leftovers and reclaims packs above 25 % garbage.
 
+mod packs;
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use squeezefs_container::check::{self, Fix, Report, Severity};
+use squeezefs_container::pack::audit::LiveMap;
+use squeezefs_container::pack::reclaim::LiveFile;
+use squeezefs_container::pack::{FsPackDir, Packs};
 use squeezefs_container::FileStorage;
 
 use crate::ui::{bar, human};
@@ -19,16 +30,21 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Regular files under `root` (symlinks are not followed), with their sizes.
+/// Regular files under `root` (symlinks are not followed), with their sizes; a file with
+/// several hard links once.
 fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
-    let mut out: Vec<(PathBuf, u64)> = crate::walk::entries(root)?
+    let mut out: Vec<(PathBuf, std::fs::Metadata)> = crate::walk::entries(root)?
         .into_iter()
         .filter(|(_, m)| m.is_file())
-        .map(|(p, m)| (p, m.len()))
         .collect();
-    out.sort();
-    Ok(out)
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen = HashSet::new();
+    out.retain(|(_, m)| m.nlink() < 2 || seen.insert((m.dev(), m.ino())));
+    Ok(out.into_iter().map(|(p, m)| (p, m.len())).collect())
 }
+
+/// Bytes of decompressed blocks `check` keeps: a directory's packed files are read in a row.
+const PACK_CACHE: usize = 64 << 20;
 
 fn severity_name(s: Severity) -> &'static str {
     match s {
@@ -49,12 +65,29 @@ pub fn main(args: Args) -> Result<u8, String> {
     })
     .map_err(|e| e.to_string())?;
     let list = files(&root)?;
-    let total: u64 = list.iter().map(|f| f.1).sum();
+    let packs = Packs::new(
+        Box::new(FsPackDir::new(&root, args.repair)),
+        args.repair,
+        PACK_CACHE,
+    )
+    .map_err(|e| format!("{}: {e}", FsPackDir::new(&root, false).path().display()))?;
+    let pack_bytes: u64 = packs
+        .dir()
+        .list()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|&id| std::fs::metadata(packs.describe(id)).ok())
+        .map(|m| m.len())
+        .sum();
+    let total: u64 = list.iter().map(|f| f.1).sum::<u64>() + pack_bytes;
     let pb = bar(total, "check");
     if args.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let (mut containers, mut plain, mut verified, mut logical) = (0u64, 0u64, 0u64, 0u64);
+    let mut packed = 0u64;
+    let mut live = LiveMap::default();
+    let mut live_files = Vec::new();
     let (mut damaged_files, mut damaged_extents, mut leftovers, mut repaired) = (0u64, 0u64, 0u64, 0u64);
     let mut reports = Vec::new();
     // Dictionaries first: extents compressed with one are verified by decoding with it, and
@@ -82,7 +115,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             .open(path);
         let report = opened.map_err(|e| e.to_string()).and_then(|f| {
             let st = FileStorage::new(f);
-            let r = check::check(&st).map_err(|e| e.to_string())?;
+            let r = check::check(&st, Some(&packs)).map_err(|e| e.to_string())?;
             let fixed = if args.repair && r.leftovers() > 0 {
                 check::repair(&st, &r).map_err(|e| format!("repair: {e}"))?
             } else {
@@ -93,20 +126,34 @@ pub fn main(args: Args) -> Result<u8, String> {
         pb.inc(*len);
         let (r, fixed) = match report {
             Ok(x) => x,
-            Err(e) => (
-                Report {
-                    findings: vec![check::Finding {
-                        severity: Severity::Damage,
-                        extent: None,
-                        detail: format!("cannot be read: {e}"),
-                        fix: None,
-                    }],
-                    ..Report::default()
-                },
-                0,
-            ),
+            Err(e) => {
+                // Its record (if any) is unknown: no pack may be judged unused.
+                live.mark_incomplete();
+                (
+                    Report {
+                        findings: vec![check::Finding {
+                            severity: Severity::Damage,
+                            extent: None,
+                            detail: format!("cannot be read: {e}"),
+                            fix: None,
+                        }],
+                        ..Report::default()
+                    },
+                    0,
+                )
+            }
         };
-        if r.plain {
+        if r.record_unknown {
+            live.mark_incomplete();
+        }
+        if let Some(loc) = r.packed {
+            packed += 1;
+            live.add(&loc);
+            live_files.push(LiveFile {
+                name: rel.clone(),
+                loc,
+            });
+        } else if r.plain {
             plain += 1;
         } else {
             containers += 1;
@@ -127,7 +174,9 @@ pub fn main(args: Args) -> Result<u8, String> {
             reports.push((rel, r, fixed));
         }
     }
+    let packs_out = packs::check(&root, &packs, &live, &live_files, args.repair, &pb);
     pb.finish_and_clear();
+    let pack_damage = packs_out.damaged() + packs_out.errors.len() as u64;
     if args.json {
         let files: Vec<_> = reports
             .iter()
@@ -143,6 +192,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                         "fix": f.fix.map(|x| match x {
                             Fix::PunchHalf { index, half } => format!("punch extent {index} half {half}"),
                             Fix::Truncate(n) => format!("truncate to {n}"),
+                            Fix::RemoveRecord => "remove the location record".into(),
                         }),
                     })).collect::<Vec<_>>(),
                 })
@@ -152,6 +202,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             "backing": root.display().to_string(),
             "files": list.len(),
             "containers": containers,
+            "packed": packed,
             "plain": plain,
             "extents_verified": verified,
             "logical_bytes": logical,
@@ -160,6 +211,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             "leftovers": leftovers,
             "repaired": repaired,
             "problems": files,
+            "packs": packs::json(&packs_out),
         });
         println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
     } else {
@@ -179,22 +231,32 @@ pub fn main(args: Args) -> Result<u8, String> {
             }
         }
         println!(
-            "checked {} files ({containers} containers, {plain} plain), {verified} extents verified, {} logical",
+            "checked {} files ({containers} containers, {packed} packed, {plain} plain), {verified} extents verified, {} logical",
             list.len(),
             human(logical)
         );
+        packs::print(&packs_out, args.repair);
+        if pack_damage > 0 {
+            println!("{pack_damage} damaged packs: the files in their damaged blocks are listed above");
+        }
         if damaged_files > 0 {
             println!(
                 "{damaged_files} damaged files ({damaged_extents} unreadable extents): reads of them fail with EIO"
             );
-        } else {
+        } else if pack_damage == 0 {
             println!("no damage");
         }
+        let leftovers = leftovers + packs_out.leftovers();
+        let repaired = repaired + packs_out.repaired;
         if leftovers > 0 && !args.repair {
             println!("{leftovers} leftovers of interrupted writes (harmless): remove with --repair");
         } else if repaired > 0 {
             println!("{repaired} leftovers removed");
         }
     }
-    Ok(if damaged_files > 0 { 1 } else { 0 })
+    Ok(if damaged_files > 0 || pack_damage > 0 {
+        1
+    } else {
+        0
+    })
 }

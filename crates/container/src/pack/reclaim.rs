@@ -1,0 +1,140 @@
+//! Reclaiming garbage: a pack whose files were rewritten or deleted keeps their old bytes
+//! (blocks are never overwritten). Reclaim moves a pack's live files into new blocks at the
+//! end of the packs and removes the old pack.
+//!
+//! # Crash safety (the order of writes)
+//! 1. Every live file's bytes are appended to new blocks, which are made durable.
+//! 2. Each file's record is replaced (one `setxattr`, atomic) by one naming the new place,
+//!    with the same generation and checksum: old and new record name the same bytes.
+//! 3. The records are made durable (`sync_records`: `syncfs`, or an `fsync` per file).
+//! 4. Only then, once every batch of files is moved, are the old packs removed.
+//!
+//! A crash before 4 leaves the old pack complete and every record naming either copy; the
+//! new blocks are garbage or live, and the next reclaim sorts them out. A file whose bytes
+//! cannot be read keeps its record, and its pack stays.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+
+use super::format::{Location, LOCATION_XATTR};
+use super::record::read_record;
+use super::Packs;
+use crate::storage::Storage;
+use crate::{Error, Result};
+
+/// A packed file reclaim moves: what to call it (and open it by), its current record.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub name: String,
+    pub loc: Location,
+}
+
+/// What a reclaim did.
+#[derive(Debug, Default)]
+pub struct Reclaimed {
+    pub files_moved: u64,
+    pub packs_removed: Vec<u32>,
+    /// Bytes of the removed packs minus what their live files take in new blocks.
+    pub bytes_freed: u64,
+    /// Files left where they were (their pack stays), and why.
+    pub left: Vec<(String, Error)>,
+}
+
+/// Files moved per batch: their backing files are open together, and their records are
+/// made durable by one `sync_records`.
+pub const BATCH: usize = 256;
+
+/// Moves the live files of packs `victims` into new blocks and removes those packs.
+/// `files` must hold every file whose current record points into a victim (others are
+/// ignored); `open` opens a file's backing file for writing; `sync_records` makes the
+/// records set on a batch of them durable.
+pub fn reclaim<S: Storage>(
+    packs: &Packs,
+    victims: &BTreeSet<u32>,
+    files: &[LiveFile],
+    open: impl Fn(&LiveFile) -> Result<S>,
+    mut sync_records: impl FnMut(&[S]) -> Result<()>,
+) -> Result<Reclaimed> {
+    let mut out = Reclaimed::default();
+    let mut keep: BTreeSet<u32> = BTreeSet::new();
+    let mut moving: Vec<&LiveFile> = files
+        .iter()
+        .filter(|f| f.loc.len > 0 && victims.contains(&f.loc.pack))
+        .collect();
+    // Files keep their order (directory order, as they were packed).
+    moving.sort_by_key(|f| (f.loc.pack, f.loc.block, f.loc.offset));
+    let stored_before = packs.counters.bytes_stored.load(Ordering::Relaxed);
+    for batch in moving.chunks(BATCH) {
+        let mut slots = Vec::new();
+        for &f in batch {
+            let mut leave = |e: Error| {
+                keep.insert(f.loc.pack);
+                out.left.push((f.name.clone(), e));
+            };
+            let st = match open(f) {
+                Ok(st) => st,
+                Err(e) => {
+                    leave(e);
+                    continue;
+                }
+            };
+            // The record must still be the one the caller saw.
+            match read_record(&st) {
+                Ok(Some(l)) if l == f.loc => {}
+                Ok(_) => {
+                    leave(Error::Invalid("its record changed meanwhile".into()));
+                    continue;
+                }
+                Err(e) => {
+                    leave(e);
+                    continue;
+                }
+            }
+            match packs.read(&f.loc) {
+                Ok(bytes) => {
+                    let slot = packs.append(f.loc.codec, f.loc.extent_shift, &bytes)?;
+                    slots.push((f, st, slot));
+                }
+                Err(e) => leave(e),
+            }
+        }
+        packs.sync()?;
+        let mut done = Vec::with_capacity(slots.len());
+        for (f, st, slot) in slots {
+            let p = packs.durable(&slot)?;
+            let new = Location {
+                pack: p.pack,
+                block: p.block,
+                offset: p.offset,
+                ..f.loc
+            };
+            st.set_xattr(LOCATION_XATTR, &new.encode())?;
+            done.push(st);
+        }
+        sync_records(&done)?;
+        out.files_moved += done.len() as u64;
+    }
+    let mut removed_len = 0;
+    for &id in victims.difference(&keep) {
+        removed_len += packs.handle(id).and_then(|h| Ok(h.len()?)).unwrap_or(0);
+        packs.forget(id);
+        packs.dir().remove(id)?;
+        out.packs_removed.push(id);
+    }
+    let written = packs.counters.bytes_stored.load(Ordering::Relaxed) - stored_before;
+    out.bytes_freed = removed_len.saturating_sub(written);
+    packs
+        .counters
+        .bytes_reclaimed
+        .fetch_add(out.bytes_freed, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// The packs worth reclaiming among `reports`: garbage above `max` of their blocks.
+pub fn victims(reports: &BTreeMap<u32, super::audit::PackReport>, max: f64) -> BTreeSet<u32> {
+    reports
+        .values()
+        .filter(|r| !r.damaged() && r.live_files > 0 && r.garbage_fraction() > max)
+        .map(|r| r.id)
+        .collect()
+}
