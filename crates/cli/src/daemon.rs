@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nix::mount::{MntFlags, MsFlags};
-use squeezefs_container::format::FORMAT_VERSION;
 use squeezefs_fs::MountConfig;
 
 use crate::args::MountArgs;
@@ -136,13 +135,8 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
         );
         ExitCode::FAILURE
     };
-    log::info!(
-        "mounting {} at {} (compress={}, extent size {} KiB, format {FORMAT_VERSION})",
-        backing.display(),
-        mountpoint.display(),
-        cfg.codec,
-        (1u32 << cfg.extent_shift) / 1024
-    );
+    // The "mounting … (format N)" line is squeezefs_fs::mount's: only it knows whether this
+    // mount packs small files (format 4).
     if !daemon {
         return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}) {
             Ok(()) => ExitCode::SUCCESS,

@@ -51,18 +51,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Mount BACKING at MOUNTPOINT (in the foreground unless --daemon).
-    #[command(after_help = "Options (-o, comma-separated, may be repeated):\n  \
-        compress=ALG[:LEVEL]        codec for new data: none, lz4[:1-12], lzo, zlib[:1-9],\n                              \
-        zstd[:1-19], zstd-fast[:1-1000] (default zstd:3)\n  \
-        compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
-        incompressible-file backoff, no early abort\n  \
-        extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
-        allow_other                 let other users in (needs user_allow_other when not root)\n  \
-        default_permissions         kernel permission checks (on by default)\n  \
-        ro                          read-only\n\n\
-        Per directory and per file: `squeezefs property set PATH compression zstd:9`.\n\
-        Live counters: `squeezefs stats --live MOUNTPOINT`.\n\n\
-        Examples:\n  squeezefs mount ./backing ./mnt\n  squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon")]
+    #[command(after_help = mount_help())]
     Mount {
         #[command(flatten)]
         target: MountArgs,
@@ -218,6 +207,39 @@ enum Cmd {
         #[command(flatten)]
         out: Output,
     },
+}
+
+/// The mount options, after `squeezefs mount --help`.
+fn mount_help() -> String {
+    format!(
+        "Options (-o, comma-separated, may be repeated):\n  \
+        compress=ALG[:LEVEL]        codec for new data: none, lz4[:1-12], lzo, zlib[:1-9],\n                              \
+        zstd[:1-19], zstd-fast[:1-1000] (default zstd:3)\n  \
+        compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
+        incompressible-file backoff, no early abort\n  \
+        extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
+        pack                        pack small files (format 4): files of at most one extent\n                              \
+        are stored together in solid compressed blocks in\n                              \
+        BACKING/.squeezefs-packs (a file of a few KiB costs a share of a\n                              \
+        block, not a block of its own); each keeps an empty backing\n                              \
+        file whose user xattr says where its bytes are. Needs a backing\n                              \
+        filesystem that keeps that xattr without spending a block on it\n                              \
+        (probed at mount; if not, a warning and no packing). Off by\n                              \
+        default for now: check, stats, compress and garbage reclaiming\n                              \
+        do not know packs yet\n  \
+        nopack                      do not pack new files (the default); files packed before\n                              \
+        are read either way\n  \
+        pack_cache=SIZE             memory for decompressed pack blocks (default {cache}M)\n  \
+        allow_other                 let other users in (needs user_allow_other when not root)\n  \
+        default_permissions         kernel permission checks (on by default)\n  \
+        ro                          read-only (never packs)\n\n\
+        Per directory and per file: `squeezefs property set PATH compression zstd:9`.\n\
+        Live counters (compression, packs, workspaces): `squeezefs stats --live MOUNTPOINT`.\n\n\
+        Examples:\n  squeezefs mount ./backing ./mnt\n  \
+        squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon\n  \
+        squeezefs mount /srv/etc.sqz /srv/etc -o pack,pack_cache=64M",
+        cache = squeezefs_container::pack::DEFAULT_CACHE >> 20
+    )
 }
 
 /// `0.1.0 (container format 3, 2 for files without a dictionary; reads 1–3)`.

@@ -222,6 +222,22 @@ fn the_command_line_teaches_and_documents_itself() {
             "`squeezefs {s} --help` has no example:\n{text}"
         );
     }
+    // The mount options, packing's included, with their defaults.
+    let out = squeezefs(&[os("mount"), os("--help")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cache = format!(
+        "pack_cache=SIZE             memory for decompressed pack blocks (default {}M)",
+        squeezefs_container::pack::DEFAULT_CACHE >> 20
+    );
+    for want in [
+        "\n  pack  ",
+        "\n  nopack  ",
+        &cache,
+        "solid compressed blocks",
+        "Off by",
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
     let d = scratch("man");
     let out = squeezefs(&[os("man"), d.as_os_str()]);
     assert!(out.status.success());

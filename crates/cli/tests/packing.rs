@@ -1,17 +1,20 @@
 //! Small files packed (format 4, mount option `pack`) on a real mount: a tree of small
 //! real files round-trips through a remount, takes less disk than one container per file,
-//! its backing files hold no data block, and the daemon's own record and directory stay
-//! invisible through the mount.
+//! its backing files hold no data block, the live statistics (`stats --live`) count what was
+//! packed and read (and say when a mount does not pack), and the daemon's own record and
+//! directory stay invisible through the mount.
 
 #![deny(unsafe_code)]
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::Value;
+
 mod common;
-use common::{files_under, getfattr, real_tree, scratch, Mount};
+use common::{files_under, getfattr, real_tree, scratch, squeezefs, squeezefs_json, Mount};
 
 /// Disk used under `dir`, directories included (what `du` shows).
 fn du(dir: &Path) -> u64 {
@@ -28,20 +31,68 @@ fn du(dir: &Path) -> u64 {
         .unwrap()
 }
 
-/// Copies the repository's sources into a mount with `opts`; returns (files, disk).
-fn tree_on(name: &str, opts: &str) -> (Vec<(std::path::PathBuf, Vec<u8>)>, u64, std::path::PathBuf) {
+/// `squeezefs stats --live MOUNT --json`'s `packs` object.
+fn live_packs(m: &Mount) -> Value {
+    squeezefs_json(&["stats".as_ref(), "--live".as_ref(), m.mnt.as_os_str()])["packs"].clone()
+}
+
+/// A counter of a `packs` object.
+fn count(p: &Value, key: &str) -> u64 {
+    p[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("packs.{key} missing: {p}"))
+}
+
+/// A tree copied into a mount, and what the mount said about it.
+struct Tree {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    /// Disk used by the backing directory afterwards.
+    disk: u64,
+    dir: PathBuf,
+    /// The live `packs` counters after the copy and a sync, then after reading it back.
+    written: Value,
+    read: Value,
+    /// `stats --live`'s table (after the reads) and the daemon's log.
+    table: String,
+    log: String,
+}
+
+/// Copies the repository's sources into a mount with `opts`, syncs, reads them back.
+fn tree_on(name: &str, opts: &str) -> Tree {
     let dir = scratch(name);
     let m = Mount::new(&dir, opts);
     let files = real_tree(&m.path("src"));
+    let st = Command::new("sync").arg("-f").arg(&m.mnt).status().unwrap();
+    assert!(st.success());
+    let written = live_packs(&m);
+    for (rel, data) in &files {
+        assert!(
+            &fs::read(m.path("src").join(rel)).unwrap() == data,
+            "{}",
+            rel.display()
+        );
+    }
+    let read = live_packs(&m);
+    let out = squeezefs(&["stats".as_ref(), "--live".as_ref(), m.mnt.as_os_str()]);
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
     m.unmount();
-    let disk = du(&dir.join("backing"));
-    (files, disk, dir)
+    Tree {
+        files,
+        disk: du(&dir.join("backing")),
+        log: fs::read_to_string(dir.join("daemon.log")).unwrap(),
+        dir,
+        written,
+        read,
+        table,
+    }
 }
 
 #[test]
 fn a_tree_of_small_files_is_packed_and_round_trips() {
-    let (files, packed_disk, dir) = tree_on("pack-tree", "compress=zstd:1,pack");
-    let (_, plain_disk, other) = tree_on("nopack-tree", "compress=zstd:1");
+    let packed = tree_on("pack-tree", "compress=zstd:1,pack,pack_cache=8M");
+    let plain = tree_on("nopack-tree", "compress=zstd:1");
+    let (files, packed_disk, plain_disk, dir) = (&packed.files, packed.disk, plain.disk, &packed.dir);
     let logical: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
     println!(
         "FIGURES {} files, {logical} bytes: packed {packed_disk} on disk (ratio {:.2}), one container per file {plain_disk} (ratio {:.2})",
@@ -52,6 +103,58 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
     assert!(
         packed_disk * 2 < plain_disk,
         "packing saves at least half: {packed_disk} vs {plain_disk}"
+    );
+    // The live counters: every file with bytes went to a pack, many to a block, stored
+    // smaller; reading them back went through the packs' block cache or the disk.
+    let (w, r) = (&packed.written, &packed.read);
+    println!("PACKS written {w}\nPACKS read {r}");
+    assert_eq!(w["packing"], true, "{w}");
+    let nonempty = files.iter().filter(|(_, d)| !d.is_empty()).count() as u64;
+    assert!(count(w, "files_packed") >= nonempty, "{nonempty} files: {w}");
+    assert!(count(w, "blocks_written") > 0, "{w}");
+    assert!(count(w, "blocks_written") * 2 < count(w, "files_packed"), "{w}");
+    assert!(count(w, "bytes_in") >= logical, "{logical} bytes: {w}");
+    assert!(count(w, "bytes_stored") > 0, "{w}");
+    assert!(count(w, "bytes_stored") * 2 < count(w, "bytes_in"), "{w}");
+    assert_eq!(count(w, "cache_size"), 8 << 20, "pack_cache=8M: {w}");
+    assert!(
+        count(r, "blocks_read") + count(r, "cache_hits") > count(w, "blocks_read") + count(w, "cache_hits"),
+        "reads counted: {w} then {r}"
+    );
+    assert!(packed.table.contains("files packed in"), "{}", packed.table);
+    assert!(
+        packed
+            .log
+            .lines()
+            .any(|l| l.contains("mounting") && l.ends_with("KiB, format 4)")),
+        "{}",
+        packed.log
+    );
+    // A mount that does not pack says so, and packs nothing.
+    let p = &plain.read;
+    assert_eq!(p["packing"], false, "{p}");
+    assert_eq!(
+        (count(p, "files_packed"), count(p, "blocks_written")),
+        (0, 0),
+        "{p}"
+    );
+    assert_eq!(
+        count(p, "cache_size"),
+        squeezefs_container::pack::DEFAULT_CACHE as u64
+    );
+    assert!(
+        plain.table.contains("not packing (mount with -o pack)"),
+        "{}",
+        plain.table
+    );
+    assert!(
+        plain
+            .log
+            .lines()
+            .any(|l| l.contains("mounting") && l.ends_with("KiB, format 3)"))
+            && !plain.log.contains("format 4"),
+        "{}",
+        plain.log
     );
     // Backing files of at most one extent hold no data block: their bytes are in a pack.
     let backing = dir.join("backing");
@@ -67,9 +170,10 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
     let packs: Vec<_> = fs::read_dir(backing.join(".squeezefs-packs")).unwrap().collect();
     assert!(!packs.is_empty());
 
-    // Read back through a mount that does not pack (packs are always read).
-    let m = Mount::new(&dir, "");
-    for (rel, data) in &files {
+    // Read back through a mount that does not pack (packs are always read): a new daemon,
+    // so its blocks come from the disk.
+    let m = Mount::new(dir, "");
+    for (rel, data) in files {
         let got = fs::read(m.path("src").join(rel)).unwrap();
         assert!(&got == data, "{} differs after remount", rel.display());
         assert_eq!(
@@ -77,6 +181,10 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
             data.len() as u64
         );
     }
+    let p = live_packs(&m);
+    assert_eq!(p["packing"], false, "{p}");
+    assert!(count(&p, "blocks_read") > 0, "{p}");
+    assert_eq!(count(&p, "files_packed"), 0, "{p}");
     // The record and the pack directory are the daemon's own.
     let one = m.path("src").join(&files[0].0);
     assert!(
@@ -100,7 +208,7 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
 
     // Growing past one extent makes a container; shrinking packs it again; renames and
     // hard links across directories keep the bytes.
-    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let m = Mount::new(dir, "compress=zstd:1,pack");
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(m.path("src/grown"), b"small first").unwrap();
     fs::write(m.path("src/grown"), &big).unwrap();
@@ -114,7 +222,7 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
         "a grown file is a container"
     );
     assert!(getfattr(&grown, "user.sqzfs").is_none(), "its record is gone");
-    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let m = Mount::new(dir, "compress=zstd:1,pack");
     assert_eq!(fs::read(m.path("src/grown")).unwrap(), big);
     assert_eq!(fs::read(m.path("elsewhere/moved")).unwrap(), files[1].1);
     assert_eq!(fs::read(m.path("elsewhere/linked")).unwrap(), files[2].1);
@@ -125,7 +233,7 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
         .set_len(1000)
         .unwrap();
     m.unmount();
-    let m = Mount::new(&dir, "");
+    let m = Mount::new(dir, "");
     assert_eq!(fs::read(m.path("src/grown")).unwrap(), &big[..1000]);
     m.unmount();
     assert_eq!(
@@ -133,8 +241,8 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
         0,
         "shrunk to one extent: packed again"
     );
-    fs::remove_dir_all(&dir).unwrap();
-    fs::remove_dir_all(&other).unwrap();
+    fs::remove_dir_all(dir).unwrap();
+    fs::remove_dir_all(&plain.dir).unwrap();
 }
 
 /// `squeezefs check BACKING --json` (exit status and document).

@@ -339,6 +339,9 @@ fn the_live_stats_file_is_hidden_read_only_and_current() {
     assert_eq!(before["format"], 1);
     assert_eq!(before["mount"]["compress"], "zstd:5");
     assert_eq!(before["mount"]["extent_size"], 65536);
+    // Not mounted with -o pack: no packing, nothing packed.
+    assert_eq!(before["packs"]["packing"], false, "{before}");
+    assert_eq!(before["packs"]["files_packed"], 0, "{before}");
     // Files at three levels written at once from several threads: the pool stays in bounds.
     let threads: Vec<_> = (0..6)
         .map(|t| {
@@ -385,6 +388,7 @@ fn the_live_stats_file_is_hidden_read_only_and_current() {
         "zstd workspaces",
         "checksum errors",
         "zstd:12",
+        "not packing (mount with -o pack)",
     ] {
         assert!(table.contains(want), "{want} missing:\n{table}");
     }

@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use fuser::{Config, MountOption, SessionACL};
 use squeezefs_codec::CodecSpec;
-use squeezefs_container::format::{DEFAULT_EXTENT_SHIFT, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
+use squeezefs_container::format::{DEFAULT_EXTENT_SHIFT, FORMAT_VERSION, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
+use squeezefs_container::pack::format::PACKS_FORMAT_VERSION;
 use squeezefs_container::Options;
 
 pub use ops::SqueezeFs;
@@ -317,11 +318,21 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
         ..Default::default()
     });
     let mut opts = cfg.container_options();
-    opts.packs = Some(packing::open(
-        &backing,
-        cfg.pack && !cfg.read_only,
-        cfg.pack_cache,
-    )?);
+    let packs = packing::open(&backing, cfg.pack && !cfg.read_only, cfg.pack_cache)?;
+    // Announced here, once the probe has said whether this mount packs (format 4).
+    log::info!(
+        "mounting {} at {} (compress={}, extent size {} KiB, format {})",
+        backing.display(),
+        mountpoint.display(),
+        cfg.codec,
+        (1u32 << cfg.extent_shift) / 1024,
+        if packs.writable() {
+            PACKS_FORMAT_VERSION
+        } else {
+            FORMAT_VERSION
+        }
+    );
+    opts.packs = Some(packs);
     let fs = SqueezeFs::new(&backing, opts, cfg.read_only)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() && limit < 65536 {

@@ -2,11 +2,13 @@
 //! answered from the daemon's counters at each open (read with `squeezefs stats --live`).
 //! Its content is one JSON document; `STATS_FORMAT` versions its shape.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, INodeNo};
 use serde_json::{json, Value};
 use squeezefs_codec::workspace;
+use squeezefs_container::pack::{PackCounters, Packs};
 use squeezefs_container::Options;
 
 /// The file's name at the mount root.
@@ -38,7 +40,30 @@ pub fn attr(uid: u32, gid: u32) -> FileAttr {
     }
 }
 
-/// The document: mount settings, the container counters and the workspace pool.
+/// The `packs` object: whether this mount packs new files, the counters of its packs
+/// (reads count even when it does not pack: files packed before are read from them) and the
+/// size of their block cache. Without packs (never on a mount), all zero.
+fn packs(packs: Option<&Packs>) -> Value {
+    let none = PackCounters::default();
+    let (packing, c, cache_size) = match packs {
+        Some(p) => (p.writable(), &p.counters, p.cache_capacity()),
+        None => (false, &none, 0),
+    };
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    json!({
+        "packing": packing,
+        "files_packed": get(&c.files_packed),
+        "blocks_written": get(&c.blocks_written),
+        "bytes_in": get(&c.bytes_in),
+        "bytes_stored": get(&c.bytes_stored),
+        "blocks_read": get(&c.blocks_read),
+        "cache_hits": get(&c.cache_hits),
+        "bytes_reclaimed": get(&c.bytes_reclaimed),
+        "cache_size": cache_size,
+    })
+}
+
+/// The document: mount settings, the container counters, the packs and the workspace pool.
 pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
@@ -108,6 +133,7 @@ pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
             "inline_files": s.dict_inline_files,
         },
         "codecs": codecs,
+        "packs": packs(opts.packs.as_deref()),
         "workspaces": {
             "max": pool.max_workspaces,
             "count": pool.total,
@@ -132,4 +158,60 @@ pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
 
 fn pool_reclaim_secs() -> u64 {
     workspace::global().config().reclaim_after.as_secs()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use squeezefs_codec::CodecSpec;
+    use squeezefs_container::pack::MemPackDir;
+    use squeezefs_container::sim::Crash;
+
+    use super::*;
+
+    fn doc(opts: &Options) -> Value {
+        serde_json::from_slice(&render("/b", opts, false)).unwrap()
+    }
+
+    #[test]
+    fn the_document_carries_the_pack_counters() {
+        let packs = Arc::new(Packs::new(Box::new(MemPackDir::new(&Crash::new())), true, 1 << 20).unwrap());
+        let opts = Options {
+            packs: Some(packs.clone()),
+            ..Options::default()
+        };
+        let p = doc(&opts)["packs"].clone();
+        assert_eq!(p["packing"], true, "{p}");
+        assert_eq!(p["cache_size"], 1 << 20, "{p}");
+        assert_eq!(p["files_packed"], 0, "{p}");
+        let slot = packs.append(CodecSpec::DEFAULT, 17, &[7u8; 5000]).unwrap();
+        packs.durable(&slot).unwrap();
+        let p = doc(&opts)["packs"].clone();
+        assert_eq!(
+            (&p["files_packed"], &p["blocks_written"], &p["bytes_in"]),
+            (&1.into(), &1.into(), &5000.into())
+        );
+        assert!(p["bytes_stored"].as_u64().unwrap() < 5000, "{p}");
+        for key in ["blocks_read", "cache_hits", "bytes_reclaimed"] {
+            assert_eq!(p[key], 0, "{key}: {p}");
+        }
+
+        // Read-only packs: not packing, the same fields.
+        let ro = Options {
+            packs: Some(Arc::new(
+                Packs::new(Box::new(MemPackDir::new(&Crash::new())), false, 4096).unwrap(),
+            )),
+            ..Options::default()
+        };
+        let p = doc(&ro)["packs"].clone();
+        assert_eq!(
+            (&p["packing"], &p["cache_size"]),
+            (&false.into(), &4096.into()),
+            "{p}"
+        );
+        let p = doc(&Options::default())["packs"].clone();
+        assert_eq!(p["packing"], false, "{p}");
+        assert_eq!(p.as_object().unwrap().len(), 9, "{p}");
+    }
 }

@@ -121,6 +121,12 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
             ),
         );
     }
+    if let Some(p) = v.get("packs") {
+        line(&mut o, String::new());
+        for l in packs(p) {
+            line(&mut o, l);
+        }
+    }
     let w = &v["workspaces"];
     line(&mut o, String::new());
     line(
@@ -171,6 +177,44 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
     o
 }
 
+/// The packs section: what this mount packed, and what reading packed files cost. A mount
+/// that does not pack still reads the packs written before, so its reads are shown too.
+fn packs(p: &Value) -> Vec<String> {
+    let (read, hits) = (n(p, &["blocks_read"]), n(p, &["cache_hits"]));
+    let reads = format!(
+        "                  {read} blocks read, {hits} cache hits ({}), cache {}; {} reclaimed",
+        match read + hits {
+            0 => "no reads yet".to_string(),
+            all => format!("{:.0} % hit rate", hits as f64 * 100.0 / all as f64),
+        },
+        human(n(p, &["cache_size"])),
+        human(n(p, &["bytes_reclaimed"]))
+    );
+    if p["packing"].as_bool() != Some(true) {
+        let mut out = vec!["packs             not packing (mount with -o pack)".to_string()];
+        if read + hits > 0 {
+            out.push(reads);
+        }
+        return out;
+    }
+    let (bytes_in, stored) = (n(p, &["bytes_in"]), n(p, &["bytes_stored"]));
+    vec![
+        format!(
+            "packs             {} files packed in {} blocks, {} in → {} stored ({})",
+            n(p, &["files_packed"]),
+            n(p, &["blocks_written"]),
+            human(bytes_in),
+            human(stored),
+            if stored > 0 {
+                format!("{:.2}", bytes_in as f64 / stored as f64)
+            } else {
+                "–".to_string()
+            }
+        ),
+        reads,
+    ]
+}
+
 pub fn main(mountpoint: &Path, json: bool) -> Result<(), String> {
     let v = read(mountpoint)?;
     if json {
@@ -179,4 +223,46 @@ pub fn main(mountpoint: &Path, json: bool) -> Result<(), String> {
         print!("{}", render(&v, mountpoint));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_packs_section_says_what_was_packed_and_read() {
+        let p = json!({
+            "packing": true, "files_packed": 12, "blocks_written": 2, "bytes_in": 40960,
+            "bytes_stored": 10240, "blocks_read": 1, "cache_hits": 3, "bytes_reclaimed": 0,
+            "cache_size": 32 << 20,
+        });
+        let table = render(&json!({ "packs": p }), Path::new("/m"));
+        assert!(
+            table.contains(
+                "packs             12 files packed in 2 blocks, 40.0 KiB in → 10.0 KiB stored (4.00)"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("1 blocks read, 3 cache hits (75 % hit rate), cache 32.0 MiB; 0 B reclaimed"),
+            "{table}"
+        );
+        // Not packing: said so; reads of packs written before still shown.
+        let mut q = p.clone();
+        q["packing"] = false.into();
+        let table = render(&json!({ "packs": q }), Path::new("/m"));
+        assert!(
+            table.contains("not packing (mount with -o pack)") && table.contains("1 blocks read"),
+            "{table}"
+        );
+        assert!(!table.contains("files packed"), "{table}");
+        q["blocks_read"] = 0.into();
+        q["cache_hits"] = 0.into();
+        let table = render(&json!({ "packs": q }), Path::new("/m"));
+        assert!(!table.contains("blocks read"), "{table}");
+        // A daemon before the packs object: no section.
+        assert!(!render(&json!({}), Path::new("/m")).contains("packs"));
+    }
 }

@@ -77,6 +77,11 @@ impl BlockCache {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// The most decompressed bytes kept (the mount option `pack_cache`).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +98,7 @@ mod tests {
         c.insert((2, 64), vec![4u8; 100].into());
         assert!(c.get((1, 200)).is_none(), "the least recently used goes");
         assert!(c.get((1, 64)).is_some());
-        assert_eq!(c.bytes(), 300);
+        assert_eq!((c.bytes(), c.capacity()), (300, 300));
         c.insert((9, 9), vec![0u8; 301].into());
         assert!(c.get((9, 9)).is_none(), "larger than the whole cache: not kept");
         c.forget_pack(1);

@@ -11,6 +11,11 @@ use crate::format::{
     PROP_EXTENT_SIZE,
 };
 
+/// The format a mount writes when it packs small files: containers as in
+/// [`crate::format::FORMAT_VERSION`], plus packs and location records (docs/FORMAT.md,
+/// "Packs (format 4)").
+pub const PACKS_FORMAT_VERSION: u16 = 4;
+
 /// The xattr holding a packed file's location (on the backing file). Short on purpose: ext4
 /// keeps xattrs inside a 256-byte inode only while name and value fit in ~88 bytes.
 pub const LOCATION_XATTR: &str = "user.sqzfs";

@@ -454,6 +454,11 @@ impl Packs {
     pub fn describe(&self, id: u32) -> String {
         self.dir.describe(id)
     }
+
+    /// Bytes of decompressed blocks the cache keeps at most (the mount option `pack_cache`).
+    pub fn cache_capacity(&self) -> usize {
+        self.cache.lock().unwrap().capacity()
+    }
 }
 
 #[cfg(test)]
