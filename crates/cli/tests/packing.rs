@@ -342,3 +342,103 @@ fn check_verifies_packs_reclaims_garbage_and_names_damage() {
     assert_eq!(code, 1);
     assert!(some.exists());
 }
+
+/// `squeezefs compress ARGS… --json`.
+fn compress(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let mut a: Vec<&std::ffi::OsStr> = vec!["compress".as_ref()];
+    a.extend_from_slice(args);
+    common::squeezefs_json(&a)
+}
+
+#[test]
+fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
+    // An adopted directory of plain files.
+    let dir = scratch("pack-compress");
+    let backing = dir.join("backing");
+    fs::create_dir_all(&backing).unwrap();
+    let files = real_tree(&backing.join("src"));
+    let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+    let some = files.iter().find(|(_, d)| d.len() > 4096).unwrap().0.clone();
+    let before = mtime(&backing.join("src").join(&some));
+    let doc = compress(&[backing.as_os_str(), "--pack".as_ref()]);
+    assert_eq!(doc["failed"], 0, "{doc}");
+    assert_eq!(doc["converted"].as_u64().unwrap(), files.len() as u64, "{doc}");
+    for (p, meta) in files_under(&backing.join("src")) {
+        assert_eq!(meta.blocks(), 0, "{} takes a block", p.display());
+        assert!(
+            getfattr(&p, "user.sqzfs").is_some(),
+            "{} has no record",
+            p.display()
+        );
+    }
+    assert_eq!(mtime(&backing.join("src").join(&some)), before, "times kept");
+    // Solid blocks: far fewer blocks than files.
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packed"].as_u64().unwrap(), files.len() as u64);
+    let blocks: u64 = doc["packs"]["packs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["blocks"].as_u64().unwrap())
+        .sum();
+    assert!(
+        blocks * 4 < files.len() as u64,
+        "{blocks} blocks for {} files",
+        files.len()
+    );
+
+    // Recompressing packed files keeps them packed, and the garbage they leave is reclaimed.
+    let doc = compress(&[backing.as_os_str(), "--codec".as_ref(), "zstd:9".as_ref()]);
+    assert_eq!(doc["failed"], 0, "{doc}");
+    assert_eq!(doc["rewritten"].as_u64().unwrap(), files.len() as u64, "{doc}");
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packed"].as_u64().unwrap(), files.len() as u64);
+    let garbage = doc["packs"]["garbage_bytes"].as_u64().unwrap();
+    let bytes = doc["packs"]["bytes"].as_u64().unwrap();
+    assert!(garbage * 4 <= bytes, "{garbage} garbage of {bytes}");
+    let m = Mount::new(&dir, "");
+    for (rel, data) in &files {
+        assert!(
+            &fs::read(m.path("src").join(rel)).unwrap() == data,
+            "{}",
+            rel.display()
+        );
+    }
+    assert_eq!(
+        getfattr(&m.path("src").join(&some), "user.squeezefs.compression").as_deref(),
+        Some(b"zstd:9".as_slice())
+    );
+    // On a mount that does not pack, --pack says what to do.
+    let out = common::squeezefs(&["compress".as_ref(), m.path("src").as_os_str(), "--pack".as_ref()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-o pack"));
+    m.unmount();
+
+    // Containers written by a mount that does not pack are packed in place.
+    let other = scratch("pack-compress-containers");
+    let m = Mount::new(&other, "compress=zstd:1");
+    let files = real_tree(&m.path("src"));
+    m.unmount();
+    let ob = other.join("backing");
+    let doc = compress(&[ob.as_os_str(), "--pack".as_ref()]);
+    assert_eq!(doc["failed"], 0, "{doc}");
+    let small = files
+        .iter()
+        .filter(|(_, d)| !d.is_empty() && d.len() <= 128 << 10)
+        .count();
+    assert_eq!(doc["packed"].as_u64().unwrap(), small as u64, "{doc}");
+    let (code, doc) = check(&ob, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["leftovers"].as_u64().unwrap(), 0, "{doc}");
+    let m = Mount::new(&other, "");
+    for (rel, data) in &files {
+        assert!(
+            &fs::read(m.path("src").join(rel)).unwrap() == data,
+            "{}",
+            rel.display()
+        );
+    }
+    m.unmount();
+}

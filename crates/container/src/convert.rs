@@ -8,8 +8,9 @@ use crate::{Container, Result, Storage};
 const CHUNK: usize = 1 << 20;
 
 /// Copies every byte of `src` (a container or a plain file) into `dst`, a new empty
-/// container, keeping holes as holes, and flushes `dst` (the caller syncs it before the
-/// rename that publishes it). `each` is told the bytes
+/// container, keeping holes as holes. The caller then flushes `dst` (or writes it back and
+/// commits it with others, as `squeezefs compress` does) and syncs it before the rename
+/// that publishes it. `each` is told the bytes
 /// copied after every chunk (a progress bar). Returns the logical size.
 pub fn copy_into<A: Storage, B: Storage>(
     src: &mut Container<A>,
@@ -35,6 +36,5 @@ pub fn copy_into<A: Storage, B: Storage>(
         off = end.max(start + 1);
     }
     dst.set_size(size)?;
-    dst.flush()?;
     Ok(size)
 }

@@ -101,6 +101,7 @@ fn copy_into_turns_a_plain_file_into_a_container_with_another_extent_size() {
     dst.set_extent_size_property(Some(20)).unwrap();
     let mut progress = 0;
     let size = copy_into(&mut src, &mut dst, |n| progress += n).unwrap();
+    dst.flush().unwrap();
     assert_eq!(size, data.len() as u64);
     // Written zeros in a plain file are data to read, but never stored in a container.
     assert_eq!(progress, 3 << 20);

@@ -9,7 +9,7 @@
 //! pack is walked (`packs.rs`): damaged blocks, packs no file uses, blocks torn by a crash,
 //! garbage. `--repair` also removes those leftovers and reclaims packs above 25 % garbage.
 
-mod packs;
+pub mod packs;
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;

@@ -105,6 +105,59 @@ pub fn check(
     out
 }
 
+/// Reclaims the packs of the backing directory `root` (after `compress` rewrote files in
+/// it): every record under `root` is read, packs are walked without verifying payloads
+/// (reclaim verifies each file it moves), orphans removed and packs above
+/// [`GARBAGE_MAX`] garbage rewritten. Does nothing when a record cannot be read.
+pub fn reclaim_tree(root: &Path, packs: &Packs) -> Result<Option<Reclaimed>, String> {
+    use squeezefs_container::pack::record::{record_state, RecordState};
+    use std::os::unix::fs::MetadataExt;
+    let mut live = LiveMap::default();
+    let mut files = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (path, m) in crate::walk::entries(root)? {
+        if !m.is_file() || m.len() > 0 || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
+            // (A packed backing file is empty.)
+            continue;
+        }
+        let state = File::open(&path).map(|f| record_state(&FileStorage::new(f)));
+        match state {
+            Ok(Ok(RecordState::Current { loc, .. })) => {
+                live.add(&loc);
+                let name = path.strip_prefix(root).unwrap_or(&path).display().to_string();
+                files.push(LiveFile { name, loc });
+            }
+            Ok(Ok(_)) => {}
+            _ => return Ok(None),
+        }
+    }
+    let mut reports = BTreeMap::new();
+    for id in packs.dir().list().map_err(|e| e.to_string())? {
+        let r = check_pack(packs, id, &live, false).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
+        repair_pack(packs, &r).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
+        reports.insert(id, r);
+    }
+    let v = victims(&reports, GARBAGE_MAX);
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let open = |f: &LiveFile| -> squeezefs_container::Result<FileStorage> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(root.join(&f.name))?;
+        Ok(FileStorage::new(file))
+    };
+    let sync = |_: &[FileStorage]| -> squeezefs_container::Result<()> {
+        let f = File::open(root)?;
+        nix::unistd::syncfs(f.as_raw_fd()).map_err(std::io::Error::from)?;
+        Ok(())
+    };
+    reclaim(packs, &v, &files, open, sync)
+        .map(Some)
+        .map_err(|e| format!("reclaiming packs: {e}"))
+}
+
 /// The human lines: findings first, then the summary.
 pub fn print(o: &Outcome, repair: bool) {
     for r in o.reports.values() {

@@ -12,29 +12,71 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{lseek, Whence};
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::convert::copy_into;
+use squeezefs_container::pack::record::{record_state, RecordState};
+use squeezefs_container::pack::Packs;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, FileStorage, Options};
 use squeezefs_fs::props::Prop;
 use squeezefs_fs::{props, sys};
+use std::sync::Arc;
 
-/// What the command asks of every file (`--codec`, `--extent-size`).
+use super::stage::Staged;
+
+/// What the command asks of every file (`--codec`, `--extent-size`, `--pack`).
 pub(super) struct Asked {
     pub(super) codec: Option<CodecSpec>,
     pub(super) extent_shift: Option<u8>,
+    pub(super) pack: bool,
+}
+
+/// Where small files can go.
+#[derive(Clone)]
+pub(super) enum Packing {
+    /// On a mount: whether it packs (then the daemon packs what it rewrites).
+    Mount(bool),
+    /// In a backing directory: its packs (writable when files are packed), if it has or
+    /// gets any.
+    Offline(Option<Arc<Packs>>),
+}
+
+/// The pack directory and packs of the backing directory `backing` is in (the nearest
+/// ancestor holding a pack directory, else `backing` itself when `pack`). Writable when `pack`, or when packs exist
+/// already (packed files stay packed when rewritten); the backing filesystem is probed like
+/// a mount does.
+pub(super) fn offline_packs(backing: &Path, pack: bool) -> Result<Option<(PathBuf, Arc<Packs>)>, String> {
+    let found = backing
+        .ancestors()
+        .find(|a| a.join(squeezefs_container::pack::dir::DIR_NAME).is_dir());
+    let Some(root) = found.or(pack.then_some(backing)) else {
+        return Ok(None);
+    };
+    let packs = squeezefs_fs::packing::open(root, true, squeezefs_container::pack::DEFAULT_CACHE)
+        .map_err(|e| err(root, format!("opening its packs: {e}")))?;
+    if pack && !packs.writable() {
+        return Err(format!(
+            "{}: files cannot be packed on this filesystem (see the warning above); run without --pack",
+            root.display()
+        ));
+    }
+    Ok(Some((root.join(squeezefs_container::pack::dir::DIR_NAME), packs)))
 }
 
 /// What happened to one file.
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Done {
     Rewritten,
+    /// Rewritten into a pack (it was a container of its own).
+    Packed,
     Converted,
     /// Already as asked (nothing to do), or empty.
     Skipped,
     /// Left as it is, with a warning (hard links).
     LeftAlone,
     /// Copied into this new container beside it, not yet durable: renamed over the file
-    /// after one `syncfs` for a whole batch of them.
-    Copied(PathBuf),
+    /// after the batch's syncs (offline, the copy is staged: committed between them).
+    Copied(PathBuf, Option<Box<Staged>>),
+    /// Rewritten in place offline into the packs, committed with the batch; `true` when it
+    /// was a container before (packed now), `false` when it was packed already.
+    Staging(Box<Staged>, bool),
 }
 
 /// One file to do: its path to act on (mount path or backing path) and its backing file.
@@ -46,6 +88,44 @@ pub(super) struct Job {
     /// The codec in force for a file without its own property: the mount's `compress=`
     /// (offline: zstd:3, what a mount uses by default).
     pub(super) default_codec: CodecSpec,
+    pub(super) packs: Packing,
+}
+
+impl Job {
+    /// The packs a container opened offline gets (packed files need them to be read).
+    fn offline_packs(&self) -> Option<Arc<Packs>> {
+        match &self.packs {
+            Packing::Offline(p) => p.clone(),
+            Packing::Mount(_) => None,
+        }
+    }
+
+    /// Whether this run packs files (`--pack`, or offline in a directory with packs).
+    fn packing(&self, asked: &Asked) -> bool {
+        match &self.packs {
+            Packing::Mount(p) => *p && asked.pack,
+            Packing::Offline(p) => p.as_ref().is_some_and(|p| p.writable()),
+        }
+    }
+}
+
+/// The logical size of a packed backing file (0 for any other empty one).
+pub(super) fn packed_len(backing: &Path) -> u64 {
+    let Ok(f) = File::open(backing) else { return 0 };
+    match record_state(&FileStorage::new(f)) {
+        Ok(RecordState::Current { loc, .. }) => loc.len as u64,
+        _ => 0,
+    }
+}
+
+/// Whether the backing file is packed now (its location record is current).
+fn is_packed(backing: &Path) -> bool {
+    File::open(backing).ok().is_some_and(|f| {
+        matches!(
+            record_state(&FileStorage::new(f)),
+            Ok(RecordState::Current { .. })
+        )
+    })
 }
 
 impl Job {
@@ -81,8 +161,9 @@ fn cstring(s: &str) -> CString {
     CString::new(s).expect("no NUL")
 }
 
-/// Copies owner, mode, xattrs (all but squeezefs requests/properties) and times.
-fn copy_metadata(from: &File, to: &File) -> Result<(), String> {
+/// Copies owner, mode, xattrs (all but squeezefs requests/properties) and, `with_times`,
+/// times (a staged copy gets them once committed).
+fn copy_metadata(from: &File, to: &File, with_times: bool) -> Result<(), String> {
     let md = from.metadata().map_err(|e| e.to_string())?;
     let (f, t) = (from, to);
     if let Ok(list) = sys::xattr_list(f, 64 << 10) {
@@ -102,6 +183,9 @@ fn copy_metadata(from: &File, to: &File) -> Result<(), String> {
     sys::chown(t, own(md.uid(), tmd.uid()), own(md.gid(), tmd.gid()))
         .map_err(|e| format!("giving the copy its owner: {e}"))?;
     sys::chmod(t, md.mode() & 0o7777).map_err(|e| format!("giving the copy its mode: {e}"))?;
+    if !with_times {
+        return Ok(());
+    }
     let ts = |s: i64, ns: i64| libc::timespec {
         tv_sec: s,
         tv_nsec: ns,
@@ -174,10 +258,14 @@ fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
             .is_ok_and(|c| c.compression_property().unwrap_or(default) == codec)
 }
 
-/// Plain, or its extent shift when it is a container.
+/// Plain, or its extent shift when it is a container (or packed).
 fn layout(backing: &Path) -> Result<Option<u8>, String> {
     let f = File::open(backing).map_err(|e| err(backing, e))?;
-    let u = usage(&FileStorage::new(f)).map_err(|e| err(backing, e))?;
+    let st = FileStorage::new(f);
+    if let Ok(RecordState::Current { loc, .. }) = record_state(&st) {
+        return Ok(Some(loc.extent_shift));
+    }
+    let u = usage(&st).map_err(|e| err(backing, e))?;
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 
@@ -217,6 +305,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             .extent_shift
             .or(shape)
             .unwrap_or(Options::default().extent_shift),
+        packs: job.offline_packs(),
         ..Options::default()
     };
     if let Some(shift) = shape {
@@ -228,7 +317,16 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 .map_err(|e| err(&job.backing, e))?;
             let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
             let wants_dict = dir_dict.is_some() && c.dictionary_property().is_none();
-            if (args.codec.is_none() || already(&job.backing, codec, job.default_codec)) && !wants_dict {
+            let wants_pack = job.packing(args)
+                && !c.is_packed()
+                && job.size <= 1 << shift
+                && c.dictionary_property().is_none()
+                && !wants_dict;
+            let has_codec = match c.location() {
+                Some(l) => l.codec == codec,
+                None => already(&job.backing, codec, job.default_codec),
+            };
+            if (args.codec.is_none() || has_codec) && !wants_dict && !wants_pack {
                 return Ok(Done::Skipped);
             }
             if wants_dict {
@@ -238,6 +336,17 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             if args.codec.is_some() {
                 c.set_compression_property(Some(codec))
                     .map_err(|e| err(&job.backing, e))?;
+            }
+            if wants_pack || c.is_packed() {
+                // The whole file (one extent) written again goes to the packs at write-back,
+                // committed with the batch so files share blocks.
+                let f = File::open(&job.backing).map_err(|e| err(&job.backing, e))?;
+                let md = f.metadata().map_err(|e| err(&job.backing, e))?;
+                let data = c.read(0, job.size as usize).map_err(|e| err(&job.backing, e))?;
+                c.write(0, &data).map_err(|e| err(&job.backing, e))?;
+                let staged = Staged::new(c, f, &md).map_err(|e| err(&job.backing, e))?;
+                pb.inc(job.size);
+                return Ok(Done::Staging(Box::new(staged), wants_pack));
             }
             c.rewrite(0..u64::MAX).map_err(|e| err(&job.backing, e))?;
             pb.inc(job.size);
@@ -278,13 +387,17 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             dst.set_dictionary_property(dict).map_err(|e| e.to_string())?;
         }
         copy_into(&mut src, &mut dst, |n| pb.inc(n)).map_err(|e| e.to_string())?;
-        copy_metadata(&src_file, &tf)
+        copy_metadata(&src_file, &tf, false)?;
+        let md = src_file.metadata().map_err(|e| e.to_string())?;
+        Staged::new(dst, tf.try_clone().map_err(|e| e.to_string())?, &md)
     })();
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(&job.backing, e));
+    match r {
+        Ok(staged) => Ok(Done::Copied(tmp, Some(Box::new(staged)))),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(err(&job.backing, e))
+        }
     }
-    Ok(Done::Copied(tmp))
 }
 
 /// A file on a mount, through the daemon.
@@ -298,7 +411,12 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let wants_dict = file_dict.is_none() && dir_dict.is_some();
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            if already(&job.backing, codec, job.default_codec) && !wants_dict {
+            let wants_pack = job.packing(args)
+                && job.size <= 1 << shift
+                && file_dict.is_none()
+                && !wants_dict
+                && !is_packed(&job.backing);
+            if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_pack {
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
@@ -320,7 +438,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 pb.inc(STEP.min(job.size - off));
                 off += STEP;
             }
-            return Ok(Done::Rewritten);
+            return Ok(if wants_pack { Done::Packed } else { Done::Rewritten });
         }
     }
     if job.splits_links(pb) {
@@ -343,7 +461,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 .map_err(|e| format!("setting the copy's extent size: {e}"))?;
         }
         copy_data(&mut src, &mut tf, before.len(), pb)?;
-        copy_metadata(&src, &tf)?;
+        copy_metadata(&src, &tf, true)?;
         tf.sync_all().map_err(|e| e.to_string())?;
         let now = std::fs::symlink_metadata(&job.path).map_err(|e| e.to_string())?;
         if (now.ino(), now.len(), now.mtime(), now.mtime_nsec())

@@ -17,6 +17,7 @@
 //! refuses a directory a daemon serves (use the mount path instead).
 
 mod file;
+mod stage;
 
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -29,18 +30,27 @@ use serde_json::json;
 use squeezefs_codec::CodecSpec;
 
 use crate::ui::{bytes_bar, human};
-use file::{err, mounted, not_served, offline, rename_over, syncfs, temp_pid, Asked, Done, Job};
+use file::{
+    err, mounted, not_served, offline, offline_packs, rename_over, syncfs, temp_pid, Asked, Done, Job,
+    Packing,
+};
 
 pub struct Args {
     pub paths: Vec<PathBuf>,
     pub codec: Option<CodecSpec>,
     pub extent_shift: Option<u8>,
+    /// Pack files of at most one extent (`--pack`).
+    pub pack: bool,
     pub json: bool,
 }
 
 #[derive(Default)]
 struct Summary {
     rewritten: u64,
+    /// Containers rewritten into packs.
+    packed: u64,
+    /// Pack bytes reclaimed at the end.
+    reclaimed: u64,
     converted: u64,
     skipped: u64,
     left_alone: u64,
@@ -55,13 +65,100 @@ struct Summary {
 /// Files per batch of copies made durable together.
 const BATCH: usize = 256;
 
+type Outcome = (Result<Done, String>, u64);
+
+/// Makes a batch durable (see `stage.rs`): open pack blocks written, one `syncfs` per
+/// filesystem, staged files committed, a second `syncfs`. Returns the batch, with a staged
+/// file whose commit failed turned into its error, and whether the syncs succeeded.
+fn commit_batch(
+    done: Vec<Outcome>,
+    packs: &[std::sync::Arc<squeezefs_container::pack::Packs>],
+    pack_dirs: &std::collections::BTreeSet<PathBuf>,
+) -> (Vec<Outcome>, Result<(), String>) {
+    let mut devices = std::collections::BTreeMap::new();
+    let mut staged = false;
+    for (r, _) in &done {
+        let p = match r {
+            Ok(Done::Copied(tmp, s)) => {
+                staged |= s.is_some();
+                tmp.clone()
+            }
+            Ok(Done::Staging(..)) => {
+                staged = true;
+                continue;
+            }
+            _ => continue,
+        };
+        if let Ok(m) = std::fs::metadata(&p) {
+            devices.entry(m.dev()).or_insert(p);
+        }
+    }
+    let mut marks = Vec::new();
+    for p in packs {
+        match p.seal_all() {
+            Ok(m) => marks.push((p, m)),
+            Err(e) => return (done, Err(format!("writing pack blocks: {e}"))),
+        }
+    }
+    // The packs' filesystems are synced too (their backing roots hold the packed files).
+    for d in pack_dirs.iter().filter_map(|d| d.parent()) {
+        if let Ok(m) = std::fs::metadata(d) {
+            devices.entry(m.dev()).or_insert(d.to_path_buf());
+        }
+    }
+    let sync = || -> Result<(), String> { devices.values().try_for_each(|p| syncfs(p)) };
+    if let Err(e) = sync() {
+        return (done, Err(e));
+    }
+    for (p, m) in marks {
+        p.synced(m);
+    }
+    if !staged {
+        return (done, Ok(()));
+    }
+    let done: Vec<Outcome> = done
+        .into_iter()
+        .map(|(r, before)| {
+            let r = match r {
+                Ok(Done::Copied(tmp, Some(mut st))) => match st.commit() {
+                    Ok(()) => Ok(Done::Copied(tmp, Some(st))),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Err(err(&tmp, e))
+                    }
+                },
+                Ok(Done::Staging(mut st, newly)) => st.commit().map(|()| Done::Staging(st, newly)),
+                r => r,
+            };
+            (r, before)
+        })
+        .collect();
+    let synced = sync();
+    (done, synced)
+}
+
+/// Bytes of the pack files in these pack directories (allocated, as `du` counts).
+fn packs_size(dirs: &std::collections::BTreeSet<PathBuf>) -> u64 {
+    dirs.iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
 pub fn main(args: Args) -> Result<u8, String> {
     let start = Instant::now();
     let asked = Asked {
         codec: args.codec,
         extent_shift: args.extent_shift,
+        pack: args.pack,
     };
     let mut jobs: Vec<(Job, bool)> = Vec::new();
+    // Pack directories files may be packed into: their growth is disk the packed files take.
+    let mut pack_dirs = std::collections::BTreeSet::new();
+    // Backing directories handled whole (offline), with their packs.
+    let mut whole = Vec::new();
     for p in &args.paths {
         let loc = crate::locate::locate(p)?;
         // Backing files are read directly (also on a mount): those that used a dictionary
@@ -70,15 +167,41 @@ pub fn main(args: Args) -> Result<u8, String> {
             eprintln!("warning: {why}");
         }
         let on_mount = loc.mount.is_some();
-        let default_codec = match &loc.mount {
-            Some(m) => crate::statsfile::read(m)?["mount"]["compress"]
-                .as_str()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(CodecSpec::DEFAULT),
-            None => CodecSpec::DEFAULT,
+        let (default_codec, packs) = match &loc.mount {
+            Some(m) => {
+                let doc = crate::statsfile::read(m)?;
+                if args.pack && doc["packs"]["packing"].as_bool() != Some(true) {
+                    return Err(format!(
+                        "{}: this mount does not pack small files: mount it with -o pack, then run \
+                         compress --pack again",
+                        m.display()
+                    ));
+                }
+                let codec = doc["mount"]["compress"]
+                    .as_str()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(CodecSpec::DEFAULT);
+                (
+                    codec,
+                    Packing::Mount(doc["packs"]["packing"].as_bool() == Some(true)),
+                )
+            }
+            None => {
+                not_served(&loc.backing)?;
+                let found = offline_packs(&loc.backing, args.pack)?;
+                let (dir, packs) = found.unzip();
+                if let (Some(d), Some(p)) = (&dir, &packs) {
+                    // The whole backing directory: its garbage is reclaimed at the end.
+                    if d.parent() == Some(loc.backing.as_path()) {
+                        whole.push((loc.backing.clone(), p.clone()));
+                    }
+                }
+                pack_dirs.extend(dir);
+                (CodecSpec::DEFAULT, Packing::Offline(packs))
+            }
         };
-        if !on_mount {
-            not_served(&loc.backing)?;
+        if let (Packing::Mount(true), Some(root)) = (&packs, &loc.root) {
+            pack_dirs.insert(root.join(squeezefs_container::pack::dir::DIR_NAME));
         }
         let top = if on_mount {
             p.canonicalize().map_err(|e| err(p, e))?
@@ -122,19 +245,36 @@ pub fn main(args: Args) -> Result<u8, String> {
                 continue;
             }
             let links = m.nlink();
+            // (An empty backing file may be a packed file: its size is in its record.)
+            let size = if m.len() == 0 && !on_mount {
+                file::packed_len(&backing)
+            } else {
+                m.len()
+            };
             jobs.push((
                 Job {
                     path,
                     backing,
-                    size: m.len(),
+                    size,
                     links,
                     default_codec,
+                    packs: packs.clone(),
                 },
                 on_mount,
             ));
         }
     }
+    // The packs offline files go to: their open blocks are written before each batch's sync.
+    let mut packs_used: Vec<std::sync::Arc<squeezefs_container::pack::Packs>> = Vec::new();
+    for (j, _) in &jobs {
+        if let Packing::Offline(Some(p)) = &j.packs {
+            if !packs_used.iter().any(|q| std::sync::Arc::ptr_eq(p, q)) {
+                packs_used.push(p.clone());
+            }
+        }
+    }
     let total: u64 = jobs.iter().map(|(j, _)| j.size).sum();
+    let packs_before = packs_size(&pack_dirs);
     let pb = bytes_bar(total, "compress");
     // The ratio so far (logical bytes done / disk they now take), shown beside the file.
     let ratio_so_far = std::sync::Mutex::new(String::new());
@@ -166,23 +306,27 @@ pub fn main(args: Args) -> Result<u8, String> {
                 (r, disk_before)
             })
             .collect();
-        let mut devices = std::collections::BTreeMap::new();
-        for (r, _) in &done {
-            if let Ok(Done::Copied(tmp)) = r {
-                if let Ok(m) = std::fs::metadata(tmp) {
-                    devices.entry(m.dev()).or_insert_with(|| tmp.clone());
-                }
-            }
-        }
-        let synced: Result<(), String> = devices.values().try_for_each(|p| syncfs(p));
+        let (done, synced) = commit_batch(done, &packs_used, &pack_dirs);
         let mut s = summary.lock().unwrap();
         for ((job, on_mount), (r, disk_before)) in batch.iter().zip(done) {
             let r = match (r, &synced) {
-                (Ok(Done::Copied(tmp)), Ok(())) => rename_over(&tmp, &job.backing).map(|()| Done::Converted),
-                (Ok(Done::Copied(tmp)), Err(e)) => {
+                (Ok(Done::Copied(tmp, staged)), Ok(())) => staged
+                    .map_or(Ok(()), |st| st.finish())
+                    .and_then(|()| rename_over(&tmp, &job.backing))
+                    .map(|()| Done::Converted)
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&tmp);
+                        err(&job.backing, e)
+                    }),
+                (Ok(Done::Copied(tmp, _)), Err(e)) => {
                     let _ = std::fs::remove_file(&tmp);
                     Err(e.clone())
                 }
+                (Ok(Done::Staging(st, newly)), Ok(())) => st
+                    .finish()
+                    .map(|()| if newly { Done::Packed } else { Done::Rewritten })
+                    .map_err(|e| err(&job.backing, e)),
+                (Ok(Done::Staging(..)), Err(e)) => Err(e.clone()),
                 (r, _) => r,
             };
             match r {
@@ -192,6 +336,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     s.disk_after += blocks(&job.backing);
                     match d {
                         Done::Rewritten => s.rewritten += 1,
+                        Done::Packed => s.packed += 1,
                         Done::Converted => {
                             s.converted += 1;
                             if *on_mount {
@@ -201,7 +346,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                         }
                         Done::Skipped => s.skipped += 1,
                         Done::LeftAlone => s.left_alone += 1,
-                        Done::Copied(_) => unreachable!("renamed above"),
+                        Done::Copied(..) | Done::Staging(..) => unreachable!("finished above"),
                     }
                 }
                 Err(e) => {
@@ -210,11 +355,32 @@ pub fn main(args: Args) -> Result<u8, String> {
                 }
             }
         }
-        if s.disk_after > 0 {
-            *ratio_so_far.lock().unwrap() = format!("ratio {:.2}  ", s.bytes as f64 / s.disk_after as f64);
+        let disk_after = s.disk_after + packs_size(&pack_dirs).saturating_sub(packs_before);
+        if disk_after > 0 {
+            *ratio_so_far.lock().unwrap() = format!("ratio {:.2}  ", s.bytes as f64 / disk_after as f64);
         }
     }
     let mut s = summary.into_inner().unwrap();
+    // Files rewritten out of packs left garbage there: reclaimed as `check --repair` does.
+    for (root, packs) in &whole {
+        pb.set_message(format!("reclaiming garbage in {}", root.display()));
+        match crate::check::packs::reclaim_tree(root, packs) {
+            Ok(Some(r)) => s.reclaimed += r.bytes_freed,
+            Ok(None) => {}
+            Err(e) => {
+                s.failed += 1;
+                pb.suspend(|| eprintln!("squeezefs compress: {}: {e}", root.display()));
+            }
+        }
+    }
+    let packs_after = packs_size(&pack_dirs);
+    if whole.is_empty() {
+        // Part of a tree: what the packs grew by is what these files added to them.
+        s.disk_after += packs_after.saturating_sub(packs_before);
+    } else {
+        s.disk_before += packs_before;
+        s.disk_after += packs_after;
+    }
     // Every rename durable before saying done: `syncfs` of backing filesystems, and on a
     // mount (where the kernel does not pass `syncfs` on) an fsync of each directory.
     let dirs = std::mem::take(&mut s.renamed_in);
@@ -233,17 +399,18 @@ pub fn main(args: Args) -> Result<u8, String> {
     let ratio = s.bytes as f64 / s.disk_after.max(1) as f64;
     if args.json {
         let v = json!({
-            "files": jobs.len(), "rewritten": s.rewritten, "converted": s.converted,
+            "files": jobs.len(), "rewritten": s.rewritten, "packed": s.packed, "reclaimed_bytes": s.reclaimed, "converted": s.converted,
             "skipped": s.skipped, "left_alone": s.left_alone, "failed": s.failed, "bytes": s.bytes,
             "disk_before": s.disk_before, "disk_after": s.disk_after, "ratio": ratio, "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         println!(
-            "{} files: {} rewritten, {} converted into containers, {} already as asked or empty, \
+            "{} files: {} rewritten, {} packed, {} converted from plain files or extent sizes, {} already as asked or empty, \
              {} left alone (hard links), {} failed",
             jobs.len(),
             s.rewritten,
+            s.packed,
             s.converted,
             s.skipped,
             s.left_alone,
@@ -258,6 +425,9 @@ pub fn main(args: Args) -> Result<u8, String> {
             secs,
             human((s.bytes as f64 / secs.max(1e-9)) as u64)
         );
+        if s.reclaimed > 0 {
+            println!("{} of pack garbage reclaimed", human(s.reclaimed));
+        }
     }
     Ok(if s.failed > 0 { 1 } else { 0 })
 }
