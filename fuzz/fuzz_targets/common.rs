@@ -12,7 +12,7 @@ pub fn exercise(image: &[u8]) {
     if !image.is_empty() {
         disk.write_at(image, 0).unwrap();
     }
-    let _ = check(&disk);
+    let _ = check(&disk, None);
     let Ok(mut c) = Container::open(disk.clone(), &Options::default()) else {
         return;
     };

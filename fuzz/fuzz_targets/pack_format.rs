@@ -205,7 +205,8 @@ fn open_with_record(record: &[u8], image: &[u8]) {
         disk.write_at(image, 0).unwrap();
     }
     disk.set_xattr(LOCATION_XATTR, record).unwrap();
-    let _ = check(&disk);
+    let _ = check(&disk, None);
+    let _ = check(&disk, Some(&fixture().packs));
     for packs in [None, Some(fixture().packs.clone())] {
         let opts = Options {
             packs,
