@@ -387,6 +387,24 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
         "{blocks} blocks for {} files",
         files.len()
     );
+    // `estimate` reads packed files, and predicts packing close to what it takes.
+    let pack_bytes = doc["packs"]["bytes"].as_u64().unwrap();
+    let est = common::squeezefs_json(&[
+        "estimate".as_ref(),
+        backing.as_os_str(),
+        "--codecs".as_ref(),
+        "zstd:3".as_ref(),
+    ]);
+    let logical: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    assert_eq!(est["bytes"].as_u64().unwrap(), logical, "{est}");
+    let predicted = est["codecs"][0]["disk_packed"].as_u64().unwrap();
+    let unpacked = est["codecs"][0]["disk"].as_u64().unwrap();
+    println!("FIGURES estimate: packed {predicted} (real {pack_bytes}), one container per file {unpacked}");
+    assert!(predicted * 2 < unpacked, "{predicted} vs {unpacked}");
+    assert!(
+        predicted * 10 > pack_bytes * 8 && predicted * 10 < pack_bytes * 12,
+        "predicted {predicted}, packed {pack_bytes}"
+    );
 
     // Recompressing packed files keeps them packed, and the garbage they leave is reclaimed.
     let doc = compress(&[backing.as_os_str(), "--codec".as_ref(), "zstd:9".as_ref()]);

@@ -23,6 +23,26 @@ pub struct Predicted {
     pub decode: Duration,
 }
 
+/// Predicts what files of at most one extent take when packed (format 4) in this order:
+/// the bytes of the blocks they fill (headers included), as [`crate::pack::Packs`] writes
+/// them. Their backing files take no block.
+pub fn packed(codec: squeezefs_codec::CodecSpec, extent_shift: u8, files: &[&[u8]]) -> u64 {
+    use crate::pack::{block_starts, encode_block, BLOCK_HEADER_LEN};
+    let files: Vec<&[u8]> = files.iter().copied().filter(|f| !f.is_empty()).collect();
+    let starts = block_starts(files.iter().map(|f| f.len()), extent_shift);
+    let mut total = 0;
+    for (k, &s) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(files.len());
+        let block: Vec<u8> = files[s..end].concat();
+        let stored = match encode_block(codec, &block).1 {
+            Some(p) => p.len(),
+            None => block.len(),
+        };
+        total += (BLOCK_HEADER_LEN + stored) as u64;
+    }
+    total
+}
+
 /// Predicts extent `index` of a file of `file_size` bytes whose extents are
 /// `1 << extent_shift` bytes, holding `data` (the extent's bytes, up to the end of file).
 pub fn extent(policy: Policy, extent_shift: u8, file_size: u64, index: u64, data: &[u8]) -> Predicted {
@@ -72,6 +92,34 @@ mod tests {
             .filter(|b| b.iter().any(|&x| x != 0))
             .count() as u64
             * BLOCK
+    }
+
+    #[test]
+    fn packing_predictions_match_what_packs_write() {
+        use crate::pack::{MemPackDir, Packs, PACK_HEADER_LEN};
+        use crate::sim::Crash;
+        let files: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| {
+                (0..(i * 97 % 9000 + 1))
+                    .flat_map(|j| format!("{} {j}\n", i % 7).into_bytes())
+                    .take((i as usize * 331) % 20_000 + 1)
+                    .collect()
+            })
+            .collect();
+        for codec in ["zstd:1", "lz4", "none"] {
+            let codec = codec.parse().unwrap();
+            for shift in [12, 17] {
+                let fits: Vec<&[u8]> = files.iter().map(|f| &f[..f.len().min(1 << shift)]).collect();
+                let dir = MemPackDir::new(&Crash::new());
+                let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+                for f in &fits {
+                    packs.append(codec, shift, f).unwrap();
+                }
+                packs.sync().unwrap();
+                let real = dir.disk(1).unwrap().contents().len() as u64 - PACK_HEADER_LEN as u64;
+                assert_eq!(packed(codec, shift, &fits), real, "{codec}, shift {shift}");
+            }
+        }
     }
 
     #[test]

@@ -140,6 +140,35 @@ impl std::fmt::Debug for Packs {
     }
 }
 
+/// A block's payload: `data` compressed with `codec`, or `None` (stored raw, codec `None`)
+/// when that is not smaller.
+pub fn encode_block(codec: CodecSpec, data: &[u8]) -> (Algorithm, Option<Vec<u8>>) {
+    let mut payload = Vec::new();
+    if codec.alg != Algorithm::None
+        && !data.is_empty()
+        && compress(codec, data, &mut payload, data.len() - 1).unwrap_or(false)
+    {
+        (codec.alg, Some(payload))
+    } else {
+        (Algorithm::None, None)
+    }
+}
+
+/// How [`Packs::append`] cuts files arriving in this order into blocks of at most
+/// `1 << shift` bytes: the index of each block's first file (files never straddle).
+pub fn block_starts(lens: impl IntoIterator<Item = usize>, shift: u8) -> Vec<usize> {
+    let target = 1usize << shift;
+    let (mut starts, mut fill) = (Vec::new(), 0usize);
+    for (i, n) in lens.into_iter().enumerate() {
+        if i == 0 || fill + n > target || fill >= target {
+            starts.push(i);
+            fill = 0;
+        }
+        fill += n;
+    }
+    starts
+}
+
 fn corrupt(pack: u32, block: u64, detail: impl Into<String>) -> Error {
     Error::CorruptPack {
         pack,
@@ -255,14 +284,8 @@ impl Packs {
 
     fn write_block(&self, w: &mut Writer, codec: CodecSpec, b: &OpenBlock) -> Result<Placed> {
         let logical = b.data.len();
-        let mut payload = Vec::new();
-        let compressed = codec.alg != Algorithm::None
-            && compress(codec, &b.data, &mut payload, logical - 1).unwrap_or(false);
-        let (alg, payload) = if compressed {
-            (codec.alg, payload.as_slice())
-        } else {
-            (Algorithm::None, b.data.as_slice())
-        };
+        let (alg, encoded) = encode_block(codec, &b.data);
+        let payload = encoded.as_deref().unwrap_or(&b.data);
         if w.cur.as_ref().is_none_or(|c| c.end >= PACK_MAX) {
             w.cur = None;
             let id = w.next_id;
