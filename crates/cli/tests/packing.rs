@@ -57,6 +57,14 @@ struct Tree {
     log: String,
 }
 
+/// Every file of `files` reads back the same under `src` of the mount.
+fn reads_back(m: &Mount, files: &[(std::path::PathBuf, Vec<u8>)]) {
+    for (rel, data) in files {
+        let got = fs::read(m.path("src").join(rel)).unwrap();
+        assert!(&got == data, "{} differs", rel.display());
+    }
+}
+
 /// Copies the repository's sources into a mount with `opts`, syncs, reads them back.
 fn tree_on(name: &str, opts: &str) -> Tree {
     let dir = scratch(name);
@@ -65,13 +73,7 @@ fn tree_on(name: &str, opts: &str) -> Tree {
     let st = Command::new("sync").arg("-f").arg(&m.mnt).status().unwrap();
     assert!(st.success());
     let written = live_packs(&m);
-    for (rel, data) in &files {
-        assert!(
-            &fs::read(m.path("src").join(rel)).unwrap() == data,
-            "{}",
-            rel.display()
-        );
-    }
+    reads_back(&m, &files);
     let read = live_packs(&m);
     let out = squeezefs(&["stats".as_ref(), "--live".as_ref(), m.mnt.as_os_str()]);
     assert!(out.status.success());
@@ -297,13 +299,7 @@ fn check_verifies_packs_reclaims_garbage_and_names_damage() {
     assert!(after + garbage / 2 < before, "{before} → {after}");
     assert!(left * 4 <= after, "{left} garbage of {after} left");
     let m = Mount::new(&dir, "");
-    for (rel, data) in &kept {
-        assert!(
-            &fs::read(m.path("src").join(rel)).unwrap() == data,
-            "{}",
-            rel.display()
-        );
-    }
+    reads_back(&m, &kept);
     m.unmount();
 
     // A pack nothing points into is a leftover: --repair removes it.
@@ -417,13 +413,7 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     let bytes = doc["packs"]["bytes"].as_u64().unwrap();
     assert!(garbage * 4 <= bytes, "{garbage} garbage of {bytes}");
     let m = Mount::new(&dir, "");
-    for (rel, data) in &files {
-        assert!(
-            &fs::read(m.path("src").join(rel)).unwrap() == data,
-            "{}",
-            rel.display()
-        );
-    }
+    reads_back(&m, &files);
     assert_eq!(
         getfattr(&m.path("src").join(&some), "user.squeezefs.compression").as_deref(),
         Some(b"zstd:9".as_slice())
@@ -451,12 +441,6 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["leftovers"].as_u64().unwrap(), 0, "{doc}");
     let m = Mount::new(&other, "");
-    for (rel, data) in &files {
-        assert!(
-            &fs::read(m.path("src").join(rel)).unwrap() == data,
-            "{}",
-            rel.display()
-        );
-    }
+    reads_back(&m, &files);
     m.unmount();
 }

@@ -85,6 +85,21 @@ pub fn check(
         return out;
     }
     progress.set_message(format!("reclaiming {} packs", v.len()));
+    match reclaim_files(root, packs, &v, files) {
+        Ok(r) => out.reclaimed = Some(r),
+        Err(e) => out.errors.push(format!("reclaiming: {e}")),
+    }
+    out
+}
+
+/// Reclaims packs `victims`, moving `files` (paths relative to `root`); one `syncfs` makes
+/// each batch's records durable.
+fn reclaim_files(
+    root: &Path,
+    packs: &Packs,
+    victims: &std::collections::BTreeSet<u32>,
+    files: &[LiveFile],
+) -> squeezefs_container::Result<Reclaimed> {
     let open = |f: &LiveFile| -> squeezefs_container::Result<FileStorage> {
         let file = OpenOptions::new()
             .read(true)
@@ -92,17 +107,12 @@ pub fn check(
             .open(root.join(&f.name))?;
         Ok(FileStorage::new(file))
     };
-    // One syncfs makes a batch's records durable.
     let sync = |_: &[FileStorage]| -> squeezefs_container::Result<()> {
         let f = File::open(root)?;
         nix::unistd::syncfs(f.as_raw_fd()).map_err(std::io::Error::from)?;
         Ok(())
     };
-    match reclaim(packs, &v, files, open, sync) {
-        Ok(r) => out.reclaimed = Some(r),
-        Err(e) => out.errors.push(format!("reclaiming: {e}")),
-    }
-    out
+    reclaim(packs, victims, files, open, sync)
 }
 
 /// Reclaims the packs of the backing directory `root` (after `compress` rewrote files in
@@ -141,19 +151,7 @@ pub fn reclaim_tree(root: &Path, packs: &Packs) -> Result<Option<Reclaimed>, Str
     if v.is_empty() {
         return Ok(None);
     }
-    let open = |f: &LiveFile| -> squeezefs_container::Result<FileStorage> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(root.join(&f.name))?;
-        Ok(FileStorage::new(file))
-    };
-    let sync = |_: &[FileStorage]| -> squeezefs_container::Result<()> {
-        let f = File::open(root)?;
-        nix::unistd::syncfs(f.as_raw_fd()).map_err(std::io::Error::from)?;
-        Ok(())
-    };
-    reclaim(packs, &v, &files, open, sync)
+    reclaim_files(root, packs, &v, &files)
         .map(Some)
         .map_err(|e| format!("reclaiming packs: {e}"))
 }

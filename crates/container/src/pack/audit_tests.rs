@@ -6,25 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::audit::{check_pack, repair_pack, LiveMap, PackFix, PackIssue, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, LiveFile};
 use super::record::read_record;
+use super::tests::text;
 use super::*;
 use crate::sim::{Crash, MemDisk};
 
 fn zstd1() -> CodecSpec {
     CodecSpec::new(Algorithm::Zstd, 1).unwrap()
-}
-
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let words = ["alpha ", "beta ", "gamma\n", "delta ", "{ ", "} ", "42 "];
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v.extend_from_slice(words[(s % words.len() as u64) as usize].as_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 /// Packs `bytes` as one file on a new disk with a durable record.

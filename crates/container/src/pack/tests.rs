@@ -5,7 +5,8 @@ fn zstd1() -> CodecSpec {
     CodecSpec::new(Algorithm::Zstd, 1).unwrap()
 }
 
-fn text(seed: u64, len: usize) -> Vec<u8> {
+/// Source-like text, different for each seed (shared with `audit_tests`).
+pub(super) fn text(seed: u64, len: usize) -> Vec<u8> {
     let words = [
         "fn ", "let ", "struct ", "impl ", "pub ", "match ", "{\n", "}\n", "x", "y", "42",
     ];
