@@ -159,7 +159,7 @@ pub(super) fn syncfs(path: &Path) -> Result<(), String> {
 fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
     let Ok(f) = File::open(backing) else { return false };
     let st = FileStorage::new(f);
-    let Ok(u) = usage(&st) else { return false };
+    let Ok(u) = usage(&st, None) else { return false };
     let none = squeezefs_codec::Algorithm::None;
     let level = if codec.alg == none { 0 } else { codec.level as i16 };
     let want = Kind::Extent(codec.alg, level);
@@ -177,7 +177,7 @@ fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
 /// Plain, or its extent shift when it is a container.
 fn layout(backing: &Path) -> Result<Option<u8>, String> {
     let f = File::open(backing).map_err(|e| err(backing, e))?;
-    let u = usage(&FileStorage::new(f)).map_err(|e| err(backing, e))?;
+    let u = usage(&FileStorage::new(f), None).map_err(|e| err(backing, e))?;
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 
