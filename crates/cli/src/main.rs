@@ -192,7 +192,13 @@ enum Cmd {
                       counts once. `Disk Usage` is what the extents occupy (whole 4 KiB blocks), \
                       `Uncompressed` what they hold, `Referenced` the files' sizes (holes \
                       included); `(metadata)` is superblocks and copies left by interrupted \
-                      writes.\n\nWith --live MOUNTPOINT: the counters of the daemon serving it.",
+                      writes. Packed files (mount option `pack`) are `packed CODEC` rows: \
+                      their share of their pack block. A `Packs:` line counts the backing \
+                      directory's packs; when PATH is a whole backing directory (or the root \
+                      of its mount) their bytes are in the totals (what no packed row \
+                      accounts for, pack headers and garbage, in `(metadata)`) and their \
+                      garbage is measured.\n\nWith --live MOUNTPOINT: the counters of the \
+                      daemon serving it.",
         after_help = "Examples:\n  squeezefs stats /mnt/logs\n  \
         squeezefs stats /srv/logs.sqz/2026 /srv/logs.sqz/2025 --json | jq .disk\n  \
         squeezefs stats /mnt/configs --dict-gain     # what its dictionary saves\n  \

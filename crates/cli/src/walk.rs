@@ -1,4 +1,4 @@
-//! Walking a directory tree without following symlinks (shared by `check` and
+//! Walking a directory tree without following symlinks (shared by `check`, `stats` and
 //! `property set -r`), leaving out squeezefs's own directories.
 
 use std::fs::Metadata;
@@ -17,7 +17,7 @@ fn is_dict_dir(path: &Path) -> bool {
 
 /// A backing directory's pack directory (`.squeezefs-packs` holding only `ID.pack` files):
 /// the packed files' bytes, not files of the tree.
-fn is_pack_dir(path: &Path) -> bool {
+pub fn is_pack_dir(path: &Path) -> bool {
     use squeezefs_container::pack::dir::{parse_name, DIR_NAME};
     path.file_name().is_some_and(|n| n == DIR_NAME)
         && std::fs::read_dir(path).is_ok_and(|rd| {
@@ -26,10 +26,20 @@ fn is_pack_dir(path: &Path) -> bool {
         })
 }
 
+/// Paths and their metadata.
+pub type Entries = Vec<(PathBuf, Metadata)>;
+
 /// Every directory and regular file below `root` (not `root` itself; the dictionary and
 /// pack directories excepted), depth first, with its metadata; symlinks and special files
 /// are left out and never followed.
-pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
+pub fn entries(root: &Path) -> Result<Entries, String> {
+    Ok(entries_and_packs(root)?.0)
+}
+
+/// [`entries`], and the directories (`root` included) whose pack directory was left out:
+/// the backing roots in the tree (`stats` accounts their packs).
+pub fn entries_and_packs(root: &Path) -> Result<(Entries, Vec<PathBuf>), String> {
+    let mut packs = Vec::new();
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -39,7 +49,11 @@ pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
             let path = entry.path();
             let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             if meta.is_dir() {
-                if is_dict_dir(&path) || is_pack_dir(&path) {
+                if is_pack_dir(&path) {
+                    packs.push(dir.clone());
+                    continue;
+                }
+                if is_dict_dir(&path) {
                     continue;
                 }
                 stack.push(path.clone());
@@ -49,5 +63,5 @@ pub fn entries(root: &Path) -> Result<Vec<(PathBuf, Metadata)>, String> {
             out.push((path, meta));
         }
     }
-    Ok(out)
+    Ok((out, packs))
 }

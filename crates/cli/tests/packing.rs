@@ -2,7 +2,8 @@
 //! real files round-trips through a remount, takes less disk than one container per file,
 //! its backing files hold no data block, the live statistics (`stats --live`) count what was
 //! packed and read (and say when a mount does not pack), and the daemon's own record and
-//! directory stay invisible through the mount.
+//! directory stay invisible through the mount; `check` verifies packs and reclaims garbage;
+//! `compress` and `estimate` know packs; `stats` accounts packed files and packs.
 
 #![deny(unsafe_code)]
 
@@ -443,4 +444,136 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     let m = Mount::new(&other, "");
     reads_back(&m, &files);
     m.unmount();
+}
+
+/// The `packed …` rows of a `squeezefs stats --json` document: (disk, uncompressed) summed.
+fn packed_rows(doc: &serde_json::Value) -> (u64, u64) {
+    doc["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["type"].as_str().unwrap().starts_with("packed "))
+        .fold((0, 0), |(d, u), t| {
+            (
+                d + t["disk"].as_u64().unwrap(),
+                u + t["uncompressed"].as_u64().unwrap(),
+            )
+        })
+}
+
+/// What the files under `root` occupy (pack files included), each inode once.
+fn allocated(root: &Path) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    files_under(root)
+        .into_iter()
+        .filter(|(_, m)| seen.insert(m.ino()))
+        .map(|(_, m)| m.blocks() * 512)
+        .sum()
+}
+
+#[test]
+fn stats_counts_packed_files_by_their_share_of_the_packs_and_measures_garbage() {
+    let dir = scratch("pack-stats");
+    let backing = dir.join("backing");
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let files = real_tree(&m.path("src"));
+    let stats = |p: &Path| squeezefs_json(&["stats".as_ref(), p.as_os_str()]);
+    // (Opening the statistics file commits closed files: the records are on disk.)
+    let on_mount = stats(&m.mnt);
+    let in_backing = stats(&backing);
+    // Which files are packed: their backing file carries a record.
+    let packed: Vec<&(std::path::PathBuf, Vec<u8>)> = files
+        .iter()
+        .filter(|(rel, _)| getfattr(&backing.join("src").join(rel), "user.sqzfs").is_some())
+        .collect();
+    let logical: u64 = packed.iter().map(|(_, d)| d.len() as u64).sum();
+    assert!(
+        packed.len() * 10 >= files.len() * 9,
+        "most source files are packed"
+    );
+    for doc in [&on_mount, &in_backing] {
+        assert_eq!(doc["packed"], packed.len() as u64, "{doc}");
+        let (disk, unc) = packed_rows(doc);
+        assert_eq!(unc, logical, "packed rows hold the packed files' bytes: {doc}");
+        assert!(
+            disk > 0 && disk < logical / 2,
+            "source text compresses in solid blocks: {disk} for {logical}"
+        );
+        assert!(common::types(doc).contains(&"packed zstd:1".to_string()), "{doc}");
+        // The walk skips the pack directory; the packs are added for the whole tree, so
+        // Disk Usage is still what the backing directory occupies.
+        assert_eq!(doc["disk"].as_u64().unwrap(), allocated(&backing), "{doc}");
+        let p = &doc["packs"];
+        assert!(p["count"].as_u64().unwrap() >= 1, "{doc}");
+        assert_eq!(
+            p["files"],
+            packed.iter().filter(|(_, d)| !d.is_empty()).count() as u64
+        );
+        assert!(p["bytes"].as_u64().unwrap() >= disk, "{doc}");
+        assert_eq!(p["whole"], true);
+        // Nothing deleted yet: no garbage beyond rounding.
+        assert!(
+            p["garbage_bytes"].as_u64().unwrap() < 64 * p["count"].as_u64().unwrap() + 1024,
+            "{doc}"
+        );
+    }
+    for k in [
+        "files",
+        "packed",
+        "disk",
+        "uncompressed",
+        "referenced",
+        "types",
+        "packs",
+    ] {
+        assert_eq!(on_mount[k], in_backing[k], "{k}");
+    }
+
+    // Delete two files in three: their bytes stay in the packs as garbage.
+    let mut kept_bytes = 0;
+    for (i, (rel, data)) in packed.iter().enumerate() {
+        if i % 3 == 0 {
+            kept_bytes += data.len() as u64;
+        } else {
+            fs::remove_file(m.path("src").join(rel)).unwrap();
+        }
+    }
+    let after = stats(&m.mnt);
+    assert_eq!(packed_rows(&after).1, kept_bytes, "{after}");
+    let garbage = after["packs"]["garbage_bytes"].as_u64().unwrap();
+    let bytes = after["packs"]["bytes"].as_u64().unwrap();
+    assert!(
+        garbage > 0 && garbage * 2 > bytes,
+        "two thirds deleted: {garbage} of {bytes}"
+    );
+    assert_eq!(after["disk"].as_u64().unwrap(), allocated(&backing), "{after}");
+
+    // A directory below the root: its files' shares, the packs not in the totals, garbage
+    // not measured (the walk did not see every record).
+    let sub = stats(&m.path("src/cli"));
+    let (sub_disk, sub_unc) = packed_rows(&sub);
+    assert!(sub_unc > 0 && sub_disk > 0 && sub_disk < sub_unc, "{sub}");
+    assert_eq!(sub["packs"]["whole"], false, "{sub}");
+    assert!(sub["packs"]["garbage_bytes"].is_null(), "{sub}");
+    assert_eq!(sub["disk"].as_u64().unwrap(), sub_disk, "{sub}");
+
+    // The table a person reads.
+    let out = common::squeezefs(&["stats".as_ref(), m.mnt.as_os_str()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{text}");
+    for want in ["packed zstd:1", "Packs: ", "garbage", "packed),"] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    m.unmount();
+
+    // Same garbage as `check`, which walks the same block headers.
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packs"]["garbage_bytes"].as_u64().unwrap(), garbage);
+    assert_eq!(
+        stats(&backing)["packs"]["garbage_bytes"].as_u64().unwrap(),
+        garbage
+    );
+    fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,6 +2,10 @@
 //! compsize of squeezefs): which codec and level each extent's current copy was written
 //! with, what it occupies on disk and what it holds. Payloads are never read, so a tree is
 //! counted at the speed of its metadata; `check` is what verifies payloads.
+//!
+//! A packed file (format 4: its location record is current, see `pack::record`) is one
+//! [`Kind::Packed`] part: its size, and its share of its block's stored bytes
+//! ([`stored_share`]), from the block's 48-byte header.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +16,11 @@ use crate::layout::{
     current_superblock, newest_halves, read_halves, read_head, read_payload_start, superblock_copies, Half,
     Head, Tie,
 };
+use crate::pack::audit::stored_share;
+use crate::pack::record::{record_state, RecordState};
+use crate::pack::{Location, Packs};
 use crate::storage::Storage;
-use crate::Result;
+use crate::{Error, Result};
 
 /// What one kind of extent (codec and level, or inline) adds up to in one file or a tree.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,13 +52,17 @@ pub enum Kind {
     DictExtent(i16),
     /// Inline, compressed with a dictionary.
     DictInline,
+    /// A packed file's bytes, in a pack block stored with this codec and level (the block's
+    /// header: `None`, 0 when the block is raw). Its disk is its share of the block.
+    Packed(Algorithm, i16),
 }
 
 impl Kind {
-    /// `zstd:3`, `zstd-fast:5`, `lz4:1`, `lzo`, `zlib:6`, `none`, `inline`.
+    /// `zstd:3`, `zstd-fast:5`, `lz4:1`, `lzo`, `zlib:6`, `none`, `inline`, `packed zstd:1`.
     pub fn label(&self) -> String {
         match *self {
             Kind::Inline => "inline".into(),
+            Kind::Packed(a, l) => format!("packed {}", Kind::Extent(a, l).label()),
             Kind::DictInline => "inline+dict".into(),
             Kind::DictExtent(l) => format!("{}+dict", Kind::Extent(Algorithm::Zstd, l).label()),
             Kind::Extent(a @ (Algorithm::None | Algorithm::Lzo), _) | Kind::Extent(a, 0) => a.name().into(),
@@ -95,6 +106,10 @@ pub struct Usage {
     /// Dictionaries this file needs (named by its current payloads) or will use (its
     /// dictionary property).
     pub dicts: std::collections::BTreeSet<u32>,
+    /// A packed file: its current location record. Its part is [`Kind::Packed`] when
+    /// [`usage`] was given the packs (none without them: the codec and disk of its bytes
+    /// are in its block's header); `leftover` is what its backing file still holds.
+    pub packed: Option<Location>,
 }
 
 fn blocks(n: u64) -> u64 {
@@ -102,8 +117,19 @@ fn blocks(n: u64) -> u64 {
 }
 
 /// Accounts one backing file, reading its superblocks and the 48-byte header of each half.
-pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
+/// A packed file's block header is read from `packs` (the backing directory's; each header
+/// once per [`Packs`]); without them a packed file has no part. A location record this
+/// squeezefs cannot read (damaged, or newer) is an error: what the file holds is unknown.
+pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
     let mut u = Usage::default();
+    match record_state(st)? {
+        RecordState::Absent | RecordState::Stale(_) => {}
+        RecordState::Current { loc, leftover } => {
+            packed(&mut u, packs, loc, leftover)?;
+            return Ok(u);
+        }
+        RecordState::Unreadable(e) => return Err(e),
+    }
     let head = match read_head(st)? {
         Head::Empty | Head::Uncommitted => return Ok(u),
         Head::Plain => {
@@ -189,6 +215,42 @@ pub fn usage<S: Storage>(st: &S) -> Result<Usage> {
     Ok(u)
 }
 
+/// A packed file: its size, and its share of its block (a block that cannot be read counts
+/// as a damaged extent; `check` says more).
+fn packed(u: &mut Usage, packs: Option<&Packs>, loc: Location, leftover: u64) -> Result<()> {
+    u.size = loc.len as u64;
+    u.extent_size = 1 << loc.extent_shift;
+    u.codec = Some(loc.codec);
+    u.leftover = leftover;
+    u.packed = Some(loc);
+    let Some(packs) = packs else { return Ok(()) };
+    if loc.len == 0 {
+        return Ok(()); // an empty file names no block
+    }
+    let h = match packs.block_header(loc.pack, loc.block) {
+        Ok(h) => h,
+        Err(Error::CorruptPack { .. }) => {
+            u.damaged_extents = 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let level = if h.codec == Algorithm::None {
+        0
+    } else {
+        h.level as i16
+    };
+    u.parts.insert(
+        Kind::Packed(h.codec, level),
+        Part {
+            extents: 0,
+            disk: stored_share(&h, loc.len as u64),
+            uncompressed: loc.len as u64,
+        },
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,7 +279,7 @@ mod tests {
             .flat_map(|i| format!("line {i}\n").into_bytes())
             .collect();
         let disk = written("zstd:7", &text);
-        let u = usage(&disk.clone()).unwrap();
+        let u = usage(&disk.clone(), None).unwrap();
         assert!(!u.plain);
         assert_eq!(u.size, text.len() as u64);
         let p = u.parts[&Kind::Extent(Algorithm::Zstd, 7)];
@@ -237,13 +299,13 @@ mod tests {
         let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
         c.write(10 << 20, b"end").unwrap();
         c.fsync().unwrap();
-        let u = usage(&disk.clone()).unwrap();
+        let u = usage(&disk.clone(), None).unwrap();
         assert_eq!(u.size, (10 << 20) + 3);
         let total: u64 = u.parts.values().map(|p| p.uncompressed).sum();
         assert_eq!(total, 3, "only the last extent holds data: {u:?}");
 
         let small = written("lz4", b"hello, world");
-        let u = usage(&small.clone()).unwrap();
+        let u = usage(&small.clone(), None).unwrap();
         assert_eq!(u.parts[&Kind::Inline].uncompressed, 12);
     }
 
@@ -251,7 +313,7 @@ mod tests {
     fn plain_files_and_damaged_headers() {
         let disk = MemDisk::new();
         disk.clone().write_at(b"just text", 0).unwrap();
-        assert!(usage(&disk.clone()).unwrap().plain);
+        assert!(usage(&disk.clone(), None).unwrap().plain);
 
         let data = vec![7u8; 300 << 10];
         let disk = written("zstd:3", &data);
@@ -265,8 +327,147 @@ mod tests {
                 h.write_at(&[0xff], off + 20).unwrap();
             }
         }
-        let u = usage(&h).unwrap();
+        let u = usage(&h, None).unwrap();
         assert_eq!(u.damaged_extents, 1);
         assert_eq!(u.parts[&Kind::Extent(Algorithm::Zstd, 3)].extents, 2);
+    }
+
+    mod packed {
+        use super::*;
+        use crate::pack::format::{BlockHeader, BLOCK_HEADER_LEN};
+        use crate::pack::{MemPackDir, Packs, LOCATION_XATTR};
+        use crate::sim::Crash;
+
+        fn text(seed: u32, len: usize) -> Vec<u8> {
+            let mut v = Vec::with_capacity(len + 16);
+            let mut i = seed;
+            while v.len() < len {
+                v.extend_from_slice(format!("let x{} = {};\n", i % 97, i % 13).as_bytes());
+                i += 1;
+            }
+            v.truncate(len);
+            v
+        }
+
+        #[test]
+        fn a_share_is_the_blocks_stored_bytes_by_the_fraction_of_its_logical_bytes() {
+            let h = BlockHeader {
+                codec: Algorithm::Zstd,
+                level: 1,
+                pack: 1,
+                files: 3,
+                offset: 64,
+                stored_len: 952,
+                logical_len: 10_000,
+                payload_sum: 0,
+            };
+            // (48 + 952) × bytes / 10000, rounded down.
+            assert_eq!(stored_share(&h, 2_500), 250);
+            assert_eq!(stored_share(&h, 10_000), 1_000);
+            assert_eq!(stored_share(&h, 3), 0);
+            assert_eq!(stored_share(&h, 0), 0);
+            assert_eq!(stored_share(&h, 20_000), 1_000, "never more than the block");
+            // Files that fill the block share all of it, within a byte each of rounding.
+            let sizes = [3_333u64, 3_333, 3_334];
+            let sum: u64 = sizes.iter().map(|&n| stored_share(&h, n)).sum();
+            assert!(sum <= 1_000 && sum + sizes.len() as u64 > 1_000, "{sum}");
+            // The largest block, where u32 × u32 products need more than 32 bits.
+            let big = BlockHeader {
+                stored_len: 1 << 20,
+                logical_len: 1 << 20,
+                codec: Algorithm::None,
+                level: 0,
+                ..h
+            };
+            assert_eq!(
+                stored_share(&big, 1 << 19),
+                (BLOCK_HEADER_LEN as u64 + (1 << 20)) / 2
+            );
+        }
+
+        #[test]
+        fn a_packed_file_counts_its_size_and_its_share_of_its_block() {
+            let dir = MemPackDir::new(&Crash::new());
+            let writer = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+            let zstd1: CodecSpec = "zstd:1".parse().unwrap();
+            // Appended one after another, the files share one block; each gets its record.
+            let files: Vec<Vec<u8>> = (0..4).map(|i| text(i * 7, 3_000 + 1_000 * i as usize)).collect();
+            let slots: Vec<_> = files
+                .iter()
+                .map(|f| writer.append(zstd1, 17, f).unwrap())
+                .collect();
+            let disks: Vec<MemDisk> = slots
+                .iter()
+                .map(|slot| {
+                    let p = writer.durable(slot).unwrap();
+                    let loc = Location {
+                        props: 0,
+                        codec: zstd1,
+                        extent_shift: 17,
+                        pack: p.pack,
+                        block: p.block,
+                        offset: p.offset,
+                        len: slot.len,
+                        generation: 1,
+                        content_sum: slot.sum,
+                    };
+                    let d = MemDisk::new();
+                    d.set_xattr(LOCATION_XATTR, &loc.encode()).unwrap();
+                    d
+                })
+                .collect();
+            let packs = Packs::new(Box::new(dir.clone()), false, 0).unwrap();
+            let mut shares = 0;
+            let mut block = None;
+            for (d, f) in disks.iter().zip(&files) {
+                assert!(d.xattr(LOCATION_XATTR).is_some(), "packed");
+                let u = usage(d, Some(&packs)).unwrap();
+                let loc = u.packed.expect("a packed file");
+                assert_eq!(u.size, f.len() as u64);
+                assert!(!u.plain);
+                let p = u.parts[&Kind::Packed(Algorithm::Zstd, 1)];
+                assert_eq!(p.uncompressed, f.len() as u64);
+                assert_eq!(p.extents, 0);
+                assert!(p.disk > 0 && p.disk < p.uncompressed / 2, "{p:?}");
+                let h = packs.block_header(loc.pack, loc.block).unwrap();
+                assert_eq!(p.disk, stored_share(&h, f.len() as u64));
+                assert_eq!(
+                    block.get_or_insert((loc.pack, loc.block, h)).1,
+                    loc.block,
+                    "one block"
+                );
+                shares += p.disk;
+                // Without the packs: packed, no part.
+                let bare = usage(d, None).unwrap();
+                assert_eq!(bare.packed, Some(loc));
+                assert!(bare.parts.is_empty());
+            }
+            // The files fill their block: their shares are all of it, but for rounding.
+            let (_, _, h) = block.unwrap();
+            assert_eq!(h.logical_len as usize, files.iter().map(Vec::len).sum::<usize>());
+            let stored = BLOCK_HEADER_LEN as u64 + h.stored_len as u64;
+            assert!(
+                shares <= stored && shares + files.len() as u64 > stored,
+                "{shares} of {stored}"
+            );
+            assert_eq!(Kind::Packed(Algorithm::Zstd, 1).label(), "packed zstd:1");
+            // Bytes a crash left in the backing file beside a current record are leftovers.
+            disks[1].write_at(b"replaced bytes", 0).unwrap();
+            let u = usage(&disks[1], Some(&packs)).unwrap();
+            assert_eq!((u.leftover, u.size), (14, files[1].len() as u64));
+            assert!(u.parts.contains_key(&Kind::Packed(Algorithm::Zstd, 1)));
+            assert_eq!(Kind::Packed(Algorithm::None, 0).label(), "packed none");
+
+            // A header read once is not read again; a fresh reader of a damaged header
+            // counts a damaged extent instead of failing.
+            let (pack, off, _) = block.unwrap();
+            dir.disk(pack).unwrap().write_at(&[0xff], off + 20).unwrap();
+            assert!(usage(&disks[0], Some(&packs)).unwrap().damaged_extents == 0);
+            let fresh = Packs::new(Box::new(dir.clone()), false, 0).unwrap();
+            let u = usage(&disks[0], Some(&fresh)).unwrap();
+            assert_eq!(u.damaged_extents, 1);
+            assert!(u.parts.is_empty());
+            assert_eq!(u.size, files[0].len() as u64);
+        }
     }
 }

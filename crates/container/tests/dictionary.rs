@@ -76,7 +76,7 @@ fn small_files_and_extents_use_the_dictionary_and_read_back() {
         assert!(c.uses_dictionary(), "{n} bytes");
         assert_eq!(version(&with), 3);
         assert_eq!(version(&without), 2, "files without a dictionary stay version 2");
-        let u = usage(&with).unwrap();
+        let u = usage(&with, None).unwrap();
         let kinds: Vec<Kind> = u.parts.keys().copied().collect();
         // Inline data and extents of at most 128 KiB use it (all of them here).
         assert!(kinds.iter().all(|k| k.uses_dict()), "{n}: {kinds:?}");
@@ -105,7 +105,7 @@ fn removing_the_property_keeps_old_payloads_readable_and_the_file_version_3() {
     c.fsync().unwrap();
     drop(c);
     // Extents 0 and 1 still use it, extent 2 does not; the superblock stays version 3 (flagged).
-    let kinds: Vec<Kind> = usage(&disk).unwrap().parts.keys().copied().collect();
+    let kinds: Vec<Kind> = usage(&disk, None).unwrap().parts.keys().copied().collect();
     assert!(
         kinds.contains(&Kind::DictExtent(3))
             && kinds.contains(&Kind::Extent(squeezefs_codec::Algorithm::Zstd, 3)),

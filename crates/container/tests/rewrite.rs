@@ -22,7 +22,7 @@ fn contents(disk: &MemDisk) -> Vec<u8> {
 }
 
 fn kinds(disk: &MemDisk) -> Vec<Kind> {
-    usage(disk).unwrap().parts.keys().copied().collect()
+    usage(disk, None).unwrap().parts.keys().copied().collect()
 }
 
 /// A file written with lz4 and with a hole in the middle.
@@ -40,7 +40,7 @@ fn lz4_file() -> (MemDisk, Vec<u8>) {
 fn rewrite_recompresses_every_extent_and_keeps_bytes_and_holes() {
     let (disk, data) = lz4_file();
     assert_eq!(kinds(&disk), vec![Kind::Extent(Algorithm::Lz4, 1)]);
-    let before = usage(&disk).unwrap().parts[&Kind::Extent(Algorithm::Lz4, 1)].extents;
+    let before = usage(&disk, None).unwrap().parts[&Kind::Extent(Algorithm::Lz4, 1)].extents;
     let mut c = Container::open(disk.clone(), &opts("lz4")).unwrap();
     c.set_compression_property(Some("zstd:9".parse().unwrap()))
         .unwrap();
@@ -49,7 +49,7 @@ fn rewrite_recompresses_every_extent_and_keeps_bytes_and_holes() {
     drop(c);
     assert_eq!(kinds(&disk), vec![Kind::Extent(Algorithm::Zstd, 9)]);
     assert_eq!(
-        usage(&disk).unwrap().parts[&Kind::Extent(Algorithm::Zstd, 9)].extents,
+        usage(&disk, None).unwrap().parts[&Kind::Extent(Algorithm::Zstd, 9)].extents,
         before
     );
     assert_eq!(contents(&disk), data);
@@ -106,7 +106,7 @@ fn copy_into_turns_a_plain_file_into_a_container_with_another_extent_size() {
     // Written zeros in a plain file are data to read, but never stored in a container.
     assert_eq!(progress, 3 << 20);
     drop(dst);
-    let u = usage(&dst_disk).unwrap();
+    let u = usage(&dst_disk, None).unwrap();
     assert_eq!(u.extent_size, 1 << 20);
     assert_eq!(u.parts[&Kind::Extent(Algorithm::Zstd, 3)].extents, 2);
     assert_eq!(contents(&dst_disk), data);

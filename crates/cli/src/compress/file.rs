@@ -243,7 +243,13 @@ pub(super) fn syncfs(path: &Path) -> Result<(), String> {
 fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
     let Ok(f) = File::open(backing) else { return false };
     let st = FileStorage::new(f);
-    let Ok(u) = usage(&st) else { return false };
+    // A packed file: its record names the codec it was last written with.
+    match record_state(&st) {
+        Ok(RecordState::Current { loc, .. }) => return loc.codec == codec,
+        Ok(RecordState::Unreadable(_)) | Err(_) => return false,
+        Ok(_) => {}
+    }
+    let Ok(u) = usage(&st, None) else { return false };
     let none = squeezefs_codec::Algorithm::None;
     let level = if codec.alg == none { 0 } else { codec.level as i16 };
     let want = Kind::Extent(codec.alg, level);
@@ -265,7 +271,7 @@ fn layout(backing: &Path) -> Result<Option<u8>, String> {
     if let Ok(RecordState::Current { loc, .. }) = record_state(&st) {
         return Ok(Some(loc.extent_shift));
     }
-    let u = usage(&st).map_err(|e| err(backing, e))?;
+    let u = usage(&st, None).map_err(|e| err(backing, e))?;
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 

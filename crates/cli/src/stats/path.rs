@@ -1,6 +1,12 @@
 //! `squeezefs stats PATH…`: compsize for squeezefs. How much disk the files under each PATH
 //! take and what they hold, per codec and level, from container headers only (no daemon
 //! needed: PATH may be on a mount or in a backing directory).
+//!
+//! Packed files (format 4) are `packed CODEC` rows: their size, and their share of their
+//! pack block (from the block's header). When a PATH is a whole backing directory (or
+//! contains one, or is the root of its mount), its packs are accounted too: their bytes are
+//! added to the totals (the walk skips `.squeezefs-packs`), and their garbage is measured
+//! against the location records the walk saw.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -11,6 +17,9 @@ use rayon::prelude::*;
 use serde_json::json;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::encode::Policy;
+use squeezefs_container::pack::audit::{check_pack, LiveMap, GARBAGE_MAX};
+use squeezefs_container::pack::dir::DIR_NAME as PACK_DIR;
+use squeezefs_container::pack::{FsPackDir, Packs};
 use squeezefs_container::predict;
 use squeezefs_container::usage::{usage, Kind, Part, Usage};
 use squeezefs_container::FileStorage;
@@ -23,9 +32,13 @@ pub struct Totals {
     pub containers: u64,
     pub plain: u64,
     pub inline: u64,
-    /// Rows by type label (`zstd:3`, `none`, `inline`, `plain`).
+    /// Packed files (their location record is current), empty ones included.
+    pub packed: u64,
+    /// Rows by type label (`zstd:3`, `none`, `inline`, `plain`, `packed zstd:1`).
     pub rows: BTreeMap<String, Part>,
-    /// Allocated bytes not in current extents: superblocks and leftover copies.
+    /// Allocated bytes not in current extents: superblocks and leftover copies; for a whole
+    /// backing directory also the bytes of its packs that no packed row accounts for (pack
+    /// headers, garbage).
     pub overhead: u64,
     /// Of which copies left by interrupted writes (`check --repair` removes them).
     pub leftover: u64,
@@ -39,7 +52,38 @@ pub struct Totals {
     pub dict_users: BTreeMap<u32, u64>,
     /// With `--dict-gain`: what those files take written with their dictionary, and without.
     pub dict_gain: Option<(u64, u64)>,
+    /// The packs of the backing directories the scan covered whole or found packed files of.
+    pub packs: Option<PackTotals>,
     pub errors: Vec<String>,
+}
+
+/// The packs of one or more backing directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackTotals {
+    pub count: u64,
+    /// Length of the pack files, and what they occupy in the backing filesystem.
+    pub bytes: u64,
+    pub disk: u64,
+    /// Files of the scan whose bytes are in them.
+    pub files: u64,
+    /// Stored bytes no live file uses (`check_pack`'s garbage), measured only when the scan
+    /// read every record of the backing directory; otherwise why not.
+    pub garbage: Result<u64, String>,
+    /// Every one was walked whole: their bytes are in the totals.
+    pub whole: bool,
+}
+
+impl Default for PackTotals {
+    fn default() -> PackTotals {
+        PackTotals {
+            count: 0,
+            bytes: 0,
+            disk: 0,
+            files: 0,
+            garbage: Ok(0),
+            whole: true,
+        }
+    }
 }
 
 impl Totals {
@@ -47,6 +91,18 @@ impl Totals {
     fn add(&mut self, u: &Usage, allocated: u64) {
         self.files += 1;
         self.referenced += u.size;
+        if u.packed.is_some() {
+            self.packed += 1;
+            self.damaged_extents += u.damaged_extents;
+            for (k, p) in &u.parts {
+                self.rows.entry(k.label()).or_default().add(p);
+            }
+            // Its bytes are in a pack (its row's disk is its share of its block); its backing
+            // file holds none, unless a crash left there the bytes the record replaced.
+            self.overhead += allocated;
+            self.leftover += u.leftover.min(allocated);
+            return;
+        }
         if u.plain {
             self.plain += 1;
             self.rows.entry("plain".into()).or_default().add(&Part {
@@ -99,6 +155,10 @@ impl Totals {
     }
 }
 
+fn plural(n: u64, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 fn pct(disk: u64, unc: u64) -> String {
     if unc == 0 {
         "-".into()
@@ -107,11 +167,33 @@ fn pct(disk: u64, unc: u64) -> String {
     }
 }
 
+/// A backing directory whose packs the scan reads.
+struct Root {
+    path: PathBuf,
+    packs: Packs,
+    /// The scan walked it whole (a PATH is it, contains it, or is its mount's root).
+    whole: bool,
+    /// The current records the scan saw under it.
+    live: LiveMap,
+    /// Packed files seen under it, and their shares of their blocks.
+    files: u64,
+    shares: u64,
+}
+
+/// Notes backing directory `path` (walked whole or not).
+fn note_root(roots: &mut Vec<(PathBuf, bool)>, path: &Path, whole: bool) {
+    match roots.iter_mut().find(|r| r.0 == path) {
+        Some(r) => r.1 |= whole,
+        None => roots.push((path.to_path_buf(), whole)),
+    }
+}
+
 /// Counts the files under `paths` (each on a mount or in a backing directory). Every inode
 /// is counted once however many names it has.
 pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
     let mut list = Vec::new();
     let mut seen = HashSet::new();
+    let mut found_roots: Vec<(PathBuf, bool)> = Vec::new();
     for p in paths {
         let loc = crate::locate::locate(p)?;
         if dict_gain {
@@ -129,53 +211,209 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             )
         })?;
         let mut found = if md.is_dir() {
-            crate::walk::entries(&loc.backing)?
+            let (found, roots) = crate::walk::entries_and_packs(&loc.backing)?;
+            // Backing directories in the tree: walked whole.
+            for r in roots {
+                note_root(&mut found_roots, &r, true);
+            }
+            found
         } else {
-            vec![(loc.backing.clone(), md)]
+            vec![(loc.backing.clone(), md.clone())]
         };
+        match &loc.root {
+            Some(root) => note_root(&mut found_roots, root, md.is_dir() && loc.backing == *root),
+            // Inside a backing directory: the nearest one above holds its packed files' packs.
+            None => {
+                if let Some(a) = loc
+                    .backing
+                    .ancestors()
+                    .skip(1)
+                    .find(|a| crate::walk::is_pack_dir(&a.join(PACK_DIR)))
+                {
+                    note_root(&mut found_roots, a, false);
+                }
+            }
+        }
         found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
         list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512)));
     }
+    let mut roots = Vec::new();
+    for (path, whole) in found_roots {
+        // Read-only, no cache of decoded blocks: only block headers are read.
+        let packs = Packs::new(Box::new(FsPackDir::new(&path, false)), false, 0)
+            .map_err(|e| format!("{}: {e}", FsPackDir::new(&path, false).path().display()))?;
+        roots.push(Root {
+            path,
+            packs,
+            whole,
+            live: LiveMap::default(),
+            files: 0,
+            shares: 0,
+        });
+    }
+    // A file's packs are its backing directory's: the nearest root above it.
+    let root_of = |path: &Path| {
+        roots
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| path.starts_with(&r.path))
+            .max_by_key(|(_, r)| r.path.components().count())
+            .map(|(i, _)| i)
+    };
     type Counted = (Usage, u64, Option<(u64, u64)>);
-    let results: Vec<Result<Counted, String>> = list
+    let results: Vec<(&Path, Option<usize>, Result<Counted, String>)> = list
         .par_iter()
         .map(|(path, blocks)| {
-            let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let u = usage(&FileStorage::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
-            let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
-                Some(gain(
-                    path,
-                    u.codec.unwrap_or(squeezefs_codec::CodecSpec::DEFAULT),
-                )?)
-            } else {
-                None
-            };
-            Ok((u, *blocks, gain))
+            let root = root_of(path);
+            let r = (|| {
+                let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let packs = root.map(|i| &roots[i].packs);
+                let u = usage(&FileStorage::new(f), packs).map_err(|e| format!("{}: {e}", path.display()))?;
+                let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
+                    Some(gain(
+                        path,
+                        u.codec.unwrap_or(squeezefs_codec::CodecSpec::DEFAULT),
+                    )?)
+                } else {
+                    None
+                };
+                Ok((u, *blocks, gain))
+            })();
+            (path.as_path(), root, r)
         })
         .collect();
     let mut t = Totals::default();
-    for r in results {
+    for (path, root, r) in results {
         match r {
             Ok((u, blocks, gain)) => {
                 t.add(&u, blocks);
+                if let Some(loc) = &u.packed {
+                    match root {
+                        Some(i) => {
+                            let r = &mut roots[i];
+                            r.live.add(loc);
+                            r.files += 1;
+                            r.shares += u.parts.values().map(|p| p.disk).sum::<u64>();
+                        }
+                        None => t.errors.push(format!(
+                            "{}: a packed file, but no pack directory ({PACK_DIR}) was found above it",
+                            path.display()
+                        )),
+                    }
+                }
                 if let Some((w, wo)) = gain {
                     let g = t.dict_gain.get_or_insert((0, 0));
                     g.0 += w;
                     g.1 += wo;
                 }
             }
-            Err(e) => t.errors.push(e),
+            Err(e) => {
+                // Its record, if any, is unknown: no pack byte is known to be garbage.
+                if let Some(i) = root {
+                    roots[i].live.mark_incomplete();
+                }
+                t.errors.push(e);
+            }
         }
     }
     if dict_gain && t.dict_gain.is_none() {
         t.dict_gain = Some((0, 0));
     }
+    for r in &roots {
+        if !r.whole && r.files == 0 {
+            continue;
+        }
+        let pt = add_packs(&mut t, r);
+        if pt.count == 0 && pt.files == 0 {
+            continue;
+        }
+        let all = t.packs.get_or_insert_with(PackTotals::default);
+        all.count += pt.count;
+        all.bytes += pt.bytes;
+        all.disk += pt.disk;
+        all.files += pt.files;
+        all.whole &= pt.whole;
+        all.garbage = match (&all.garbage, pt.garbage) {
+            (Ok(a), Ok(b)) => Ok(a + b),
+            (Err(e), _) => Err(e.clone()),
+            (_, Err(e)) => Err(e),
+        };
+    }
     Ok(t)
 }
 
+/// Accounts the packs of one backing directory: their size, and for one walked whole, their
+/// garbage and their bytes in the totals.
+fn add_packs(t: &mut Totals, r: &Root) -> PackTotals {
+    let mut pt = PackTotals {
+        files: r.files,
+        whole: r.whole,
+        garbage: if !r.whole {
+            Err(format!(
+                "measured only for a whole backing directory ({} or the root of its mount)",
+                r.path.display()
+            ))
+        } else if !r.live.complete() {
+            Err("not measured: some files could not be read (their records are unknown)".into())
+        } else {
+            Ok(0)
+        },
+        ..PackTotals::default()
+    };
+    let ids = match r.packs.dir().list() {
+        Ok(ids) => ids,
+        Err(e) => {
+            t.errors.push(format!(
+                "{}: {e}",
+                FsPackDir::new(&r.path, false).path().display()
+            ));
+            pt.garbage = Err("not measured: the packs could not be listed".into());
+            return pt;
+        }
+    };
+    for id in ids {
+        let md = match std::fs::metadata(r.packs.describe(id)) {
+            Ok(m) => m,
+            Err(e) => {
+                t.errors.push(format!("{}: {e}", r.packs.describe(id)));
+                continue;
+            }
+        };
+        pt.count += 1;
+        pt.bytes += md.len();
+        pt.disk += md.blocks() * 512;
+        if let Ok(g) = &mut pt.garbage {
+            // Headers only: every block's stored bytes against the live bytes in it.
+            match check_pack(&r.packs, id, &r.live, false) {
+                Ok(rep) => *g += rep.garbage,
+                Err(e) => {
+                    t.errors.push(format!("{}: {e}", r.packs.describe(id)));
+                    pt.garbage = Err(format!(
+                        "not measured: {} could not be read",
+                        r.packs.describe(id)
+                    ));
+                }
+            }
+        }
+    }
+    if r.whole {
+        // The walk skips `.squeezefs-packs`, so a whole backing directory's packs are added
+        // here: Disk Usage is then all the directory occupies. The packed rows already hold
+        // the files' shares of their blocks; the rest of the packs (pack headers, garbage,
+        // rounding, allocation) is overhead, like superblocks.
+        t.overhead += pt.disk.saturating_sub(r.shares);
+    }
+    pt
+}
+
 pub fn render(t: &Totals, secs: f64) -> String {
+    let packed = if t.packed > 0 {
+        format!(", {} packed", t.packed)
+    } else {
+        String::new()
+    };
     let mut o = format!(
-        "Processed {} files ({} containers, {} plain), {} extents, {} inline, in {:.2} s ({:.0} files/s).\n",
+        "Processed {} files ({} containers, {} plain{packed}), {} extents, {} inline, in {:.2} s ({:.0} files/s).\n",
         t.files,
         t.containers,
         t.plain,
@@ -184,12 +422,14 @@ pub fn render(t: &Totals, secs: f64) -> String {
         secs,
         t.files as f64 / secs.max(1e-9)
     );
+    // `packed zstd-fast:5` is wider than the usual 14.
+    let w = t.rows.keys().map(|l| l.len()).max().unwrap_or(0).max(14);
     o += &format!(
-        "{:<14} {:>5} {:>12} {:>12} {:>12}\n",
+        "{:<w$} {:>5} {:>12} {:>12} {:>12}\n",
         "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced"
     );
     o += &format!(
-        "{:<14} {:>5} {:>12} {:>12} {:>12}\n",
+        "{:<w$} {:>5} {:>12} {:>12} {:>12}\n",
         "TOTAL",
         pct(t.disk(), t.uncompressed()),
         human(t.disk()),
@@ -198,7 +438,7 @@ pub fn render(t: &Totals, secs: f64) -> String {
     );
     for (label, p) in &t.rows {
         o += &format!(
-            "{:<14} {:>5} {:>12} {:>12}\n",
+            "{:<w$} {:>5} {:>12} {:>12}\n",
             label,
             pct(p.disk, p.uncompressed),
             human(p.disk),
@@ -206,7 +446,34 @@ pub fn render(t: &Totals, secs: f64) -> String {
         );
     }
     if t.overhead > 0 {
-        o += &format!("{:<14} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
+        o += &format!("{:<w$} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
+    }
+    if let Some(p) = &t.packs {
+        o += &format!(
+            "Packs: {} holding {} of these files: {} ({} on disk{}); ",
+            plural(p.count, "pack"),
+            p.files,
+            human(p.bytes),
+            human(p.disk),
+            if p.whole {
+                ", in the totals"
+            } else {
+                ", not in the totals"
+            }
+        );
+        match &p.garbage {
+            Ok(g) => {
+                o += &format!("garbage {} ({})", human(*g), pct(*g, p.bytes));
+                if *g as f64 > p.bytes as f64 * GARBAGE_MAX {
+                    o += &format!(
+                        ": `squeezefs check --repair` reclaims packs above {:.0} % garbage (not mounted)",
+                        GARBAGE_MAX * 100.0
+                    );
+                }
+                o += ".\n";
+            }
+            Err(why) => o += &format!("garbage {why}.\n"),
+        }
     }
     if t.leftover > 0 {
         o += &format!(
@@ -258,6 +525,7 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "containers": t.containers,
         "plain": t.plain,
         "inline": t.inline,
+        "packed": t.packed,
         "extents": t.extents(),
         "disk": t.disk(),
         "uncompressed": t.uncompressed(),
@@ -270,6 +538,15 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
             "disk_with": with, "disk_without": without, "uncompressed": t.dict_uncompressed(),
         })),
         "types": rows,
+        "packs": t.packs.as_ref().map(|p| json!({
+            "count": p.count,
+            "bytes": p.bytes,
+            "disk": p.disk,
+            "files": p.files,
+            "garbage_bytes": p.garbage.as_ref().ok(),
+            "garbage_not_measured": p.garbage.as_ref().err(),
+            "whole": p.whole,
+        })),
         "errors": t.errors,
         "seconds": secs,
     })

@@ -77,6 +77,16 @@ impl LiveMap {
     }
 }
 
+/// The stored bytes of a block (its header and payload) that `bytes` of its decoded bytes
+/// account for: `(48 + stored_len) × bytes / logical_len`, rounded down (`bytes` beyond the
+/// block's count as the whole block). A packed file's disk share in `stats`, and a block's
+/// live bytes in [`check_pack`]: one rule for both.
+pub fn stored_share(h: &BlockHeader, bytes: u64) -> u64 {
+    let stored = BLOCK_HEADER_LEN as u64 + h.stored_len as u64;
+    let logical = (h.logical_len as u64).max(1);
+    (stored as u128 * bytes.min(logical) as u128 / logical as u128) as u64
+}
+
 /// What a pack-level finding is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PackIssue {
@@ -212,8 +222,7 @@ pub fn check_pack(packs: &Packs, id: u32, live: &LiveMap, verify: bool) -> Resul
         r.blocks += 1;
         let stored = BLOCK_HEADER_LEN as u64 + h.stored_len as u64;
         let lb = live_blocks.get(&off).copied().unwrap_or_default();
-        let live_stored =
-            (stored as u128 * lb.bytes.min(h.logical_len as u64) as u128 / h.logical_len as u128) as u64;
+        let live_stored = stored_share(&h, lb.bytes);
         r.live_stored += live_stored;
         r.garbage += stored - live_stored;
         let label = if h.codec == squeezefs_codec::Algorithm::None {

@@ -22,8 +22,10 @@
 //! 3. The container writes the location record (see `container/packing.rs`).
 //!
 //! Blocks are never overwritten: a rewritten or deleted file leaves its old bytes as
-//! garbage. Reclaiming it (rewriting a pack's live files into new blocks) is not built yet
-//! (issue 14), which is why the mount option `pack` is off by default.
+//! garbage. `audit.rs` measures it against the records of a walked tree; `reclaim.rs` moves
+//! a pack's live files into new blocks and removes the pack (`squeezefs check --repair`, and
+//! offline `compress`). A mount does not reclaim in the background yet (issue 14), which is
+//! why the mount option `pack` is off by default.
 //!
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
@@ -131,6 +133,10 @@ pub struct Packs {
     writer: Mutex<Writer>,
     handles: RwLock<HashMap<u32, Arc<dyn Storage>>>,
     cache: Mutex<BlockCache>,
+    /// Block headers read by [`Packs::block_header`] (tools accounting packed files; the
+    /// daemon never asks). A block is never rewritten in place, so a header stays true while
+    /// its pack exists; [`Packs::forget`] drops a pack's.
+    headers: Mutex<HashMap<cache::BlockId, BlockHeader>>,
     pub counters: PackCounters,
 }
 
@@ -191,6 +197,7 @@ impl Packs {
             }),
             handles: RwLock::new(HashMap::new()),
             cache: Mutex::new(BlockCache::new(cache)),
+            headers: Mutex::new(HashMap::new()),
             counters: PackCounters::default(),
         })
     }
@@ -208,6 +215,7 @@ impl Packs {
     pub fn forget(&self, id: u32) {
         self.handles.write().unwrap().remove(&id);
         self.cache.lock().unwrap().forget_pack(id);
+        self.headers.lock().unwrap().retain(|k, _| k.0 != id);
     }
 
     pub(crate) fn handle(&self, id: u32) -> Result<Arc<dyn Storage>> {
@@ -434,15 +442,35 @@ impl Packs {
         Ok(data)
     }
 
+    /// Reads and validates the header of the block at `block` in pack `pack`.
+    fn read_header(st: &dyn Storage, pack: u32, block: u64) -> Result<BlockHeader> {
+        let mut hb = [0u8; BLOCK_HEADER_LEN];
+        if read_full(st, &mut hb, block)? < BLOCK_HEADER_LEN {
+            return Err(corrupt(pack, block, "block header beyond the end of the pack"));
+        }
+        BlockHeader::decode(&hb, pack, block).map_err(|e| corrupt(pack, block, format!("header {e}")))
+    }
+
+    /// The header of the block at `block` in pack `pack`, without its payload (`stats`:
+    /// a packed file's share of its block). Its payload must lie inside the pack; it is not
+    /// read. Each header is read from disk once per [`Packs`], however many files ask.
+    pub fn block_header(&self, pack: u32, block: u64) -> Result<BlockHeader> {
+        if let Some(h) = self.headers.lock().unwrap().get(&(pack, block)) {
+            return Ok(*h);
+        }
+        let st = self.handle(pack)?;
+        let h = Self::read_header(&*st, pack, block)?;
+        if block + (BLOCK_HEADER_LEN as u64) + h.stored_len as u64 > st.len()? {
+            return Err(corrupt(pack, block, "payload beyond the end of the pack"));
+        }
+        self.headers.lock().unwrap().insert((pack, block), h);
+        Ok(h)
+    }
+
     /// A block's header and verified payload, read from disk (no cache).
     pub fn read_block(&self, pack: u32, block: u64) -> Result<(BlockHeader, Vec<u8>)> {
         let st = self.handle(pack)?;
-        let mut hb = [0u8; BLOCK_HEADER_LEN];
-        if read_full(&*st, &mut hb, block)? < BLOCK_HEADER_LEN {
-            return Err(corrupt(pack, block, "block header beyond the end of the pack"));
-        }
-        let h =
-            BlockHeader::decode(&hb, pack, block).map_err(|e| corrupt(pack, block, format!("header {e}")))?;
+        let h = Self::read_header(&*st, pack, block)?;
         let mut payload = vec![0u8; h.stored_len as usize];
         if read_full(&*st, &mut payload, block + BLOCK_HEADER_LEN as u64)? < payload.len() {
             return Err(corrupt(pack, block, "payload beyond the end of the pack"));
