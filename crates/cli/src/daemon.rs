@@ -93,6 +93,40 @@ pub fn helper_form(args: &[OsString], subcommands: &[&str]) -> Option<Result<Hel
 /// Applies `-o` lists to a configuration, creating BACKING if needed, then mounts. With
 /// `remount` among the options (`mount -o remount,ro MOUNTPOINT` runs the helper so), changes
 /// the live mount's flags instead.
+/// Live bytes of packed files one unmount moves at most while reclaiming pack garbage
+/// (bounds the time an unmount takes: about a second per 100 MiB here).
+pub const RECLAIM_BUDGET: u64 = 256 << 20;
+
+/// After the last file is written out (the backing directory still locked): packs above
+/// 25 % garbage are rewritten, as `check --repair` does, within [`RECLAIM_BUDGET`]. Only
+/// when the directory has packs, the mount could write and `pack_reclaim` is on.
+fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig) {
+    use squeezefs_container::pack::{FsPackDir, Packs};
+    let dir = FsPackDir::new(backing, true);
+    if cfg.read_only || !cfg.pack_reclaim || !dir.path().is_dir() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    let packs = match Packs::new(Box::new(dir), true, cfg.pack_cache) {
+        Ok(p) => p,
+        Err(e) => return log::warn!("pack garbage not reclaimed: {e}"),
+    };
+    match crate::check::packs::reclaim_tree(backing, &packs, Some(RECLAIM_BUDGET)) {
+        Ok(Some(r)) => log::info!(
+            "reclaimed {} of pack garbage at unmount ({} files moved, {} packs removed) in {:.1} s",
+            crate::ui::human(r.bytes_freed),
+            r.files_moved,
+            r.packs_removed.len(),
+            start.elapsed().as_secs_f64()
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "pack garbage not reclaimed at unmount: {e} (`squeezefs check --repair {}` does it)",
+            backing.display()
+        ),
+    }
+}
+
 pub fn mount(backing: PathBuf, mountpoint: PathBuf, options: &[String], daemon: bool) -> ExitCode {
     if options
         .iter()
@@ -138,7 +172,7 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
     // The "mounting … (format N)" line is squeezefs_fs::mount's: only it knows whether this
     // mount packs small files (format 4).
     if !daemon {
-        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}) {
+        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}, |b| reclaim(b, &cfg)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         };
@@ -155,22 +189,28 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
             drop(rx);
             let _ = nix::unistd::setsid();
             let mut tx = std::fs::File::from(tx);
-            let r = squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {
-                if let Err(e) = crate::logging::to_syslog() {
-                    // A warning on the command line; as mount(8)'s helper, quiet unless
-                    // RUST_LOG asks (a machine without syslog would see it at every mount).
-                    log::info!("no syslog socket ({e}): the daemon's log is discarded once detached");
-                }
-                log::info!(
-                    "serving {} at {} (pid {})",
-                    backing.display(),
-                    mountpoint.display(),
-                    std::process::id()
-                );
-                let _ = tx.write_all(b"1");
-                let _ = std::env::set_current_dir("/");
-                detach_stdio();
-            });
+            let r = squeezefs_fs::mount(
+                &backing,
+                &mountpoint,
+                &cfg,
+                || {
+                    if let Err(e) = crate::logging::to_syslog() {
+                        // A warning on the command line; as mount(8)'s helper, quiet unless
+                        // RUST_LOG asks (a machine without syslog would see it at every mount).
+                        log::info!("no syslog socket ({e}): the daemon's log is discarded once detached");
+                    }
+                    log::info!(
+                        "serving {} at {} (pid {})",
+                        backing.display(),
+                        mountpoint.display(),
+                        std::process::id()
+                    );
+                    let _ = tx.write_all(b"1");
+                    let _ = std::env::set_current_dir("/");
+                    detach_stdio();
+                },
+                |b| reclaim(b, &cfg),
+            );
             match r {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(e),

@@ -238,11 +238,13 @@ fn mount_help() -> String {
         file whose user xattr says where its bytes are. Needs a backing\n                              \
         filesystem that keeps that xattr without spending a block on it\n                              \
         (probed at mount; if not, a warning and no packing). Off by\n                              \
-        default for now: check, stats, compress and garbage reclaiming\n                              \
-        do not know packs yet\n  \
+        default for now: garbage is reclaimed at unmount and by\n                              \
+        `check --repair`, not yet while mounted\n  \
         nopack                      do not pack new files (the default); files packed before\n                              \
         are read either way\n  \
         pack_cache=SIZE             memory for decompressed pack blocks (default {cache}M)\n  \
+        nopack_reclaim              do not rewrite packs above 25 % garbage at unmount (by\n                              \
+        default an unmount moves up to 256 MiB of live files)\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs)\n\n\

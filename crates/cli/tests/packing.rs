@@ -264,7 +264,8 @@ fn check(backing: &Path, repair: bool) -> (i32, serde_json::Value) {
 fn check_verifies_packs_reclaims_garbage_and_names_damage() {
     let dir = scratch("pack-check");
     let backing = dir.join("backing");
-    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    // (Reclaiming at unmount is off: this test reclaims with `check --repair`.)
+    let m = Mount::new(&dir, "compress=zstd:1,pack,nopack_reclaim");
     let files = real_tree(&m.path("src"));
     // Delete two files in three: their bytes stay in the packs as garbage.
     let mut kept = Vec::new();
@@ -475,7 +476,7 @@ fn allocated(root: &Path) -> u64 {
 fn stats_counts_packed_files_by_their_share_of_the_packs_and_measures_garbage() {
     let dir = scratch("pack-stats");
     let backing = dir.join("backing");
-    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let m = Mount::new(&dir, "compress=zstd:1,pack,nopack_reclaim");
     let files = real_tree(&m.path("src"));
     let stats = |p: &Path| squeezefs_json(&["stats".as_ref(), p.as_os_str()]);
     // (Opening the statistics file commits closed files: the records are on disk.)
@@ -576,4 +577,45 @@ fn stats_counts_packed_files_by_their_share_of_the_packs_and_measures_garbage() 
         garbage
     );
     fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_unmount_reclaims_the_garbage_its_mount_left() {
+    let dir = scratch("pack-unmount-reclaim");
+    let backing = dir.join("backing");
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let files = real_tree(&m.path("src"));
+    m.unmount();
+    let (_, doc) = check(&backing, false);
+    let before = doc["packs"]["bytes"].as_u64().unwrap();
+    // Rewrite one file in three and delete one in three, in a second mount.
+    let m = Mount::new(&dir, "compress=zstd:1,pack");
+    let mut kept = Vec::new();
+    for (i, (rel, data)) in files.into_iter().enumerate() {
+        let p = m.path("src").join(&rel);
+        match i % 3 {
+            0 => kept.push((rel, data)),
+            1 => {
+                let new: Vec<u8> = data.iter().rev().copied().collect();
+                fs::write(&p, &new).unwrap();
+                kept.push((rel, new));
+            }
+            _ => fs::remove_file(&p).unwrap(),
+        }
+    }
+    m.unmount();
+    // Reclaimed before the daemon let go of the directory: no pack above 25 % garbage.
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packs"]["leftovers"].as_u64().unwrap(), 0, "{doc}");
+    for p in doc["packs"]["packs"].as_array().unwrap() {
+        let (g, b) = (p["garbage_bytes"].as_u64().unwrap(), p["bytes"].as_u64().unwrap());
+        assert!(g * 4 <= b, "pack {} keeps {g} garbage of {b}: {doc}", p["id"]);
+    }
+    let after = doc["packs"]["bytes"].as_u64().unwrap();
+    println!("FIGURES packs {before} bytes; after rewriting 1/3 and deleting 1/3 and unmounting: {after}");
+    assert!(after < before, "{before} → {after}");
+    let m = Mount::new(&dir, "");
+    reads_back(&m, &kept);
+    m.unmount();
 }

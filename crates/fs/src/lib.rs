@@ -41,11 +41,14 @@ pub struct MountConfig {
     pub default_permissions: bool,
     pub read_only: bool,
     /// `pack` / `nopack` (default for now): files of at most one extent go to packs
-    /// (format 4). Off by default until `check`, `stats`, `compress` and the garbage
-    /// collector know packs (issue 14).
+    /// (format 4). Off by default until garbage is reclaimed while mounted (issue 14).
     pub pack: bool,
     /// `pack_cache=SIZE`: bytes of decompressed pack blocks kept (default 32M).
     pub pack_cache: usize,
+    /// `pack_reclaim` (default) / `nopack_reclaim`: at unmount, while the backing directory
+    /// is still locked, packs with too much garbage are rewritten (the daemon's
+    /// `after_unmount` hook does it; bounded per unmount).
+    pub pack_reclaim: bool,
     /// Options passed to the kernel as they are (e.g. `noatime`, `fsname=`).
     pub other: Vec<String>,
 }
@@ -61,6 +64,7 @@ impl Default for MountConfig {
             read_only: false,
             pack: false,
             pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
+            pack_reclaim: true,
             other: Vec::new(),
         }
     }
@@ -120,6 +124,8 @@ impl MountConfig {
                 ("ro", None) => self.read_only = true,
                 ("pack", None) => self.pack = true,
                 ("nopack", None) => self.pack = false,
+                ("pack_reclaim", None) => self.pack_reclaim = true,
+                ("nopack_reclaim", None) => self.pack_reclaim = false,
                 ("pack_cache" | "pack-cache", Some(v)) => {
                     self.pack_cache = usize::try_from(parse_size(v)?)
                         .ok()
@@ -146,7 +152,17 @@ impl MountConfig {
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache", None)
-                | ("allow_other" | "default_permissions" | "ro" | "rw" | "pack" | "nopack", Some(_)) => {
+                | (
+                    "allow_other"
+                    | "default_permissions"
+                    | "ro"
+                    | "rw"
+                    | "pack"
+                    | "nopack"
+                    | "pack_reclaim"
+                    | "nopack_reclaim",
+                    Some(_),
+                ) => {
                     return Err(format!("mount option `{opt}` is malformed"));
                 }
                 _ => self.other.push(opt.to_string()),
@@ -295,7 +311,17 @@ fn raise_fd_limit() -> u64 {
 pub const UNMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Mounts and serves until unmounted (or `stop` fires). Calls `ready` once the mount is live.
-pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl FnOnce()) -> io::Result<()> {
+/// Serves `backing` at `mountpoint` until unmounted. `ready` runs once the mount is live;
+/// `after_unmount` once every file is written out and the session is over, while this
+/// process still holds the backing directory's lock (nothing else can touch it: pack
+/// garbage is reclaimed there).
+pub fn mount(
+    backing: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(),
+    after_unmount: impl FnOnce(&Path),
+) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
     // One daemon per backing directory; held until this function returns. A daemon just
     // unmounted may still be writing its last files out (on a loaded machine, seconds):
@@ -355,7 +381,10 @@ pub fn mount(backing: &Path, mountpoint: &Path, cfg: &MountConfig, ready: impl F
         }
     });
     ready();
-    session.run()
+    // `run` returns once the filesystem is destroyed (every file written out and synced).
+    session.run()?;
+    after_unmount(&backing);
+    Ok(())
 }
 
 #[cfg(test)]

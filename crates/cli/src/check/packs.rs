@@ -118,16 +118,22 @@ fn reclaim_files(
 /// Reclaims the packs of the backing directory `root` (after `compress` rewrote files in
 /// it): every record under `root` is read, packs are walked without verifying payloads
 /// (reclaim verifies each file it moves), orphans removed and packs above
-/// [`GARBAGE_MAX`] garbage rewritten. Does nothing when a record cannot be read.
-pub fn reclaim_tree(root: &Path, packs: &Packs) -> Result<Option<Reclaimed>, String> {
+/// [`GARBAGE_MAX`] garbage rewritten (with `budget`, those with the most garbage first, until
+/// the live bytes to move would exceed it). Does nothing when a record cannot be read.
+pub fn reclaim_tree(root: &Path, packs: &Packs, budget: Option<u64>) -> Result<Option<Reclaimed>, String> {
     use squeezefs_container::pack::record::{record_state, RecordState};
     use std::os::unix::fs::MetadataExt;
+    let ids = packs.dir().list().map_err(|e| e.to_string())?;
+    if ids.is_empty() {
+        return Ok(None);
+    }
     let mut live = LiveMap::default();
     let mut files = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (path, m) in crate::walk::entries(root)? {
-        if !m.is_file() || m.len() > 0 || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
-            // (A packed backing file is empty.)
+        // (Every file is asked: a packed file whose replaced bytes were not cut yet is not
+        // empty.)
+        if !m.is_file() || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
             continue;
         }
         let state = File::open(&path).map(|f| record_state(&FileStorage::new(f)));
@@ -137,17 +143,32 @@ pub fn reclaim_tree(root: &Path, packs: &Packs) -> Result<Option<Reclaimed>, Str
                 let name = path.strip_prefix(root).unwrap_or(&path).display().to_string();
                 files.push(LiveFile { name, loc });
             }
-            Ok(Ok(_)) => {}
-            _ => return Ok(None),
+            Ok(Ok(RecordState::Absent | RecordState::Stale(_))) => {}
+            // A record that cannot be read may point anywhere: nothing is reclaimed.
+            Ok(Ok(RecordState::Unreadable(_)) | Err(_)) | Err(_) => return Ok(None),
         }
     }
     let mut reports = BTreeMap::new();
-    for id in packs.dir().list().map_err(|e| e.to_string())? {
+    for id in ids {
         let r = check_pack(packs, id, &live, false).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
         repair_pack(packs, &r).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
         reports.insert(id, r);
     }
-    let v = victims(&reports, GARBAGE_MAX);
+    let mut v = victims(&reports, GARBAGE_MAX);
+    if let Some(budget) = budget {
+        // The packs with the most garbage first, until their live bytes fill the budget.
+        let mut by_garbage: Vec<&PackReport> = v.iter().map(|id| &reports[id]).collect();
+        by_garbage.sort_by(|a, b| b.garbage_fraction().total_cmp(&a.garbage_fraction()));
+        let mut moved = 0;
+        v = by_garbage
+            .into_iter()
+            .take_while(|r| {
+                moved += r.live_bytes;
+                moved <= budget || moved == r.live_bytes
+            })
+            .map(|r| r.id)
+            .collect();
+    }
     if v.is_empty() {
         return Ok(None);
     }

@@ -364,7 +364,7 @@ pub fn main(args: Args) -> Result<u8, String> {
     // Files rewritten out of packs left garbage there: reclaimed as `check --repair` does.
     for (root, packs) in &whole {
         pb.set_message(format!("reclaiming garbage in {}", root.display()));
-        match crate::check::packs::reclaim_tree(root, packs) {
+        match crate::check::packs::reclaim_tree(root, packs, None) {
             Ok(Some(r)) => s.reclaimed += r.bytes_freed,
             Ok(None) => {}
             Err(e) => {
