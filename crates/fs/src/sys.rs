@@ -32,8 +32,11 @@ pub fn entry_name(name: &OsStr) -> io::Result<CString> {
     cstr(name)
 }
 
-/// `/proc/self/fd/N`: reopens or addresses the file an O_PATH fd refers to.
-pub fn proc_path(fd: impl AsFd) -> CString {
+/// `/proc/self/fd/N`: reopens or addresses the file an O_PATH fd refers to. Takes the fd by
+/// reference: the path is only valid while the fd stays open, so the caller must keep it
+/// (taking it by value let a caller's temporary close before the call that used the path,
+/// which then named nothing, or whatever file reused the number).
+pub fn proc_path<F: AsFd>(fd: &F) -> CString {
     let fd = fd.as_fd().as_raw_fd();
     CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL")
 }
@@ -61,7 +64,7 @@ pub fn open_root(path: &std::path::Path) -> io::Result<OwnedFd> {
 
 /// Opens the file behind an O_PATH fd for I/O with `flags`.
 pub fn reopen(fd: impl AsFd, flags: i32) -> io::Result<std::fs::File> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: `p` is NUL-terminated and outlives the call.
     let r = cvt(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) })?;
     Ok(std::fs::File::from(owned(r)))
@@ -164,7 +167,7 @@ pub fn renameat2(od: impl AsFd, on: &CStr, nd: impl AsFd, nn: &CStr, flags: u32)
 
 /// Hard link to the file behind an O_PATH fd.
 pub fn linkat(fd: impl AsFd, dir: impl AsFd, name: &CStr) -> io::Result<()> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: both paths are NUL-terminated and outlive the call; `dir` is borrowed.
     cvt(unsafe {
         libc::linkat(
@@ -179,7 +182,7 @@ pub fn linkat(fd: impl AsFd, dir: impl AsFd, name: &CStr) -> io::Result<()> {
 }
 
 pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: `p` is NUL-terminated and outlives the call.
     cvt(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
@@ -214,7 +217,7 @@ pub fn utimens(fd: impl AsFd, atime: libc::timespec, mtime: libc::timespec) -> i
     if e.raw_os_error() != Some(libc::EINVAL) {
         return Err(e);
     }
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: as above, with a NUL-terminated path that outlives the call.
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), t.as_ptr(), 0) }).map(drop)
 }
@@ -277,7 +280,7 @@ pub fn read_dir(fd: impl AsFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
 }
 
 pub fn xattr_get(fd: impl AsFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     let mut buf = vec![0u8; size];
     // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`; both strings
     // are NUL-terminated and outlive the call.
@@ -298,7 +301,7 @@ pub fn xattr_get(fd: impl AsFd, name: &CStr, size: usize) -> io::Result<Vec<u8>>
 
 /// The length of an xattr's value (`getxattr` with an empty buffer: the kernel's size query).
 pub fn xattr_size(fd: impl AsFd, name: &CStr) -> io::Result<usize> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: a NULL buffer with size 0 is getxattr's documented size query; both strings
     // are NUL-terminated and live across the call.
     let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
@@ -309,7 +312,7 @@ pub fn xattr_size(fd: impl AsFd, name: &CStr) -> io::Result<usize> {
 }
 
 pub fn xattr_list(fd: impl AsFd, size: usize) -> io::Result<Vec<u8>> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     let mut buf = vec![0u8; size];
     // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`.
     let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, size) };
@@ -321,7 +324,7 @@ pub fn xattr_list(fd: impl AsFd, size: usize) -> io::Result<Vec<u8>> {
 }
 
 pub fn xattr_set(fd: impl AsFd, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: the kernel reads `value.len()` bytes from `value`; strings NUL-terminated.
     cvt(unsafe {
         libc::setxattr(
@@ -336,7 +339,7 @@ pub fn xattr_set(fd: impl AsFd, name: &CStr, value: &[u8], flags: i32) -> io::Re
 }
 
 pub fn xattr_remove(fd: impl AsFd, name: &CStr) -> io::Result<()> {
-    let p = proc_path(fd);
+    let p = proc_path(&fd);
     // SAFETY: both strings are NUL-terminated and outlive the call.
     cvt(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) }).map(drop)
 }
@@ -531,6 +534,37 @@ mod tests {
         for good in ["a", "...", ".hidden", "a b", "ü"] {
             assert!(entry_name(OsStr::new(good)).is_ok(), "{good:?}");
         }
+    }
+
+    /// An fd handed over by value (the last reference to it) stays open until the call that
+    /// addresses its file through `/proc/self/fd/N` is done. (It used to be closed first:
+    /// chmod and xattr calls then failed with ENOENT, or hit whatever file reused the
+    /// number — tar extractions lost directory modes under load.)
+    #[test]
+    fn calls_through_proc_keep_the_fd_they_are_given_open() {
+        let dir = std::env::temp_dir().join(format!("sqz-proc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let root = open_root(&dir).unwrap();
+        let name = CString::new("f").unwrap();
+        let path = || open_path(&root, &name).unwrap();
+        chmod(path(), 0o640).unwrap();
+        let st = fstat(path()).unwrap();
+        assert_eq!(st.st_mode & 0o7777, 0o640);
+        let attr = CString::new("user.sqz-test").unwrap();
+        match xattr_set(path(), &attr, b"v", 0) {
+            Ok(()) => {
+                assert_eq!(xattr_get(path(), &attr, 16).unwrap(), b"v");
+                assert_eq!(xattr_size(path(), &attr).unwrap(), 1);
+                assert!(xattr_list(path(), 4096).unwrap().len() > 1);
+                xattr_remove(path(), &attr).unwrap();
+            }
+            // (A temporary directory without user xattrs, e.g. some tmpfs.)
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
+        let f = reopen(path(), libc::O_RDONLY).unwrap();
+        assert_eq!(std::io::read_to_string(f).unwrap(), "x");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Needs CAP_DAC_READ_SEARCH (root) for the reopen; name_to_handle_at works for anyone.
