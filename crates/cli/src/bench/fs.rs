@@ -5,7 +5,8 @@
 //! * corpus: copy a directory in N times, make it durable (unmount + sync), mount again
 //!   with cold caches, read everything back.
 //! * tarball: copy a .tar in, extract it with tar(1) inside the filesystem, read the tree;
-//!   each step made durable and the caches dropped before the next.
+//!   each step made durable and the caches dropped before the next. With `--squashfs`,
+//!   mksquashfs packs the same tree (extracted once on the host) for comparison.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -15,21 +16,26 @@ use std::time::Instant;
 use squeezefs_codec::CodecSpec;
 
 use super::plot;
-use super::report::{FsReport, FsRow};
-use super::targets::{syncfs, Kind, Target};
+use super::report::{FsReport, FsRow, Tree};
+use super::targets::{drop_caches, fresh_dir, run, squashfs_codec, syncfs, Kind, Target};
 use super::util::{self, walk};
 use crate::ui;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
     sudo squeezefs bench fs --corpus bench-data/corpus --tarball bench-data/linux-source-6.1.tar.xz\n  \
-    squeezefs bench fs --corpus ~/logs --codecs zstd:1,zstd:9 --no-btrfs\n\n\
+    squeezefs bench fs --corpus ~/logs --codecs zstd:1,zstd:9 --no-btrfs\n  \
+    sudo squeezefs bench fs --tarball linux.tar.xz --codecs zstd:19 --extent-size 1M \\\n      \
+    --squeezefs-variants pack --squashfs --no-baselines\n\n\
     Ratio: logical bytes / bytes on disk (squeezefs and the host: du of the directory;\n\
-    btrfs: data + metadata + system used, from `btrfs filesystem df`). Write times run until\n\
-    the data is durable on the host disk (unmount, then syncfs); reads start from a fresh\n\
-    mount with the kernel caches dropped. A compressed tarball (.xz, .gz, .zst) is\n\
-    decompressed once beforehand so the timings measure the filesystems, not xz.\n\
-    The btrfs side and cache dropping need root; without it they are skipped, with a note.\n\
+    btrfs: data + metadata + system used, from `btrfs filesystem df`; squashfs: the image).\n\
+    Tarball workloads also show the tree alone: disk used after extracting minus disk used\n\
+    after copying the .tar in. Write times run until the data is durable on the host disk\n\
+    (unmount, then syncfs); reads start from a fresh mount with the kernel caches dropped.\n\
+    A compressed tarball (.xz, .gz, .zst) is decompressed once beforehand so the timings\n\
+    measure the filesystems, not xz. squashfs's extract step is mksquashfs of the tree\n\
+    extracted on the host (not timed). The btrfs and squashfs sides and cache dropping need\n\
+    root; without it they are skipped, with a note.\n\
     scripts/bench-data builds the corpus and fetches the Linux tarball (see docs/BENCHMARKS.md).")]
 pub struct FsArgs {
     /// A directory of mixed files, copied in --copies times.
@@ -44,6 +50,17 @@ pub struct FsArgs {
     /// Codecs to compare (each runs on squeezefs, and on btrfs when btrfs has it).
     #[arg(long, default_value = "zstd:1,zstd:3", value_delimiter = ',')]
     pub codecs: Vec<CodecSpec>,
+    /// squeezefs mounts per codec: plain, and pack (mount option `pack`: small files stored
+    /// whole in solid compressed blocks; rows "squeezefs+pack").
+    #[arg(long, default_value = "plain,pack", value_delimiter = ',')]
+    pub squeezefs_variants: Vec<Variant>,
+    /// squeezefs extent size (mount option extent_size=), 4K..1M; also mksquashfs's block.
+    #[arg(long, value_name = "SIZE", default_value = "128K", value_parser = util::parse_extent_size)]
+    pub extent_size: u8,
+    /// Also run mksquashfs on the extracted tree of --tarball with each codec (block size =
+    /// --extent-size), and read the tree back from the image mounted (needs root).
+    #[arg(long)]
+    pub squashfs: bool,
     /// Scratch directory for backing directories and btrfs images (on the host filesystem).
     #[arg(long, default_value = "/var/tmp/squeezefs-bench")]
     pub work: PathBuf,
@@ -59,6 +76,12 @@ pub struct FsArgs {
     /// Skip btrfs without compression and the host filesystem.
     #[arg(long)]
     pub no_baselines: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Variant {
+    Plain,
+    Pack,
 }
 
 const BUF: usize = 1 << 20;
@@ -249,6 +272,7 @@ fn corpus_run(ctx: &Ctx, kind: Kind, corpus: &Path) -> Result<FsRow, String> {
         logical_bytes: logical,
         disk_bytes: disk,
         ratio: logical as f64 / disk.max(1) as f64,
+        tree: None,
         steps: vec![("write".into(), w), ("read".into(), r)],
         write_mb_s: mb / w,
         read_mb_s: mb / r,
@@ -266,6 +290,7 @@ fn tarball_run(ctx: &Ctx, kind: Kind, tar: &Path) -> Result<FsRow, String> {
         Ok(n)
     })?;
     t.remount_cold()?;
+    let tar_disk = t.disk_bytes()?;
     let src = t.mnt.join("src");
     let ((), extract_s) = timed(|| {
         std::fs::create_dir(&src).map_err(|e| format!("{}: {e}", src.display()))?;
@@ -293,11 +318,12 @@ fn tarball_run(ctx: &Ctx, kind: Kind, tar: &Path) -> Result<FsRow, String> {
     t.destroy()?;
     let logical = tar_len + tree;
     Ok(FsRow {
-        workload: "linux tarball".into(),
+        workload: tar_workload(tar),
         method: name,
         logical_bytes: logical,
         disk_bytes: disk,
         ratio: logical as f64 / disk.max(1) as f64,
+        tree: Some(Tree::new(tree, disk.saturating_sub(tar_disk))),
         steps: vec![
             ("copy".into(), copy_s),
             ("extract".into(), extract_s),
@@ -309,20 +335,112 @@ fn tarball_run(ctx: &Ctx, kind: Kind, tar: &Path) -> Result<FsRow, String> {
     })
 }
 
+fn tar_workload(tar: &Path) -> String {
+    let name = tar.file_name().map(|n| n.to_string_lossy());
+    format!("tarball {}", name.unwrap_or_default())
+}
+
+/// The tarball's tree packed by mksquashfs at `codec` (block size = the extent size), then
+/// read back from the image, loop-mounted with cold caches. `tree` was extracted on the host.
+fn squashfs_run(ctx: &Ctx, codec: CodecSpec, tar: &Path, tree: &Path) -> Result<FsRow, String> {
+    let comp = squashfs_codec(codec).ok_or_else(|| format!("squashfs has no {codec}"))?;
+    let method = format!("squashfs {codec}");
+    let dir = fresh_dir(&ctx.args.work, &method)?;
+    let (img, mnt) = (dir.join("tree.sqfs"), dir.join("mnt"));
+    std::fs::create_dir(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    drop_caches();
+    let ((), mk_s) = timed(|| {
+        run(Command::new("mksquashfs")
+            .arg(tree)
+            .arg(&img)
+            .args(["-noappend", "-quiet", "-no-progress", "-b"])
+            .arg((1u32 << ctx.args.extent_size).to_string())
+            .args(comp))?;
+        syncfs(&dir)
+    })?;
+    let disk = std::fs::metadata(&img)
+        .map_err(|e| format!("{}: {e}", img.display()))?
+        .len();
+    drop_caches();
+    run(Command::new("mount")
+        .args(["-t", "squashfs", "-o", "loop,ro"])
+        .arg(&img)
+        .arg(&mnt))?;
+    let read = timed(|| read_tree(&mnt));
+    run(Command::new("umount").arg(&mnt))?;
+    let (bytes, read_s) = read?;
+    std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+    let mb = bytes as f64 / 1e6;
+    Ok(FsRow {
+        workload: tar_workload(tar),
+        method,
+        logical_bytes: bytes,
+        disk_bytes: disk,
+        ratio: f64::NAN,
+        tree: Some(Tree::new(bytes, disk)),
+        steps: vec![
+            ("copy".into(), f64::NAN),
+            ("extract".into(), mk_s),
+            ("read tree".into(), read_s),
+        ],
+        write_mb_s: mb / mk_s,
+        read_mb_s: mb / read_s,
+        daemon_peak_rss: 0,
+    })
+}
+
+fn num(x: f64, prec: usize) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{x:.prec$}")
+    }
+}
+
+/// One line comparing row `a` with row `b` of the same workload.
+fn compare(a: &FsRow, b: &FsRow) {
+    let mut parts = Vec::new();
+    if !(a.ratio / b.ratio).is_nan() {
+        parts.push(format!("ratio x{:.3}", a.ratio / b.ratio));
+    }
+    if let (Some(ta), Some(tb)) = (&a.tree, &b.tree) {
+        parts.push(format!(
+            "tree ratio x{:.3} (disk x{:.3})",
+            ta.ratio / tb.ratio,
+            ta.disk_bytes as f64 / tb.disk_bytes.max(1) as f64
+        ));
+    }
+    let speed: Vec<String> = (a.steps.iter().zip(&b.steps))
+        .filter(|((_, s), (_, bs))| !(bs / s).is_nan())
+        .map(|((n, s), (_, bs))| format!("{n} x{:.2}", bs / s))
+        .collect();
+    if !speed.is_empty() {
+        parts.push(format!("speed (its time / this time): {}", speed.join(", ")));
+    }
+    println!("  {} against {}: {}", a.method, b.method, parts.join("; "));
+}
+
 fn print_rows(rows: &[FsRow]) {
     let mut workloads: Vec<&str> = rows.iter().map(|r| r.workload.as_str()).collect();
     workloads.dedup();
     for w in workloads {
         let sel: Vec<&FsRow> = rows.iter().filter(|r| r.workload == w).collect();
         println!("\n{w}: {:.1} MB logical", sel[0].logical_bytes as f64 / 1e6);
+        let trees = sel[0].tree.is_some();
         let mut head = vec!["method", "ratio"];
+        if trees {
+            head.extend(["tree ratio", "tree disk"]);
+        }
         let steps: Vec<String> = sel[0].steps.iter().map(|(n, _)| format!("{n} s")).collect();
         head.extend(steps.iter().map(|s| s.as_str()));
         head.extend(["write MB/s", "read MB/s", "daemon RSS"]);
         let mut t = util::Table::new(&head);
         for r in &sel {
-            let mut cells = vec![r.method.clone(), format!("{:.3}", r.ratio)];
-            cells.extend(r.steps.iter().map(|(_, s)| format!("{s:.2}")));
+            let mut cells = vec![r.method.clone(), num(r.ratio, 3)];
+            if let Some(t) = r.tree.as_ref().filter(|_| trees) {
+                cells.extend([format!("{:.3}", t.ratio), ui::human(t.disk_bytes)]);
+            }
+            cells.extend(r.steps.iter().map(|(_, s)| num(*s, 2)));
             cells.push(format!("{:.1}", r.write_mb_s));
             cells.push(format!("{:.1}", r.read_mb_s));
             cells.push(if r.daemon_peak_rss > 0 {
@@ -333,21 +451,17 @@ fn print_rows(rows: &[FsRow]) {
             t.row(cells);
         }
         print!("{t}");
-        // squeezefs against btrfs with the same codec: > 1 is better for squeezefs.
-        for r in sel.iter().filter(|r| r.method.starts_with("squeezefs ")) {
-            let codec = &r.method["squeezefs ".len()..];
-            if let Some(b) = sel.iter().find(|b| b.method == format!("btrfs {codec}")) {
-                let speed: Vec<String> = r
-                    .steps
-                    .iter()
-                    .zip(&b.steps)
-                    .map(|((n, s), (_, bs))| format!("{n} x{:.2}", bs / s))
-                    .collect();
-                println!(
-                    "  squeezefs/btrfs {codec}: ratio x{:.3}, speed (btrfs time / squeezefs time): {}",
-                    r.ratio / b.ratio,
-                    speed.join(", ")
-                );
+        // squeezefs against btrfs, squashfs and plain squeezefs with the same codec.
+        for r in sel.iter().filter(|r| r.method.starts_with("squeezefs")) {
+            let (variant, codec) = r.method.split_once(' ').unwrap_or_default();
+            let mut others = vec![format!("btrfs {codec}"), format!("squashfs {codec}")];
+            if variant != "squeezefs" {
+                others.push(format!("squeezefs {codec}"));
+            }
+            for o in others {
+                if let Some(b) = sel.iter().find(|b| b.method == o) {
+                    compare(r, b);
+                }
             }
         }
     }
@@ -372,9 +486,41 @@ pub fn main(args: FsArgs) -> Result<(), String> {
     if !root {
         notes.push("caches not dropped between writing and reading (needs root)".to_string());
     }
+    let mut use_squashfs = args.squashfs;
+    if use_squashfs && args.tarball.is_none() {
+        notes.push("squashfs side skipped: it packs the tree of --tarball".to_string());
+        use_squashfs = false;
+    }
+    if use_squashfs && !root {
+        notes.push("squashfs side skipped: mounting its image needs root (run with sudo)".to_string());
+        use_squashfs = false;
+    }
+    if use_squashfs && Command::new("mksquashfs").arg("-version").output().is_err() {
+        notes.push("squashfs side skipped: mksquashfs not found (install squashfs-tools)".to_string());
+        use_squashfs = false;
+    }
+    if args.extent_size != 17 {
+        notes.push(format!(
+            "squeezefs extent size {}",
+            ui::human(1 << args.extent_size)
+        ));
+    }
     let mut kinds = Vec::new();
+    let mut squash = Vec::new();
     for &c in &args.codecs {
-        kinds.push(Kind::Squeezefs(c));
+        for &v in &args.squeezefs_variants {
+            kinds.push(Kind::Squeezefs {
+                codec: c,
+                pack: v == Variant::Pack,
+                extent_shift: args.extent_size,
+            });
+        }
+        if use_squashfs {
+            match squashfs_codec(c) {
+                Some(_) => squash.push(c),
+                None => notes.push(format!("squashfs has no {c}")),
+            }
+        }
         if use_btrfs {
             match Kind::btrfs_codec(c) {
                 Some(_) => kinds.push(Kind::Btrfs(Some(c))),
@@ -418,7 +564,7 @@ pub fn main(args: FsArgs) -> Result<(), String> {
         eprintln!("note: {n}");
     }
     let mut rows = Vec::new();
-    let runs = kinds.len() * (args.corpus.is_some() as usize + tar.is_some() as usize);
+    let runs = kinds.len() * (args.corpus.is_some() as usize + tar.is_some() as usize) + squash.len();
     let bar = ui::bar(runs as u64, "bench fs");
     if let Some(c) = &args.corpus {
         for k in &kinds {
@@ -432,6 +578,17 @@ pub fn main(args: FsArgs) -> Result<(), String> {
             bar.set_message(format!("tarball on {}", k.name(&host)));
             rows.push(tarball_run(&ctx, k.clone(), t)?);
             bar.inc(1);
+        }
+        if !squash.is_empty() {
+            bar.set_message("extracting the tree for mksquashfs (not timed)");
+            let tree = fresh_dir(&args.work, "squashfs-tree")?;
+            run(Command::new("tar").arg("-xf").arg(t).arg("-C").arg(&tree))?;
+            for &c in &squash {
+                bar.set_message(format!("tarball on squashfs {c}"));
+                rows.push(squashfs_run(&ctx, c, t, &tree)?);
+                bar.inc(1);
+            }
+            std::fs::remove_dir_all(&tree).map_err(|e| format!("removing {}: {e}", tree.display()))?;
         }
     }
     bar.finish_and_clear();

@@ -1,5 +1,5 @@
 //! The PNG of `bench fs`: for each workload, ratio against write MB/s and against read
-//! MB/s, one labelled point per method.
+//! MB/s, one labelled point per method (tarball workloads: the tree's ratio).
 
 use std::path::Path;
 
@@ -35,13 +35,22 @@ fn register_font_bytes(bytes: &'static [u8]) -> Result<(), ()> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| ())
 }
 
+/// The ratio plotted: the tree's for a tarball workload (all its methods have one).
+fn ratio(r: &FsRow) -> f64 {
+    r.tree.as_ref().map_or(r.ratio, |t| t.ratio)
+}
+
 fn color(method: &str) -> RGBColor {
-    if method.starts_with("squeezefs") {
+    if method.starts_with("squeezefs+pack") {
+        RGBColor(148, 103, 189)
+    } else if method.starts_with("squeezefs") {
         RGBColor(31, 119, 180)
     } else if method.starts_with("btrfs (no") {
         RGBColor(127, 127, 127)
     } else if method.starts_with("btrfs") {
         RGBColor(214, 39, 40)
+    } else if method.starts_with("squashfs") {
+        RGBColor(255, 127, 14)
     } else {
         RGBColor(44, 160, 44)
     }
@@ -56,7 +65,7 @@ fn panel(
 ) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| format!("drawing the plot: {e}");
     let xmax = rows.iter().map(|r| x(r)).fold(1.0, f64::max) * 1.25;
-    let ymax = rows.iter().map(|r| r.ratio).fold(1.0, f64::max) * 1.15;
+    let ymax = rows.iter().map(|r| ratio(r)).fold(1.0, f64::max) * 1.15;
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(12)
@@ -67,13 +76,17 @@ fn panel(
     chart
         .configure_mesh()
         .x_desc(xlabel)
-        .y_desc("ratio (logical / on disk)")
+        .y_desc(if rows[0].tree.is_some() {
+            "tree ratio (logical / on disk)"
+        } else {
+            "ratio (logical / on disk)"
+        })
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| err(&e))?;
     for r in rows {
         let c = color(&r.method);
-        let p = (x(r), r.ratio);
+        let p = (x(r), ratio(r));
         // The label sits beside the point, not on it.
         let point = EmptyElement::at(p)
             + Circle::new((0, 0), 5, c.filled())

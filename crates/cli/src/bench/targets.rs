@@ -11,7 +11,13 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 #[derive(Clone, Debug)]
 pub enum Kind {
-    Squeezefs(CodecSpec),
+    /// squeezefs mounted with `compress=codec`, `extent_size=` and, with `pack`, the mount
+    /// option `pack` (small files stored whole in solid compressed blocks).
+    Squeezefs {
+        codec: CodecSpec,
+        pack: bool,
+        extent_shift: u8,
+    },
     /// Kernel btrfs; `Some(codec)` mounts with compress-force=codec.
     Btrfs(Option<CodecSpec>),
     Host,
@@ -20,7 +26,9 @@ pub enum Kind {
 impl Kind {
     pub fn name(&self, host_fs: &str) -> String {
         match self {
-            Kind::Squeezefs(c) => format!("squeezefs {c}"),
+            Kind::Squeezefs { codec, pack, .. } => {
+                format!("squeezefs{} {codec}", if *pack { "+pack" } else { "" })
+            }
             Kind::Btrfs(Some(c)) => format!("btrfs {c}"),
             Kind::Btrfs(None) => "btrfs (no compression)".into(),
             Kind::Host => format!("{host_fs} (host)"),
@@ -38,6 +46,25 @@ impl Kind {
     }
 }
 
+/// The `mksquashfs` options for `c`, if squashfs has that codec.
+pub fn squashfs_codec(c: CodecSpec) -> Option<Vec<String>> {
+    let level = |name: &str| {
+        vec![
+            "-comp".to_string(),
+            name.into(),
+            "-Xcompression-level".into(),
+            c.level.to_string(),
+        ]
+    };
+    match c.alg {
+        Algorithm::Zstd if (1..=22).contains(&c.level) => Some(level("zstd")),
+        Algorithm::Zlib => Some(level("gzip")),
+        Algorithm::Lzo => Some(vec!["-comp".into(), "lzo".into()]),
+        Algorithm::Lz4 => Some(vec!["-comp".into(), "lz4".into()]),
+        _ => None,
+    }
+}
+
 pub struct Target {
     pub kind: Kind,
     /// Where the workload reads and writes.
@@ -50,7 +77,7 @@ pub struct Target {
     pub peak_rss: u64,
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -131,24 +158,29 @@ fn btrfs_used(mnt: &Path) -> Result<u64, String> {
     Ok(used)
 }
 
+/// An empty directory under `work` named after `name`; whatever an interrupted run left
+/// there (a mount included) is cleared first.
+pub fn fresh_dir(work: &Path, name: &str) -> Result<PathBuf, String> {
+    let slug: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let dir = work.join(slug);
+    if dir.exists() {
+        let _ = Command::new("umount").arg("-l").arg(dir.join("mnt")).status();
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
 impl Target {
     /// Creates the target's storage under `work` and mounts it.
     pub fn create(kind: Kind, work: &Path, exe: &Path, image_size: u64) -> Result<Target, String> {
-        let slug: String = kind
-            .name("host")
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let dir = work.join(slug);
-        if dir.exists() {
-            // A previous interrupted run may have left a mount behind.
-            let _ = Command::new("umount").arg("-l").arg(dir.join("mnt")).status();
-            std::fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = fresh_dir(work, &kind.name("host"))?;
         let (mnt, store) = match &kind {
             Kind::Host => (dir.join("data"), dir.join("data")),
-            Kind::Squeezefs(_) => (dir.join("mnt"), dir.join("backing")),
+            Kind::Squeezefs { .. } => (dir.join("mnt"), dir.join("backing")),
             Kind::Btrfs(_) => (dir.join("mnt"), dir.join("btrfs.img")),
         };
         std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
@@ -158,7 +190,7 @@ impl Target {
                 .map_err(|e| format!("{}: {e}", store.display()))?;
             run(Command::new("mkfs.btrfs").args(["-q", "-f"]).arg(&store))?;
         }
-        if let Kind::Squeezefs(_) = kind {
+        if let Kind::Squeezefs { .. } = kind {
             std::fs::create_dir_all(&store).map_err(|e| format!("{}: {e}", store.display()))?;
         }
         let mut t = Target {
@@ -187,13 +219,21 @@ impl Target {
                     .arg(&self.store)
                     .arg(&self.mnt))
             }
-            Kind::Squeezefs(c) => {
+            Kind::Squeezefs {
+                codec,
+                pack,
+                extent_shift,
+            } => {
+                let mut opts = format!("compress={codec},extent_size={}", 1u32 << extent_shift);
+                if *pack {
+                    opts.push_str(",pack");
+                }
                 let child = Command::new(&self.exe)
                     .arg("mount")
                     .arg(&self.store)
                     .arg(&self.mnt)
                     .arg("-o")
-                    .arg(format!("compress={c}"))
+                    .arg(opts)
                     .env("RUST_LOG", "warn,fuser=error")
                     .stdin(Stdio::null())
                     .spawn()
@@ -234,7 +274,7 @@ impl Target {
                 run(Command::new("umount").arg(&self.mnt))?;
                 syncfs(self.store.parent().expect("image in a directory"))
             }
-            Kind::Squeezefs(_) => {
+            Kind::Squeezefs { .. } => {
                 self.unmount_daemon()?;
                 syncfs(&self.store)
             }
@@ -265,7 +305,7 @@ impl Target {
     /// Bytes the stored data takes on disk (call while mounted, after writes are durable).
     pub fn disk_bytes(&self) -> Result<u64, String> {
         match &self.kind {
-            Kind::Host | Kind::Squeezefs(_) => Ok(du(&self.store)),
+            Kind::Host | Kind::Squeezefs { .. } => Ok(du(&self.store)),
             Kind::Btrfs(_) => btrfs_used(&self.mnt),
         }
     }
@@ -275,7 +315,7 @@ impl Target {
         match &self.kind {
             Kind::Host => {}
             Kind::Btrfs(_) => run(Command::new("umount").arg(&self.mnt))?,
-            Kind::Squeezefs(_) => self.unmount_daemon()?,
+            Kind::Squeezefs { .. } => self.unmount_daemon()?,
         }
         let dir = self.mnt.parent().expect("target directory").to_path_buf();
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))
