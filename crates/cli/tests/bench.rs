@@ -126,11 +126,23 @@ fn filesystem_table_beside_btrfs_and_the_host() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("squeezefs/btrfs zstd:1"), "{stdout}");
+    assert!(
+        stdout.contains("squeezefs zstd:1 against btrfs zstd:1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("squeezefs+pack zstd:1 against btrfs zstd:1"),
+        "{stdout}"
+    );
     let v = json(&dir.join("out.json"));
     let rows = v["rows"].as_array().unwrap();
     let methods: Vec<&str> = rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
-    for want in ["squeezefs zstd:1", "btrfs zstd:1", "btrfs (no compression)"] {
+    for want in [
+        "squeezefs zstd:1",
+        "squeezefs+pack zstd:1",
+        "btrfs zstd:1",
+        "btrfs (no compression)",
+    ] {
         assert_eq!(
             methods.iter().filter(|m| **m == want).count(),
             2,
@@ -138,9 +150,15 @@ fn filesystem_table_beside_btrfs_and_the_host() {
         );
     }
     assert!(v["caches_dropped"].as_bool().unwrap());
-    for w in ["corpus x2", "linux tarball"] {
+    // (Named after the decompressed tar it extracts.)
+    let tar_name = "tarball src.tar";
+    for w in ["corpus x2", tar_name] {
         let sel: Vec<&serde_json::Value> = rows.iter().filter(|r| r["workload"] == w).collect();
-        assert_eq!(sel.len(), 4, "{w}: squeezefs, btrfs zstd:1, btrfs, host");
+        assert_eq!(
+            sel.len(),
+            5,
+            "{w}: squeezefs, squeezefs+pack, btrfs zstd:1, btrfs, host"
+        );
         // Every method stored the same logical bytes; compression shows in the ratio.
         let logical = sel[0]["logical_bytes"].as_u64().unwrap();
         assert!(sel
@@ -164,6 +182,9 @@ fn filesystem_table_beside_btrfs_and_the_host() {
             ratio("btrfs zstd:1")
         );
         assert!(sq > 1.2 * host, "{w}: {sq} vs host {host}");
+        // Small files packed take less than one container each.
+        let packed = ratio("squeezefs+pack zstd:1");
+        assert!(packed > sq, "{w}: packed {packed} vs {sq}");
         assert!(ratio("btrfs zstd:1") > ratio("btrfs (no compression)"));
         let sq = sel.iter().find(|r| r["method"] == "squeezefs zstd:1").unwrap();
         assert!(sq["daemon_peak_rss"].as_u64().unwrap() > 0);
