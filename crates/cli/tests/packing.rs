@@ -15,6 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
+use common::allocated;
 use common::{files_under, getfattr, real_tree, scratch, squeezefs, squeezefs_json, Mount};
 
 /// Disk used under `dir`, directories included (what `du` shows).
@@ -460,16 +461,6 @@ fn packed_rows(doc: &serde_json::Value) -> (u64, u64) {
                 u + t["uncompressed"].as_u64().unwrap(),
             )
         })
-}
-
-/// What the files under `root` occupy (pack files included), each inode once.
-fn allocated(root: &Path) -> u64 {
-    let mut seen = std::collections::HashSet::new();
-    files_under(root)
-        .into_iter()
-        .filter(|(_, m)| seen.insert(m.ino()))
-        .map(|(_, m)| m.blocks() * 512)
-        .sum()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod common;
+use common::allocated;
 
 use std::ffi::OsStr;
 use std::fs;
@@ -10,23 +11,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{
-    files_under, getfattr, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, types, Mount,
-};
+use common::{getfattr, real_tree, registry_tree, scratch, squeezefs, squeezefs_json, types, Mount};
 use serde_json::Value;
 
 fn os<P: AsRef<OsStr> + ?Sized>(p: &P) -> &OsStr {
     p.as_ref()
-}
-
-/// What the files under `root` occupy, each inode once.
-fn allocated(root: &Path) -> u64 {
-    let mut seen = std::collections::HashSet::new();
-    files_under(root)
-        .into_iter()
-        .filter(|(_, m)| seen.insert(m.ino()))
-        .map(|(_, m)| m.blocks() * 512)
-        .sum()
 }
 
 fn same_tree(root: &Path, files: &[(PathBuf, Vec<u8>)]) {

@@ -400,17 +400,7 @@ mod tests {
                 .iter()
                 .map(|slot| {
                     let p = writer.durable(slot).unwrap();
-                    let loc = Location {
-                        props: 0,
-                        codec: zstd1,
-                        extent_shift: 17,
-                        pack: p.pack,
-                        block: p.block,
-                        offset: p.offset,
-                        len: slot.len,
-                        generation: 1,
-                        content_sum: slot.sum,
-                    };
+                    let loc = crate::pack::tests::loc(slot, p);
                     let d = MemDisk::new();
                     d.set_xattr(LOCATION_XATTR, &loc.encode()).unwrap();
                     d

@@ -392,3 +392,14 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// What the files under `root` occupy (allocated blocks), each inode once.
+pub fn allocated(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    files_under(root)
+        .into_iter()
+        .filter(|(_, m)| seen.insert(m.ino()))
+        .map(|(_, m)| m.blocks() * 512)
+        .sum()
+}

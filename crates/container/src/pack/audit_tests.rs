@@ -6,13 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::audit::{check_pack, repair_pack, LiveMap, PackFix, PackIssue, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, LiveFile};
 use super::record::read_record;
-use super::tests::text;
+use super::tests::{loc, text, zstd1};
 use super::*;
 use crate::sim::{Crash, MemDisk};
-
-fn zstd1() -> CodecSpec {
-    CodecSpec::new(Algorithm::Zstd, 1).unwrap()
-}
 
 /// Packs `bytes` as one file on a new disk with a durable record.
 fn pack_file(packs: &Packs, crash: &Crash, bytes: &[u8]) -> MemDisk {
@@ -24,18 +20,7 @@ fn pack_file(packs: &Packs, crash: &Crash, bytes: &[u8]) -> MemDisk {
 fn set_file(packs: &Packs, d: &MemDisk, bytes: &[u8]) {
     let s = packs.append(zstd1(), 17, bytes).unwrap();
     let p = packs.durable(&s).unwrap();
-    let loc = Location {
-        props: 0,
-        codec: zstd1(),
-        extent_shift: 17,
-        pack: p.pack,
-        block: p.block,
-        offset: p.offset,
-        len: s.len,
-        generation: 1,
-        content_sum: s.sum,
-    };
-    d.set_xattr(LOCATION_XATTR, &loc.encode()).unwrap();
+    d.set_xattr(LOCATION_XATTR, &loc(&s, p).encode()).unwrap();
     d.sync_all().unwrap();
 }
 

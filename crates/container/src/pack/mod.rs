@@ -515,4 +515,4 @@ impl Packs {
 #[cfg(test)]
 mod audit_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

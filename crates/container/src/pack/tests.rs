@@ -1,7 +1,8 @@
 use super::*;
 use crate::sim::Crash;
 
-fn zstd1() -> CodecSpec {
+/// zstd:1, the codec the pack tests write with.
+pub(crate) fn zstd1() -> CodecSpec {
     CodecSpec::new(Algorithm::Zstd, 1).unwrap()
 }
 
@@ -22,7 +23,9 @@ pub(super) fn text(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn loc(slot: &Slot, p: Placed) -> Location {
+/// The record naming `slot`, placed at `p` (zstd:1, 128 KiB extents, generation 1; shared
+/// with `audit_tests` and `usage`'s tests).
+pub(crate) fn loc(slot: &Slot, p: Placed) -> Location {
     Location {
         props: 0,
         codec: zstd1(),
