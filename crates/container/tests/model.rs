@@ -112,9 +112,17 @@ const PROP_CODECS: [&str; 5] = ["zstd:9", "lz4", "none", "zlib:1", "zstd-fast:1"
 
 fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
     let off = 0..max;
+    let extent = max / 6;
     prop_oneof![
         6 => (off.clone(), 0..(max as usize / 2), any::<u8>(), any::<u8>())
             .prop_map(|(off, len, kind, seed)| Op::Write { off, len, kind, seed }),
+        // Inside the first extent: files that stay small enough to be packed.
+        3 => (0..extent, 0..(extent as usize), any::<u8>(), any::<u8>())
+            .prop_map(|(off, len, kind, seed)| Op::Write { off, len, kind, seed }),
+        // Whole extents, the path that starts from zeros instead of the old bytes.
+        2 => (0..6u64, 1..3u64, any::<u8>(), any::<u8>()).prop_map(move |(i, n, kind, seed)| {
+            Op::Write { off: i * extent, len: (n * extent) as usize, kind, seed }
+        }),
         3 => (off.clone(), 0..(max as usize)).prop_map(|(off, len)| Op::Read { off, len }),
         2 => (0..max).prop_map(Op::SetSize),
         1 => (off, 0..max).prop_map(|(off, len)| Op::Punch { off, len }),
@@ -587,4 +595,24 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
     assert!(c.is_packed());
     assert_eq!(c.read(0, 10).unwrap(), b"hello");
     assert_eq!(disk.contents().len(), 0, "nothing in the backing file");
+}
+
+/// A whole-extent overwrite of a packed file that was not loaded yet: the new bytes win,
+/// the pack's old ones are never read over them.
+#[test]
+fn a_whole_extent_overwrite_of_an_unloaded_packed_file_keeps_the_new_bytes() {
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir));
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    c.write(0, &[1u8; 4096]).unwrap();
+    c.fsync().unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    assert!(c.is_packed());
+    c.write(0, &[2u8; 4096]).unwrap();
+    assert!(c.read(0, 4096).unwrap() == [2u8; 4096], "the old bytes came back");
+    c.fsync().unwrap();
+    assert!(c.read(0, 4096).unwrap() == [2u8; 4096], "the old bytes came back");
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    assert!(c.read(0, 4096).unwrap() == [2u8; 4096], "the old bytes came back");
 }

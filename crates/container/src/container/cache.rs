@@ -115,6 +115,10 @@ impl Packed {
         if need_old && !self.is_known(idx) {
             self.load(st, idx)?;
         }
+        if idx == 0 && !need_old {
+            // A whole-extent overwrite: a packed file's old bytes are never loaded over it.
+            self.loc_unloaded = false;
+        }
         let len = self.extent_len();
         let clock = self.tick();
         let e = self.exts.entry(idx).or_default();

@@ -53,14 +53,21 @@ impl Packed {
             .ok_or_else(|| Error::Unsupported("a packed file, but this mount has no packs".into()))
     }
 
-    /// Loads the file's bytes from its pack into extent 0, where they stay (like an inline
-    /// file's, they exist nowhere else the container could find them again).
+    /// Loads the file's bytes into extent 0, where they stay (like an inline file's, they
+    /// exist nowhere else the container could find them again): from the slot a write-back
+    /// handed them to, while its record waits, else from the pack its record names.
     pub(super) fn load_packed(&mut self) -> Result<()> {
         if !self.loc_unloaded {
             return Ok(());
         }
-        let loc = self.loc.expect("an unloaded packed file has a record");
-        let bytes = self.packs()?.read(&loc)?;
+        let bytes = match &self.loc_pending {
+            Some(PendingLoc::Bytes(slot)) => self.packs()?.read_slot(slot)?,
+            Some(PendingLoc::Empty) => Vec::new(),
+            None => {
+                let loc = self.loc.expect("an unloaded packed file has a record or a slot");
+                self.packs()?.read(&loc)?
+            }
+        };
         let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
         let n = bytes.len().min(self.size as usize);
         buf[..n].copy_from_slice(&bytes[..n]);
@@ -94,15 +101,12 @@ impl Packed {
             };
             PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
         };
-        // Extent 0 keeps the bytes in memory (never evicted: stale range); nothing of the
-        // file is in the backing file's extent slots any more.
-        self.exts.retain(|i, x| *i == 0 && x.data.is_some());
-        if let Some(x) = self.exts.get_mut(&0) {
-            x.dirty = false;
-            x.covered.clear();
-            x.disk = None;
-            x.written = false;
-        }
+        // The slot keeps the bytes until the record is set (`load_packed` reads them back
+        // from it), so the file drops its extent-sized copy now: thousands of small files
+        // waiting for a group commit cost their own bytes, not an extent each. Nothing of
+        // the file is in the backing file's extent slots any more.
+        self.exts.clear();
+        self.loc_unloaded = len > 0;
         self.stale_from = Some(0);
         self.sb_dirty = false;
         self.loc_pending = Some(pending);
@@ -125,8 +129,12 @@ impl Packed {
             PendingLoc::Bytes(slot) => match self.packs()?.durable(slot) {
                 Ok(p) => (p.pack, p.block, p.offset, slot.len, slot.sum),
                 Err(e) => {
-                    // Its block is lost: the bytes go to the packs again at the next
-                    // write-out.
+                    // Its block is lost or not durable: the bytes come back from the slot
+                    // and go to the packs again at the next write-out.
+                    self.load_packed()?;
+                    if let Some(x) = self.exts.get_mut(&0) {
+                        x.dirty = true;
+                    }
                     self.loc_pending = None;
                     self.sb_dirty = true;
                     return Err(e);

@@ -68,14 +68,21 @@ pub struct Placed {
 
 #[derive(Debug, Clone)]
 enum SlotState {
-    /// In the open block of this group, at this offset.
+    /// In the open block of this group.
     Open(Group),
-    Placed(Placed),
-    /// Its block could not be written.
-    Lost(String),
+    /// Written (not necessarily durable); the block's decoded bytes stay with the slot.
+    Placed(Placed, Arc<[u8]>),
+    /// Its block could not be written: why, and the block's bytes (the file's are at the
+    /// slot's offset), so its owner can write them again.
+    Lost(String, Arc<[u8]>, u32),
 }
 
 /// A file's bytes handed to [`Packs::append`]: where they are, once their block is written.
+///
+/// A slot holds its block's decoded bytes (shared with the block cache and the block's other
+/// slots) until it is dropped, so [`Packs::read_slot`] never needs the disk and a file need
+/// not keep its own copy while its record waits for a commit: memory per waiting file is its
+/// share of a block, not an extent.
 #[derive(Debug)]
 pub struct Slot {
     pub len: u32,
@@ -271,29 +278,37 @@ impl Packs {
         if b.data.is_empty() {
             return Ok(());
         }
-        let r = self.write_block(w, group.0, &b);
+        let data: Arc<[u8]> = Arc::from(b.data.as_slice());
+        let r = self.write_block(w, group.0, &data, b.slots.len());
         match &r {
             Ok(placed) => {
                 for (slot, off) in &b.slots {
-                    *slot.state.lock().unwrap() = SlotState::Placed(Placed {
+                    let at = Placed {
                         offset: *off,
                         ..*placed
-                    });
+                    };
+                    *slot.state.lock().unwrap() = SlotState::Placed(at, data.clone());
                 }
             }
             Err(e) => {
-                for (slot, _) in &b.slots {
-                    *slot.state.lock().unwrap() = SlotState::Lost(e.to_string());
+                for (slot, off) in &b.slots {
+                    *slot.state.lock().unwrap() = SlotState::Lost(e.to_string(), data.clone(), *off);
                 }
             }
         }
         r.map(|_| ())
     }
 
-    fn write_block(&self, w: &mut Writer, codec: CodecSpec, b: &OpenBlock) -> Result<Placed> {
-        let logical = b.data.len();
-        let (alg, encoded) = encode_block(codec, &b.data);
-        let payload = encoded.as_deref().unwrap_or(&b.data);
+    fn write_block(
+        &self,
+        w: &mut Writer,
+        codec: CodecSpec,
+        data: &Arc<[u8]>,
+        files: usize,
+    ) -> Result<Placed> {
+        let logical = data.len();
+        let (alg, encoded) = encode_block(codec, data);
+        let payload = encoded.as_deref().unwrap_or(data);
         if w.cur.as_ref().is_none_or(|c| c.end >= PACK_MAX) {
             w.cur = None;
             let id = w.next_id;
@@ -315,7 +330,7 @@ impl Packs {
             codec: alg,
             level: if alg == Algorithm::None { 0 } else { codec.level },
             pack: cur.id,
-            files: b.slots.len() as u32,
+            files: files as u32,
             offset: cur.end,
             stored_len: payload.len() as u32,
             logical_len: logical as u32,
@@ -341,10 +356,7 @@ impl Packs {
             .bytes_stored
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         // The new block is what the next reads of these files want.
-        self.cache
-            .lock()
-            .unwrap()
-            .insert((id, at), Arc::from(b.data.as_slice()));
+        self.cache.lock().unwrap().insert((id, at), data.clone());
         Ok(Placed {
             pack: id,
             block: at,
@@ -358,13 +370,13 @@ impl Packs {
         let mut w = self.writer.lock().unwrap();
         let state = slot.state.lock().unwrap().clone();
         let placed = match state {
-            SlotState::Placed(p) => p,
-            SlotState::Lost(why) => return Err(Error::Io(io::Error::other(why))),
+            SlotState::Placed(p, _) => p,
+            SlotState::Lost(why, ..) => return Err(Error::Io(io::Error::other(why))),
             SlotState::Open(group) => {
                 self.seal(&mut w, group)?;
                 match slot.state.lock().unwrap().clone() {
-                    SlotState::Placed(p) => p,
-                    SlotState::Lost(why) => return Err(Error::Io(io::Error::other(why))),
+                    SlotState::Placed(p, _) => p,
+                    SlotState::Lost(why, ..) => return Err(Error::Io(io::Error::other(why))),
                     SlotState::Open(_) => unreachable!("sealed"),
                 }
             }
@@ -479,6 +491,37 @@ impl Packs {
             return Err(corrupt(pack, block, "payload checksum mismatch"));
         }
         Ok((h, payload))
+    }
+
+    /// The bytes handed to [`Packs::append`] for `slot`, from memory (its open block, or the
+    /// block bytes the slot keeps), whether or not its block was written; verified against
+    /// the slot's checksum.
+    pub fn read_slot(&self, slot: &Slot) -> Result<Vec<u8>> {
+        // Lock order: the writer, then the slot (as in `seal` and `durable`).
+        let w = self.writer.lock().unwrap();
+        let state = slot.state.lock().unwrap().clone();
+        let (data, at): (&[u8], u32) = match &state {
+            SlotState::Open(group) => {
+                let b = w
+                    .open
+                    .get(group)
+                    .expect("an open slot is in its group's open block");
+                let at = b
+                    .slots
+                    .iter()
+                    .find(|(s, _)| std::ptr::eq(Arc::as_ptr(s), slot))
+                    .map(|(_, at)| *at)
+                    .expect("an open slot is listed in its block");
+                (&b.data, at)
+            }
+            SlotState::Placed(p, data) => (data, p.offset),
+            SlotState::Lost(_, data, at) => (data, *at),
+        };
+        let bytes = &data[at as usize..at as usize + slot.len as usize];
+        if xxh3_64(bytes) != slot.sum {
+            return Err(Error::Invalid("a pack slot's bytes changed in memory".into()));
+        }
+        Ok(bytes.to_vec())
     }
 
     /// A packed file's bytes, verified against its record's checksum.

@@ -50,7 +50,14 @@ fn files_share_solid_blocks_and_read_back() {
         .iter()
         .map(|f| packs.append(zstd1(), 17, f).unwrap())
         .collect();
+    // Every slot gives its bytes back from memory, in an open block or a written one.
+    for (f, s) in files.iter().zip(&slots) {
+        assert!(&packs.read_slot(s).unwrap() == f, "slot bytes before durable");
+    }
     let placed: Vec<_> = slots.iter().map(|s| packs.durable(s).unwrap()).collect();
+    for (f, s) in files.iter().zip(&slots) {
+        assert!(&packs.read_slot(s).unwrap() == f, "slot bytes after durable");
+    }
     let total: usize = files.iter().map(Vec::len).sum();
     let blocks: std::collections::BTreeSet<_> = placed.iter().map(|p| (p.pack, p.block)).collect();
     assert!(
