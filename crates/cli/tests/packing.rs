@@ -610,3 +610,147 @@ fn an_unmount_reclaims_the_garbage_its_mount_left() {
     reads_back(&m, &kept);
     m.unmount();
 }
+
+/// Bytes of the pack files of `backing`.
+fn pack_bytes(backing: &Path) -> u64 {
+    fs::read_dir(backing.join(".squeezefs-packs"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// `setfattr user.squeezefs.reclaim` on the mount's root (a round now), then what the round
+/// did (`getfattr`).
+fn reclaim_round(m: &Mount) -> Value {
+    let ok = Command::new("setfattr")
+        .args(["-n", "user.squeezefs.reclaim", "-v", "1"])
+        .arg(&m.mnt)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "setfattr user.squeezefs.reclaim failed");
+    last_round(m)
+}
+
+fn last_round(m: &Mount) -> Value {
+    serde_json::from_slice(&getfattr(&m.mnt, "user.squeezefs.reclaim").expect("getfattr")).unwrap()
+}
+
+#[test]
+fn a_mount_reclaims_garbage_while_mounted_beside_renames_and_in_the_background() {
+    let dir = scratch("pack-live-reclaim");
+    let backing = dir.join("backing");
+    // (No reclaim at unmount, no background rounds: this part asks for rounds itself.)
+    let opts = "compress=zstd:1,pack,nopack_reclaim,pack_gc=0";
+    let m = Mount::new(&dir, opts);
+    let files = real_tree(&m.path("src"));
+    m.unmount();
+    let before = pack_bytes(&backing);
+
+    // A second mount rewrites one file in three and deletes one in three: garbage in the
+    // first mount's pack.
+    let m = Mount::new(&dir, opts);
+    let mut kept = Vec::new();
+    for (i, (rel, data)) in files.into_iter().enumerate() {
+        let p = m.path("src").join(&rel);
+        match i % 3 {
+            0 => kept.push((rel, data)),
+            1 => {
+                let new: Vec<u8> = data.iter().rev().copied().collect();
+                fs::write(&p, &new).unwrap();
+                kept.push((rel, new));
+            }
+            _ => fs::remove_file(&p).unwrap(),
+        }
+    }
+    // Some files are read now, so their containers are in memory (with the record they
+    // read) when reclaim moves their bytes.
+    for (rel, data) in kept.iter().take(20) {
+        assert!(&fs::read(m.path("src").join(rel)).unwrap() == data);
+    }
+    // Rounds run while another thread moves files between directories, and a directory:
+    // a file the walk missed must never lose its pack.
+    fs::create_dir(m.path("src/elsewhere")).unwrap();
+    let movers: Vec<PathBuf> = kept.iter().step_by(2).map(|(rel, _)| rel.clone()).collect();
+    let src = m.path("src");
+    let renamer = std::thread::spawn(move || {
+        let mut moved = std::collections::BTreeMap::new();
+        for (k, rel) in movers.iter().enumerate() {
+            let to = PathBuf::from(format!("elsewhere/m{k}"));
+            fs::rename(src.join(rel), src.join(&to)).unwrap();
+            moved.insert(rel.clone(), to);
+            if k % 50 == 0 {
+                fs::rename(src.join("elsewhere"), src.join("elsewhere2")).unwrap();
+                fs::rename(src.join("elsewhere2"), src.join("elsewhere")).unwrap();
+            }
+        }
+        moved
+    });
+    let mut rounds = Vec::new();
+    while !renamer.is_finished() || rounds.is_empty() {
+        rounds.push(reclaim_round(&m));
+    }
+    let moved = renamer.join().unwrap();
+    for (rel, _) in kept.iter_mut() {
+        if let Some(to) = moved.get(rel) {
+            *rel = to.clone();
+        }
+    }
+    reads_back(&m, &kept);
+    // A quiet round reclaims whatever the busy ones kept.
+    let quiet = reclaim_round(&m);
+    let during = pack_bytes(&backing);
+    println!(
+        "FIGURES live reclaim: packs {before} B, after rewriting 1/3 and deleting 1/3 and reclaim rounds while mounted: {during} B; rounds beside renames: {}; quiet round: {quiet}",
+        rounds.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" ")
+    );
+    let freed: u64 = rounds
+        .iter()
+        .chain([&quiet])
+        .map(|r| r["bytes_freed"].as_u64().unwrap())
+        .sum();
+    assert!(freed > 0, "nothing reclaimed: {rounds:?} {quiet}");
+    assert!(quiet["error"].is_null(), "{quiet}");
+    assert!(during < before + before / 4, "{before} → {during}");
+    reads_back(&m, &kept);
+    m.unmount();
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    for p in doc["packs"]["packs"].as_array().unwrap() {
+        let (g, b) = (p["garbage_bytes"].as_u64().unwrap(), p["bytes"].as_u64().unwrap());
+        assert!(
+            g * 4 <= b || p["id"].as_u64() > Some(1),
+            "old pack kept {g} garbage of {b}: {doc}"
+        );
+    }
+
+    // In the background (pack_gc=1): rewriting half the files leaves garbage in the
+    // second mount's packs, which a round reclaims without being asked.
+    let m = Mount::new(&dir, "compress=zstd:1,pack,nopack_reclaim,pack_gc=1");
+    for (i, (rel, data)) in kept.iter_mut().enumerate() {
+        if i % 2 == 0 {
+            *data = data.iter().map(|b| b.wrapping_add(1)).collect();
+            fs::write(m.path("src").join(&*rel), &*data).unwrap();
+        }
+    }
+    let t = std::time::Instant::now();
+    let last = loop {
+        let l = last_round(&m);
+        if l["bytes_freed"].as_u64().unwrap_or(0) > 0 || t.elapsed().as_secs() > 30 {
+            break l;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    println!("FIGURES background round: {last}");
+    assert!(
+        last["bytes_freed"].as_u64().unwrap() > 0,
+        "no background round freed anything: {last}"
+    );
+    reads_back(&m, &kept);
+    m.unmount();
+    let (code, doc) = check(&backing, false);
+    assert_eq!(code, 0, "{doc}");
+    let m = Mount::new(&dir, "");
+    reads_back(&m, &kept);
+    m.unmount();
+}

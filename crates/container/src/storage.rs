@@ -152,9 +152,15 @@ impl Storage for FileStorage {
     }
 }
 
+/// Makes everything written to the filesystem holding `f` durable (metadata included).
+pub fn syncfs(f: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    sys::syncfs(f.as_fd())
+}
+
 /// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
-/// (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`) and a packed file's
-/// location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`).
+/// (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
+/// location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
+/// for pack reclaim.
 ///
 /// The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
 /// the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
@@ -199,6 +205,14 @@ mod sys {
                 _ => return Err(e),
             }
         }
+    }
+
+    pub(super) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: plain integer argument; the fd is kept open by `BorrowedFd`.
+        if unsafe { libc::syncfs(fd.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     pub(super) fn set_xattr(fd: BorrowedFd<'_>, name: &str, value: &[u8]) -> io::Result<()> {

@@ -12,6 +12,7 @@ mod ops;
 pub mod packing;
 mod prefetch;
 pub mod props;
+pub mod reclaim;
 pub mod statsfile;
 /// The one module with `unsafe`: raw system calls behind safe wrappers that take
 /// `AsFd`, each block justified by a `SAFETY:` comment.
@@ -28,6 +29,9 @@ use squeezefs_container::pack::format::PACKS_FORMAT_VERSION;
 use squeezefs_container::Options;
 
 pub use ops::SqueezeFs;
+
+/// Seconds between background pack reclaim rounds (`pack_gc=`).
+pub const DEFAULT_PACK_GC: u64 = 60;
 
 /// Everything `-o` can say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +53,10 @@ pub struct MountConfig {
     /// is still locked, packs with too much garbage are rewritten (the daemon's
     /// `after_unmount` hook does it; bounded per unmount).
     pub pack_reclaim: bool,
+    /// `pack_gc=SECS` (default 60; 0: off): while mounted, a background round reclaims
+    /// packs above 25 % garbage every SECS seconds when files were packed, removed or
+    /// renamed since the last round (see `reclaim.rs`).
+    pub pack_gc: u64,
     /// Options passed to the kernel as they are (e.g. `noatime`, `fsname=`).
     pub other: Vec<String>,
 }
@@ -65,6 +73,7 @@ impl Default for MountConfig {
             pack: false,
             pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
             pack_reclaim: true,
+            pack_gc: DEFAULT_PACK_GC,
             other: Vec::new(),
         }
     }
@@ -132,6 +141,13 @@ impl MountConfig {
                         .filter(|n| *n <= 1 << 40)
                         .ok_or_else(|| format!("pack_cache={v}: too large"))?
                 }
+                ("pack_gc" | "pack-gc", Some(v)) => {
+                    self.pack_gc = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= 86400 * 365)
+                        .ok_or_else(|| format!("pack_gc={v}: seconds between reclaim rounds (0: off)"))?
+                }
                 ("rw", None) => self.read_only = false,
                 // mount(8) and fstab noise that means nothing to a FUSE filesystem.
                 ("defaults" | "auto" | "noauto" | "user" | "nouser" | "_netdev" | "nofail", None) => {}
@@ -151,7 +167,7 @@ impl MountConfig {
                 ("x-systemd.automount", _) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
-                | ("pack_cache" | "pack-cache", None)
+                | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc", None)
                 | (
                     "allow_other"
                     | "default_permissions"
@@ -359,7 +375,8 @@ pub fn mount(
         }
     );
     opts.packs = Some(packs);
-    let fs = SqueezeFs::new(&backing, opts, cfg.read_only)?;
+    let pack_gc = (cfg.pack_gc > 0).then(|| std::time::Duration::from_secs(cfg.pack_gc));
+    let fs = SqueezeFs::new(&backing, opts, cfg.read_only, pack_gc)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() && limit < 65536 {
         log::warn!(

@@ -27,6 +27,9 @@ pub const DICTIONARY: &str = "user.squeezefs.dictionary";
 /// daemon (so no write can slip between a read and its rewrite). The value is empty (the
 /// whole file) or `OFFSET:LENGTH` in bytes. Never stored, never listed.
 pub const REWRITE: &str = "user.squeezefs.rewrite";
+/// On the mount's root: `setxattr` runs a pack reclaim round now; `getxattr` says what the
+/// last round did.
+pub const RECLAIM: &str = "user.squeezefs.reclaim";
 
 /// Parses a rewrite request's value into a byte range.
 pub fn parse_rewrite(v: &[u8]) -> Option<std::ops::Range<u64>> {

@@ -4,17 +4,15 @@
 //! pack removed: see `squeezefs_container::pack::reclaim` for the crash-safe order).
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use serde_json::{json, Value};
 use squeezefs_container::pack::audit::{
     check_pack, repair_pack, LiveMap, PackIssue, PackReport, GARBAGE_MAX,
 };
-use squeezefs_container::pack::reclaim::{reclaim, victims, LiveFile, Reclaimed};
+use squeezefs_container::pack::reclaim::{victims, LiveFile, Reclaimed, Settle};
+use squeezefs_container::pack::tree::{self, TreeReclaim};
 use squeezefs_container::pack::Packs;
-use squeezefs_container::FileStorage;
 
 use crate::ui::human;
 
@@ -85,96 +83,27 @@ pub fn check(
         return out;
     }
     progress.set_message(format!("reclaiming {} packs", v.len()));
-    match reclaim_files(root, packs, &v, files) {
+    match tree::reclaim_files(root, packs, &v, files, &mut Settle::default) {
         Ok(r) => out.reclaimed = Some(r),
         Err(e) => out.errors.push(format!("reclaiming: {e}")),
     }
     out
 }
 
-/// Reclaims packs `victims`, moving `files` (paths relative to `root`); one `syncfs` makes
-/// each batch's records durable.
-fn reclaim_files(
-    root: &Path,
-    packs: &Packs,
-    victims: &std::collections::BTreeSet<u32>,
-    files: &[LiveFile],
-) -> squeezefs_container::Result<Reclaimed> {
-    let open = |f: &LiveFile| -> squeezefs_container::Result<FileStorage> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(root.join(&f.name))?;
-        Ok(FileStorage::new(file))
-    };
-    let sync = |_: &[FileStorage]| -> squeezefs_container::Result<()> {
-        let f = File::open(root)?;
-        nix::unistd::syncfs(f.as_raw_fd()).map_err(std::io::Error::from)?;
-        Ok(())
-    };
-    reclaim(packs, victims, files, open, sync)
-}
-
-/// Reclaims the packs of the backing directory `root` (after `compress` rewrote files in
-/// it): every record under `root` is read, packs are walked without verifying payloads
-/// (reclaim verifies each file it moves), orphans removed and packs above
-/// [`GARBAGE_MAX`] garbage rewritten (with `budget`, those with the most garbage first, until
-/// the live bytes to move would exceed it). Does nothing when a record cannot be read.
+/// Reclaims the packs of the backing directory `root` where nothing else writes (after
+/// `compress` rewrote files in it, or at unmount): orphans removed, packs above
+/// [`GARBAGE_MAX`] garbage rewritten (with `budget`, those with the most garbage first).
 pub fn reclaim_tree(root: &Path, packs: &Packs, budget: Option<u64>) -> Result<Option<Reclaimed>, String> {
-    use squeezefs_container::pack::record::{record_state, RecordState};
-    use std::os::unix::fs::MetadataExt;
-    let ids = packs.dir().list().map_err(|e| e.to_string())?;
-    if ids.is_empty() {
-        return Ok(None);
-    }
-    let mut live = LiveMap::default();
-    let mut files = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (path, m) in crate::walk::entries(root)? {
-        // (Every file is asked: a packed file whose replaced bytes were not cut yet is not
-        // empty.)
-        if !m.is_file() || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
-            continue;
-        }
-        let state = File::open(&path).map(|f| record_state(&FileStorage::new(f)));
-        match state {
-            Ok(Ok(RecordState::Current { loc, .. })) => {
-                live.add(&loc);
-                let name = path.strip_prefix(root).unwrap_or(&path).display().to_string();
-                files.push(LiveFile { name, loc });
-            }
-            Ok(Ok(RecordState::Absent | RecordState::Stale(_))) => {}
-            // A record that cannot be read may point anywhere: nothing is reclaimed.
-            Ok(Ok(RecordState::Unreadable(_)) | Err(_)) | Err(_) => return Ok(None),
-        }
-    }
-    let mut reports = BTreeMap::new();
-    for id in ids {
-        let r = check_pack(packs, id, &live, false).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
-        repair_pack(packs, &r).map_err(|e| format!("{}: {e}", packs.describe(id)))?;
-        reports.insert(id, r);
-    }
-    let mut v = victims(&reports, GARBAGE_MAX);
-    if let Some(budget) = budget {
-        // The packs with the most garbage first, until their live bytes fill the budget.
-        let mut by_garbage: Vec<&PackReport> = v.iter().map(|id| &reports[id]).collect();
-        by_garbage.sort_by(|a, b| b.garbage_fraction().total_cmp(&a.garbage_fraction()));
-        let mut moved = 0;
-        v = by_garbage
-            .into_iter()
-            .take_while(|r| {
-                moved += r.live_bytes;
-                moved <= budget || moved == r.live_bytes
-            })
-            .map(|r| r.id)
-            .collect();
-    }
-    if v.is_empty() {
-        return Ok(None);
-    }
-    reclaim_files(root, packs, &v, &files)
-        .map(Some)
-        .map_err(|e| format!("reclaiming packs: {e}"))
+    tree::reclaim_tree(
+        root,
+        packs,
+        TreeReclaim {
+            only: None,
+            budget,
+            repair: true,
+            settle: &mut Settle::default,
+        },
+    )
 }
 
 /// The human lines: findings first, then the summary.

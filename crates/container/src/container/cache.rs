@@ -81,7 +81,7 @@ impl Packed {
     /// Loads extent `idx` into the cache; false when it is a hole (nothing cached).
     pub(super) fn load<S: Storage>(&mut self, st: &S, idx: u64) -> Result<bool> {
         if idx == 0 && self.loc_unloaded {
-            self.load_packed()?;
+            self.load_packed(st)?;
             return Ok(true);
         }
         if (idx << self.shift) >= self.size || self.is_stale(idx) {

@@ -310,7 +310,7 @@ impl Packed {
             return Ok(false);
         }
         if idx == 0 && self.loc_unloaded {
-            self.load_packed()?;
+            self.load_packed(st)?;
         }
         if let Some(e) = self.exts.get(&idx) {
             if let Some(d) = e.data.as_deref() {

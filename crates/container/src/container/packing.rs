@@ -56,7 +56,7 @@ impl Packed {
     /// Loads the file's bytes into extent 0, where they stay (like an inline file's, they
     /// exist nowhere else the container could find them again): from the slot a write-back
     /// handed them to, while its record waits, else from the pack its record names.
-    pub(super) fn load_packed(&mut self) -> Result<()> {
+    pub(super) fn load_packed<S: Storage>(&mut self, st: &S) -> Result<()> {
         if !self.loc_unloaded {
             return Ok(());
         }
@@ -65,7 +65,19 @@ impl Packed {
             Some(PendingLoc::Empty) => Vec::new(),
             None => {
                 let loc = self.loc.expect("an unloaded packed file has a record or a slot");
-                self.packs()?.read(&loc)?
+                match self.packs()?.read(&loc) {
+                    Ok(b) => b,
+                    Err(e) => match self.relocated(st, &loc)? {
+                        // Reclaim moved the bytes (same generation and checksum) since
+                        // this container read its record, and removed the old pack.
+                        Some(moved) => {
+                            let b = self.packs()?.read(&moved)?;
+                            self.loc = Some(moved);
+                            b
+                        }
+                        None => return Err(e),
+                    },
+                }
             }
         };
         let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
@@ -84,11 +96,20 @@ impl Packed {
         Ok(())
     }
 
+    /// The record on disk, when it names the same bytes as `loc` somewhere else (reclaim
+    /// moved them).
+    fn relocated<S: Storage>(&self, st: &S, loc: &Location) -> Result<Option<Location>> {
+        let _records = self.packs()?.records().read().unwrap();
+        Ok(read_location(st)?.filter(|l| {
+            l != loc && l.generation == loc.generation && l.content_sum == loc.content_sum && l.len == loc.len
+        }))
+    }
+
     /// Write-out into a pack: the bytes go to the packs now, the record once they are
     /// durable ([`Packed::commit_location`]); with `defer` that is left to the caller's
     /// commit (returns true).
     pub(super) fn flush_packed<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
-        self.load_packed()?;
+        self.load_packed(st)?;
         let len = self.size as usize;
         let pending = if len == 0 {
             PendingLoc::Empty
@@ -131,7 +152,7 @@ impl Packed {
                 Err(e) => {
                     // Its block is lost or not durable: the bytes come back from the slot
                     // and go to the packs again at the next write-out.
-                    self.load_packed()?;
+                    self.load_packed(st)?;
                     if let Some(x) = self.exts.get_mut(&0) {
                         x.dirty = true;
                     }
@@ -159,7 +180,10 @@ impl Packed {
             generation: self.sb_gen + 1,
             content_sum: sum,
         };
-        st.set_xattr(LOCATION_XATTR, &rec.encode())?;
+        {
+            let _records = self.packs()?.records().read().unwrap();
+            st.set_xattr(LOCATION_XATTR, &rec.encode())?;
+        }
         self.sb_gen += 1;
         self.loc = Some(rec);
         self.loc_durable = false;
@@ -181,7 +205,7 @@ impl Packed {
     /// file's leftovers cut (after making the record durable: it is the file until the new
     /// superblock is), and the record marked for removal once that superblock is durable.
     pub(super) fn leave_pack<S: Storage>(&mut self, st: &S) -> Result<()> {
-        self.load_packed()?;
+        self.load_packed(st)?;
         if self.loc_pending.take().is_some() {
             // Bytes handed to a pack but never named by a record: garbage there.
             self.sb_dirty = true;
@@ -219,6 +243,8 @@ impl Packed {
     /// Once the superblock that replaced a record is durable, the record goes.
     pub(super) fn drop_stale_location<S: Storage>(&mut self, st: &S) -> Result<()> {
         if self.loc_stale && self.sb_slot.is_some() && self.sb_durable {
+            let packs = self.packs.clone();
+            let _records = packs.as_ref().map(|p| p.records().read().unwrap());
             st.remove_xattr(LOCATION_XATTR)?;
             self.loc_stale = false;
             self.loc = None;

@@ -93,6 +93,7 @@ fn run_reclaim(
         &live_files(files),
         |f| Ok(files[f.name.parse::<usize>().unwrap()].0.clone()),
         |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        super::reclaim::Settle::default,
     )
 }
 
@@ -251,4 +252,76 @@ fn check_tells_damage_from_leftovers() {
     assert!(check_pack(&packs, 1, &live, true).unwrap().issues.is_empty());
     let ids: BTreeSet<u32> = packs.dir().list().unwrap().into_iter().collect();
     assert!(ids.contains(&1));
+}
+
+/// Reclaim beside a mount: a container that read its record before the move reads the
+/// moved bytes once the old pack is gone; a record a container replaced meanwhile is not
+/// overwritten; and a `settle` that aborts removes no pack.
+#[test]
+fn reclaim_beside_open_containers_and_an_aborting_settle() {
+    use super::reclaim::Settle;
+    use std::sync::Arc;
+    let crash = Crash::new();
+    let w = world(&crash);
+    let packs = Arc::new(Packs::new(Box::new(w.dir.clone()), true, 0).unwrap());
+    let opts = crate::Options {
+        codec: zstd1(),
+        extent_shift: 17,
+        packs: Some(packs.clone()),
+        ..Default::default()
+    };
+    let v = victims(&audit(&packs, &w.files), GARBAGE_MAX);
+    assert!(!v.is_empty());
+    let live = live_files(&w.files);
+    let open = |f: &LiveFile| Ok(w.files[f.name.parse::<usize>().unwrap()].0.clone());
+    let sync = |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?));
+
+    // Aborted: the files are moved, every pack stays, every file reads back.
+    let before = packs.dir().list().unwrap();
+    let r = reclaim(&packs, &v, &live, open, sync, || {
+        Settle::Abort("a rename".into())
+    })
+    .unwrap();
+    assert!(r.files_moved > 0 && r.packs_removed.is_empty() && r.aborted.is_some());
+    for id in &before {
+        assert!(
+            packs.dir().list().unwrap().contains(id),
+            "pack {id} removed by an aborted round"
+        );
+    }
+    read_all(&packs, &w.files, "after an aborted reclaim");
+
+    // Containers opened now hold the records the aborted round set; file 0 is rewritten
+    // by its container (a new record in the current pack) before the next round.
+    let old0 = live_files(&w.files)[0].clone();
+    let mut opened: Vec<crate::Container<MemDisk>> = w
+        .files
+        .iter()
+        .map(|(d, _)| crate::Container::open(d.clone(), &opts).unwrap())
+        .collect();
+    opened[0].write(0, b"rewritten").unwrap();
+    opened[0].fsync().unwrap();
+    let mut want: Vec<Vec<u8>> = w.files.iter().map(|(_, b)| b.clone()).collect();
+    want[0][..9].copy_from_slice(b"rewritten");
+    // The next round sees the old record of file 0 (as a walk before the rewrite would).
+    let mut stale = live_files(&w.files);
+    assert!(stale[0].loc != old0.loc);
+    stale[0] = old0;
+    let all: BTreeSet<u32> = packs.reclaimable().unwrap();
+    let v: BTreeSet<u32> = v.union(&all).copied().collect();
+    let r = reclaim(&packs, &v, &stale, open, sync, Settle::default).unwrap();
+    assert!(!r.packs_removed.is_empty(), "{r:?}");
+    for id in &r.packs_removed {
+        assert!(!packs.dir().list().unwrap().contains(id));
+    }
+    // Every container, opened before the move, reads its own bytes.
+    for (i, c) in opened.iter_mut().enumerate() {
+        let got = c.read(0, want[i].len() + 1).unwrap();
+        assert!(
+            got == want[i],
+            "file {i} after its pack was reclaimed under its container"
+        );
+    }
+    let c0 = crate::Container::open(w.files[0].0.clone(), &opts);
+    assert!(c0.unwrap().read(0, 9).unwrap() == b"rewritten");
 }

@@ -23,12 +23,15 @@
 //!
 //! Blocks are never overwritten: a rewritten or deleted file leaves its old bytes as
 //! garbage. `audit.rs` measures it against the records of a walked tree; `reclaim.rs` moves
-//! a pack's live files into new blocks and removes the pack (`squeezefs check --repair`, and
-//! offline `compress`). A mount does not reclaim in the background yet (issue 14), which is
-//! why the mount option `pack` is off by default.
+//! a pack's live files into new blocks and removes the pack; `tree.rs` does both for a whole
+//! backing directory (`squeezefs check --repair`, offline `compress`, unmount, and a mount's
+//! background rounds).
 //!
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
+//! `records` is taken alone (never while holding another lock of this struct): containers
+//! hold it shared while they set or remove a location record, reclaim holds it exclusively
+//! while it checks and replaces records, so neither replaces a record the other just set.
 
 pub mod audit;
 pub mod cache;
@@ -36,11 +39,12 @@ pub mod dir;
 pub mod format;
 pub mod reclaim;
 pub mod record;
+pub mod tree;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use squeezefs_codec::{compress, decompress, Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
@@ -114,6 +118,9 @@ struct Writer {
     written: HashMap<u32, u64>,
     synced: HashMap<u32, u64>,
     open: HashMap<Group, OpenBlock>,
+    /// Per pack, the slots placed in it: while one is alive, a record naming the pack may
+    /// still be set (so the pack is not [`Packs::reclaimable`]).
+    placed: HashMap<u32, Vec<Weak<Slot>>>,
 }
 
 /// Counters of a mount's packs (for `squeezefs stats --live`).
@@ -144,6 +151,8 @@ pub struct Packs {
     /// daemon never asks). A block is never rewritten in place, so a header stays true while
     /// its pack exists; [`Packs::forget`] drops a pack's.
     headers: Mutex<HashMap<cache::BlockId, BlockHeader>>,
+    /// Serialises location-record writes against reclaim (see the lock order above).
+    records: RwLock<()>,
     pub counters: PackCounters,
 }
 
@@ -205,8 +214,33 @@ impl Packs {
             handles: RwLock::new(HashMap::new()),
             cache: Mutex::new(BlockCache::new(cache)),
             headers: Mutex::new(HashMap::new()),
+            records: RwLock::new(()),
             counters: PackCounters::default(),
         })
+    }
+
+    /// Held shared by a container setting or removing a location record, exclusively by
+    /// reclaim checking and replacing records.
+    pub fn records(&self) -> &RwLock<()> {
+        &self.records
+    }
+
+    /// The packs no new record can name except one written by reclaim itself: not the pack
+    /// being appended to, and no slot placed in them is still waiting for its record. A
+    /// mount's background reclaim picks its victims among these; a record seen naming one
+    /// of them can only go away.
+    pub fn reclaimable(&self) -> io::Result<BTreeSet<u32>> {
+        let ids = self.dir.list()?;
+        let mut w = self.writer.lock().unwrap();
+        let current = w.cur.as_ref().map(|c| c.id);
+        w.placed.retain(|_, slots| {
+            slots.retain(|s| s.strong_count() > 0);
+            !slots.is_empty()
+        });
+        Ok(ids
+            .into_iter()
+            .filter(|id| Some(*id) != current && !w.placed.contains_key(id))
+            .collect())
     }
 
     /// Whether files may be added.
@@ -289,6 +323,10 @@ impl Packs {
                     };
                     *slot.state.lock().unwrap() = SlotState::Placed(at, data.clone());
                 }
+                w.placed
+                    .entry(placed.pack)
+                    .or_default()
+                    .extend(b.slots.iter().map(|(s, _)| Arc::downgrade(s)));
             }
             Err(e) => {
                 for (slot, off) in &b.slots {

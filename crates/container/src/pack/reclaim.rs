@@ -12,6 +12,14 @@
 //! A crash before 4 leaves the old pack complete and every record naming either copy; the
 //! new blocks are garbage or live, and the next reclaim sorts them out. A file whose bytes
 //! cannot be read keeps its record, and its pack stays.
+//!
+//! # While mounted
+//! Records are checked and replaced under [`Packs::records`] held exclusively, so a record a
+//! container sets meanwhile is never overwritten with an older one. A file whose record
+//! changed since the caller saw it no longer needs its old pack, unless the new record
+//! names a victim too (then that pack stays). Before any pack is removed, `settle` runs under
+//! the same lock: it says whether the caller's list of files is still complete (a rename
+//! may have hidden a file from the walk) and which more packs must stay.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -38,22 +46,50 @@ pub struct Reclaimed {
     pub bytes_freed: u64,
     /// Files left where they were (their pack stays), and why.
     pub left: Vec<(String, Error)>,
+    /// `settle` stopped the removal of every pack, and why.
+    pub aborted: Option<String>,
+}
+
+/// Whether `f`'s record is still the one the caller saw (it is moved); `false` when it
+/// changed to one outside `victims` (the file does not need its old pack any more); an
+/// error when it cannot be read or names a victim still (the pack stays).
+fn still_there<S: Storage>(st: &S, f: &LiveFile, victims: &BTreeSet<u32>) -> Result<bool> {
+    match read_record(st)? {
+        Some(l) if l == f.loc => Ok(true),
+        Some(l) if l.len > 0 && victims.contains(&l.pack) => {
+            Err(Error::Invalid("its record changed meanwhile".into()))
+        }
+        _ => Ok(false),
+    }
 }
 
 /// Files moved per batch: their backing files are open together, and their records are
 /// made durable by one `sync_records`.
 pub const BATCH: usize = 256;
 
+/// What [`reclaim`]'s `settle` says, just before packs would be removed.
+#[derive(Debug, Default)]
+pub enum Settle {
+    /// The list of files was complete: remove the victims, except these.
+    #[default]
+    Remove,
+    RemoveExcept(BTreeSet<u32>),
+    /// The list may have missed a file: remove nothing (the moved files stay moved).
+    Abort(String),
+}
+
 /// Moves the live files of packs `victims` into new blocks and removes those packs.
 /// `files` must hold every file whose current record points into a victim (others are
 /// ignored); `open` opens a file's backing file for writing; `sync_records` makes the
-/// records set on a batch of them durable.
+/// records set on a batch of them durable; `settle` (under [`Packs::records`]) has the last
+/// word on which packs go.
 pub fn reclaim<S: Storage>(
     packs: &Packs,
     victims: &BTreeSet<u32>,
     files: &[LiveFile],
     open: impl Fn(&LiveFile) -> Result<S>,
     mut sync_records: impl FnMut(&[S]) -> Result<()>,
+    settle: impl FnOnce() -> Settle,
 ) -> Result<Reclaimed> {
     let mut out = Reclaimed::default();
     let mut keep: BTreeSet<u32> = BTreeSet::new();
@@ -79,12 +115,9 @@ pub fn reclaim<S: Storage>(
                 }
             };
             // The record must still be the one the caller saw.
-            match read_record(&st) {
-                Ok(Some(l)) if l == f.loc => {}
-                Ok(_) => {
-                    leave(Error::Invalid("its record changed meanwhile".into()));
-                    continue;
-                }
+            match still_there(&st, f, victims) {
+                Ok(true) => {}
+                Ok(false) => continue,
                 Err(e) => {
                     leave(e);
                     continue;
@@ -99,20 +132,45 @@ pub fn reclaim<S: Storage>(
             }
         }
         packs.sync()?;
-        let mut done = Vec::with_capacity(slots.len());
+        let mut placed = Vec::with_capacity(slots.len());
         for (f, st, slot) in slots {
-            let p = packs.durable(&slot)?;
-            let new = Location {
-                pack: p.pack,
-                block: p.block,
-                offset: p.offset,
-                ..f.loc
-            };
-            st.set_xattr(LOCATION_XATTR, &new.encode())?;
-            done.push(st);
+            placed.push((f, st, packs.durable(&slot)?));
+        }
+        let mut done = Vec::with_capacity(placed.len());
+        {
+            let _records = packs.records().write().unwrap();
+            for (f, st, p) in placed {
+                match still_there(&st, f, victims) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        keep.insert(f.loc.pack);
+                        out.left.push((f.name.clone(), e));
+                        continue;
+                    }
+                }
+                let new = Location {
+                    pack: p.pack,
+                    block: p.block,
+                    offset: p.offset,
+                    ..f.loc
+                };
+                st.set_xattr(LOCATION_XATTR, &new.encode())?;
+                done.push(st);
+            }
         }
         sync_records(&done)?;
         out.files_moved += done.len() as u64;
+    }
+    // Held while the packs go: no record naming one can appear before they are gone.
+    let _records = packs.records().write().unwrap();
+    match settle() {
+        Settle::Remove => {}
+        Settle::RemoveExcept(more) => keep.extend(more),
+        Settle::Abort(why) => {
+            out.aborted = Some(why);
+            return Ok(out);
+        }
     }
     let mut removed_len = 0;
     for &id in victims.difference(&keep) {

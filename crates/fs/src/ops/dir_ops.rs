@@ -178,6 +178,9 @@ impl SqueezeFs {
         self.check_writable()?;
         let at = self.at(parent, name)?;
         sys::unlinkat(&at.dir, &at.name, flags)?;
+        if let Some(r) = &self.reclaimer {
+            r.note_removed();
+        }
         self.dir_changed(parent);
         Ok(())
     }
@@ -193,7 +196,16 @@ impl SqueezeFs {
         self.check_writable()?;
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
+        // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
+        let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
+        if let Some(r) = &self.reclaimer {
+            r.note_moved(&to.dir, &to.name);
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                r.note_moved(&from.dir, &from.name);
+            }
+        }
+        drop(guard);
         self.dir_changed(parent);
         self.dir_changed(newparent);
         Ok(())
@@ -208,7 +220,12 @@ impl SqueezeFs {
         self.check_writable()?;
         let to = self.at_new(newparent, newname)?;
         let inode = self.inode(ino)?;
+        let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         sys::linkat(self.fd(&inode)?, &to.dir, &to.name)?;
+        if let Some(r) = &self.reclaimer {
+            r.note_moved(&to.dir, &to.name);
+        }
+        drop(guard);
         self.dir_changed(newparent);
         self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
     }

@@ -42,6 +42,7 @@ use squeezefs_container::{dicts, Options};
 use crate::inode::{Inode, Inodes, PathFd};
 use crate::lifecycle::Files;
 use crate::prefetch::Prefetcher;
+use crate::reclaim::Reclaimer;
 use crate::sys;
 
 /// Entry and attribute timeout: long, since this daemon is the only writer of the backing
@@ -69,10 +70,20 @@ pub struct SqueezeFs {
     notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Kernel cache write-backs under way (`allocate_seek.rs`).
     kernel_flushes: AtomicUsize,
+    /// Background pack reclaim (`reclaim.rs`), when this mount writes packs, and its thread.
+    reclaimer: Option<Arc<Reclaimer>>,
+    reclaim_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl SqueezeFs {
-    pub fn new(backing: &Path, opts: Options, read_only: bool) -> std::io::Result<SqueezeFs> {
+    /// `pack_gc`: how often background pack reclaim looks for work (`None`: never; a
+    /// `user.squeezefs.reclaim` request on the root still runs a round).
+    pub fn new(
+        backing: &Path,
+        opts: Options,
+        read_only: bool,
+        pack_gc: Option<Duration>,
+    ) -> std::io::Result<SqueezeFs> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
         let root = sys::open_root(backing)?;
@@ -87,6 +98,16 @@ impl SqueezeFs {
             error!("dictionary refused (files compressed with it will read as EIO): {why}");
         }
         let inodes = Arc::new(Inodes::new(root, root_dir, &st));
+        let reclaimer = match &opts.packs {
+            Some(p) if p.writable() && !read_only => {
+                Some(Arc::new(Reclaimer::new(p.clone(), std::fs::File::open(backing)?)))
+            }
+            _ => None,
+        };
+        let reclaim_thread = match (&reclaimer, pack_gc) {
+            (Some(r), Some(every)) => Some(r.start(every)?),
+            _ => None,
+        };
         Ok(SqueezeFs {
             files: Files::new(inodes.clone(), opts, read_only),
             inodes,
@@ -100,6 +121,8 @@ impl SqueezeFs {
             stats: virtual_file::StatsFile::new((st.st_uid, st.st_gid)),
             notifier: Default::default(),
             kernel_flushes: Default::default(),
+            reclaimer,
+            reclaim_thread: Mutex::new(reclaim_thread),
         })
     }
 
@@ -122,6 +145,12 @@ impl SqueezeFs {
     /// Commits what waits, then writes out every file still open and makes it all durable
     /// (unmount).
     pub fn flush_all(&self) {
+        if let Some(r) = &self.reclaimer {
+            r.stop();
+        }
+        if let Some(t) = self.reclaim_thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
         self.files.flush_all();
     }
 

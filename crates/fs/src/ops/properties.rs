@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use fuser::Errno;
+use fuser::{Errno, Request};
 use log::warn;
 use squeezefs_container::dicts;
 
 use super::SqueezeFs;
 use crate::inode::Inode;
 use crate::props::{self, DirProps, Prop, Value};
+use crate::sys;
 
 impl SqueezeFs {
     /// Makes sure dictionary `id` is loaded, loading it from the backing directory's
@@ -149,5 +150,39 @@ impl SqueezeFs {
         };
         self.files
             .with_container(inode, |c| c.rewrite(range).map(|_| ()), "rewrite")
+    }
+}
+
+impl SqueezeFs {
+    /// `setxattr user.squeezefs.reclaim` on the root: a pack reclaim round now (the
+    /// caller waits for it). For root and the daemon's own user.
+    pub(super) fn reclaim_now(&self, req: &Request) -> Result<(), Errno> {
+        if req.uid() != 0 && req.uid() != sys::euid() {
+            return Err(Errno::EPERM);
+        }
+        let r = self.reclaimer.as_ref().ok_or(Errno::ENOTSUP)?;
+        match r.round().error {
+            Some(e) => {
+                warn!("pack reclaim requested on the root failed: {e}");
+                Err(Errno::EIO)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `getxattr user.squeezefs.reclaim` on the root: the last round, as JSON.
+    pub(super) fn last_reclaim(&self) -> Result<String, Errno> {
+        let r = self.reclaimer.as_ref().ok_or(Errno::ENODATA)?;
+        let l = r.last.lock().unwrap().clone();
+        Ok(serde_json::json!({
+            "at": l.at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs()),
+            "seconds": l.seconds,
+            "files_moved": l.files_moved,
+            "packs_removed": l.packs_removed,
+            "bytes_freed": l.bytes_freed,
+            "note": l.note,
+            "error": l.error,
+        })
+        .to_string())
     }
 }

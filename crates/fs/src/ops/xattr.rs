@@ -58,6 +58,9 @@ impl SqueezeFs {
         if name.as_bytes() == props::REWRITE.as_bytes() {
             return self.rewrite(&i, value);
         }
+        if name.as_bytes() == props::RECLAIM.as_bytes() && ino.0 == 1 {
+            return self.reclaim_now(req);
+        }
         if reserved(name.as_bytes()) {
             return Err(Errno::EPERM);
         }
@@ -82,6 +85,9 @@ impl SqueezeFs {
         if let Some(p) = Prop::from_xattr(name.as_bytes()) {
             let v = props::format(self.get_prop(&i, p)?.ok_or(Errno::ENODATA)?).into_bytes();
             return Xattr::fitted(v, size);
+        }
+        if name.as_bytes() == props::RECLAIM.as_bytes() && ino.0 == 1 {
+            return Xattr::fitted(self.last_reclaim()?.into_bytes(), size);
         }
         let caps = name.as_bytes() == CAPS;
         if caps && i.no_caps.load(Ordering::Relaxed) {
