@@ -238,13 +238,18 @@ fn mount_help() -> String {
         file whose user xattr says where its bytes are. Needs a backing\n                              \
         filesystem that keeps that xattr without spending a block on it\n                              \
         (probed at mount; if not, a warning and no packing). Off by\n                              \
-        default for now: garbage is reclaimed at unmount and by\n                              \
-        `check --repair`, not yet while mounted\n  \
+        default for now. Rewritten and removed files leave garbage in\n                              \
+        packs: it is reclaimed while mounted (pack_gc), at unmount and\n                              \
+        by `check --repair`\n  \
         nopack                      do not pack new files (the default); files packed before\n                              \
         are read either way\n  \
         pack_cache=SIZE             memory for decompressed pack blocks (default {cache}M)\n  \
         nopack_reclaim              do not rewrite packs above 25 % garbage at unmount (by\n                              \
         default an unmount moves up to 256 MiB of live files)\n  \
+        pack_gc=SECS                while mounted, look for packs above 25 % garbage every SECS\n                              \
+        seconds when files changed (default {gc}; 0: only on request:\n                              \
+        `setfattr -n user.squeezefs.reclaim -v 1 MOUNTPOINT`, and\n                              \
+        `getfattr -n user.squeezefs.reclaim MOUNTPOINT` shows the last round)\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs)\n\n\
@@ -253,7 +258,8 @@ fn mount_help() -> String {
         Examples:\n  squeezefs mount ./backing ./mnt\n  \
         squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon\n  \
         squeezefs mount /srv/etc.sqz /srv/etc -o pack,pack_cache=64M",
-        cache = squeezefs_container::pack::DEFAULT_CACHE >> 20
+        cache = squeezefs_container::pack::DEFAULT_CACHE >> 20,
+        gc = squeezefs_fs::DEFAULT_PACK_GC,
     )
 }
 

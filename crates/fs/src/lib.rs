@@ -45,7 +45,7 @@ pub struct MountConfig {
     pub default_permissions: bool,
     pub read_only: bool,
     /// `pack` / `nopack` (default for now): files of at most one extent go to packs
-    /// (format 4). Off by default until garbage is reclaimed while mounted (issue 14).
+    /// (format 4). Off by default until packing has had its soak (issue 14).
     pub pack: bool,
     /// `pack_cache=SIZE`: bytes of decompressed pack blocks kept (default 32M).
     pub pack_cache: usize,

@@ -278,10 +278,7 @@ fn reclaim_beside_open_containers_and_an_aborting_settle() {
 
     // Aborted: the files are moved, every pack stays, every file reads back.
     let before = packs.dir().list().unwrap();
-    let r = reclaim(&packs, &v, &live, open, sync, || {
-        Settle::Abort("a rename".into())
-    })
-    .unwrap();
+    let r = reclaim(&packs, &v, &live, open, sync, || Settle::Abort("a rename".into())).unwrap();
     assert!(r.files_moved > 0 && r.packs_removed.is_empty() && r.aborted.is_some());
     for id in &before {
         assert!(
