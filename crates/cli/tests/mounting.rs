@@ -199,7 +199,10 @@ fn a_daemon_detaches_once_mounted_and_logs_to_syslog() {
 fn the_command_line_teaches_and_documents_itself() {
     let out = squeezefs(&[os("--version")]);
     let v = String::from_utf8_lossy(&out.stdout);
-    assert!(v.contains("container format 3") && v.contains("reads 1–3"), "{v}");
+    assert!(
+        v.contains("container format 3") && v.contains("packed files format 4") && v.contains("reads 1–4"),
+        "{v}"
+    );
     let help = squeezefs(&[os("--help")]);
     let subs: Vec<String> = String::from_utf8_lossy(&help.stdout)
         .lines()

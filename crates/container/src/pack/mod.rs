@@ -182,13 +182,19 @@ pub fn block_starts(lens: impl IntoIterator<Item = usize>, shift: u8) -> Vec<usi
     let target = 1usize << shift;
     let (mut starts, mut fill) = (Vec::new(), 0usize);
     for (i, n) in lens.into_iter().enumerate() {
-        if i == 0 || fill + n > target || fill >= target {
+        if i == 0 || starts_block(fill, n, target) {
             starts.push(i);
             fill = 0;
         }
         fill += n;
     }
     starts
+}
+
+/// Whether a file of `n` bytes starts a new block when the open one holds `fill` bytes of
+/// at most `target`: the one rule of [`Packs::append`] and [`block_starts`].
+fn starts_block(fill: usize, n: usize, target: usize) -> bool {
+    fill > 0 && (fill + n > target || fill >= target)
 }
 
 fn corrupt(pack: u32, block: u64, detail: impl Into<String>) -> Error {
@@ -288,7 +294,7 @@ impl Packs {
         let target = 1usize << shift;
         if w.open
             .get(&group)
-            .is_some_and(|b| b.data.len() + data.len() > target)
+            .is_some_and(|b| starts_block(b.data.len(), data.len(), target))
         {
             self.seal(&mut w, group)?;
         }
@@ -298,6 +304,7 @@ impl Packs {
         b.slots.push((slot.clone(), at));
         self.counters.files_packed.fetch_add(1, Ordering::Relaxed);
         if b.data.len() >= target {
+            // Full (`starts_block` holds for any next file): written now.
             self.seal(&mut w, group)?;
         }
         Ok(slot)
