@@ -237,6 +237,11 @@ impl MemDisk {
 }
 
 impl Storage for MemDisk {
+    /// One disk is one file (its clones share it).
+    fn identity(&self) -> io::Result<Option<(u64, u64)>> {
+        Ok(Some((0, Arc::as_ptr(&self.inner) as u64)))
+    }
+
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         if self.has_crashed() {
             return Err(crashed());

@@ -49,6 +49,11 @@ pub trait Storage: Send + Sync {
     fn sync_all(&self) -> io::Result<()> {
         self.sync_data()
     }
+    /// Which file this is (device and inode number), when the storage can tell: pack reclaim
+    /// checks that a name still leads to the file a walk found there.
+    fn identity(&self) -> io::Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
 }
 
 /// Reads exactly `buf.len()` bytes unless EOF comes first; returns the count.
@@ -81,6 +86,12 @@ impl FileStorage {
 }
 
 impl Storage for FileStorage {
+    fn identity(&self) -> io::Result<Option<(u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok(Some((m.dev(), m.ino())))
+    }
+
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         loop {
             match self.file.read_at(buf, off) {
@@ -157,10 +168,19 @@ pub fn syncfs(f: &impl std::os::fd::AsFd) -> std::io::Result<()> {
     sys::syncfs(f.as_fd())
 }
 
+/// Opens `rel` (a relative path) below the directory `dir` with `flags` (plus `O_CLOEXEC`,
+/// `O_NOCTTY`, `O_NONBLOCK`), refusing any symlink on the way and any escape from `dir`
+/// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a tool walking a tree that
+/// users change meanwhile never opens what a swapped-in symlink names, and never blocks
+/// on a fifo.
+pub fn open_beneath(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
+    sys::open_beneath(dir.as_fd(), rel, flags)
+}
+
 /// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
 /// (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
 /// location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
-/// for pack reclaim.
+/// and `openat2(2)` for pack reclaim (std has neither).
 ///
 /// The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
 /// the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
@@ -205,6 +225,47 @@ mod sys {
                 _ => return Err(e),
             }
         }
+    }
+
+    /// `struct open_how` of openat2(2).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+
+    pub(super) fn open_beneath(
+        dir: BorrowedFd<'_>,
+        rel: &std::path::Path,
+        flags: i32,
+    ) -> io::Result<std::fs::File> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let p = CString::new(rel.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let how = OpenHow {
+            flags: (flags | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+            mode: 0,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        };
+        // SAFETY: `p` is NUL-terminated and outlives the call; `how` is a live, initialised
+        // `open_how` of the size passed; the fd is kept open by `BorrowedFd`. The kernel
+        // returns a new fd we own, or -1 with errno.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                p.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `r` is a new fd returned to us by the kernel, owned by nobody else.
+        Ok(unsafe { std::fs::File::from_raw_fd(r as i32) })
     }
 
     pub(super) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {

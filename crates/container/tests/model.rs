@@ -125,6 +125,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         }),
         3 => (off.clone(), 0..(max as usize)).prop_map(|(off, len)| Op::Read { off, len }),
         2 => (0..max).prop_map(Op::SetSize),
+        1 => Just(Op::SetSize(0)),
         1 => (off, 0..max).prop_map(|(off, len)| Op::Punch { off, len }),
         1 => Just(Op::Flush),
         1 => Just(Op::Fsync),
@@ -615,4 +616,56 @@ fn a_whole_extent_overwrite_of_an_unloaded_packed_file_keeps_the_new_bytes() {
     assert!(c.read(0, 4096).unwrap() == [2u8; 4096], "the old bytes came back");
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     assert!(c.read(0, 4096).unwrap() == [2u8; 4096], "the old bytes came back");
+}
+
+/// a packed file truncated to 0 and then extended (or written past 0) must read
+/// zeros where it was not written, not its old bytes from the pack.
+#[test]
+fn truncate_to_zero_of_a_packed_file_then_extend_reads_zeros() {
+    for reopen in [true, false] {
+        let disk = MemDisk::new();
+        let dir = MemPackDir::new(disk.crash());
+        let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir));
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.write(0, &[7u8; 100]).unwrap();
+        c.fsync().unwrap();
+        if reopen {
+            c = Container::open(disk.clone(), &opts).unwrap();
+        }
+        c.set_size(0).unwrap();
+        c.set_size(50).unwrap();
+        let got = c.read(0, 50).unwrap();
+        assert!(
+            got == [0u8; 50],
+            "reopen={reopen}: truncate 0 + extend read {:?}",
+            &got[..8]
+        );
+
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.set_size(0).unwrap();
+        c.write(40, b"xyz").unwrap();
+        let got = c.read(0, 43).unwrap();
+        assert!(
+            got[..40] == [0u8; 40],
+            "truncate 0 + write at 40 read {:?}",
+            &got[..8]
+        );
+    }
+}
+
+/// a packed file emptied, given a smaller extent size and grown: its old pack
+/// bytes (one old extent) are copied into a smaller extent buffer.
+#[test]
+fn truncate_zero_then_smaller_extent_size_then_grow() {
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let opts = options("zstd:1".parse().unwrap(), 13, Some(&dir));
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    c.write(0, &[7u8; 6000]).unwrap();
+    c.fsync().unwrap();
+    c.set_size(0).unwrap();
+    c.set_extent_size_property(Some(12)).unwrap();
+    c.set_size(8192).unwrap();
+    let got = c.read(0, 8192).unwrap();
+    assert!(got == vec![0u8; 8192]);
 }

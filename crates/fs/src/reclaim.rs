@@ -21,8 +21,13 @@
 //!    round decides (`settle`) under the lock held exclusively, so no rename slips between
 //!    the decision and the removal.
 //!
+//! 4. **A container whose bytes are not loaded pins its pack** (`Packs::pin`): the file may
+//!    have no name the walk could find (open, then unlinked). Kept containers (opened for a
+//!    lookup) are closed before a round so they do not hold packs back for nothing.
+//!
 //! I/O is bounded per round ([`BUDGET`] of live bytes moved, packs with the most garbage
-//! first); writers wait for [`Packs::records`] only while one batch's records are replaced.
+//! first) and over time (background rounds wait [`PACE`] times the last one's duration);
+//! writers wait for [`Packs::records`] only while one batch's records are replaced.
 
 use std::collections::BTreeSet;
 use std::ffi::CStr;
@@ -38,10 +43,14 @@ use squeezefs_container::pack::tree::{reclaim_tree, TreeReclaim};
 use squeezefs_container::pack::Packs;
 use squeezefs_container::FileStorage;
 
+use crate::lifecycle::Kept;
 use crate::sys;
 
 /// Live bytes of packed files one round moves at most.
 pub const BUDGET: u64 = 64 << 20;
+
+/// Background rounds wait at least this many times the last round's duration.
+pub const PACE: u32 = 20;
 
 /// What renames and links did while a round ran.
 #[derive(Default)]
@@ -74,18 +83,21 @@ pub struct Reclaimer {
     moved: Mutex<Moved>,
     /// One round at a time.
     running: Mutex<()>,
-    /// Renames, links and removals seen (a round is worth running when files were packed
-    /// or removed since the last one).
+    /// Removals seen (a round is worth running when files were packed or removed since the
+    /// last one).
     pub changes: AtomicU64,
     last_seen: AtomicU64,
     pub last: Mutex<LastRound>,
     stop: (Mutex<bool>, Condvar),
+    /// Containers kept after a lookup: closed before a round (a kept container that has not
+    /// read its bytes pins its pack).
+    kept: Arc<Kept>,
 }
 
 impl Reclaimer {
     /// A reclaimer of `packs`, whose backing root `root` is (opened before the mount covers
     /// it).
-    pub fn new(packs: Arc<Packs>, root: std::fs::File) -> Reclaimer {
+    pub fn new(packs: Arc<Packs>, root: std::fs::File, kept: Arc<Kept>) -> Reclaimer {
         use std::os::fd::AsRawFd;
         let path = PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd()));
         Reclaimer {
@@ -99,6 +111,7 @@ impl Reclaimer {
             last_seen: AtomicU64::new(0),
             last: Mutex::new(LastRound::default()),
             stop: (Mutex::new(false), Condvar::new()),
+            kept,
         }
     }
 
@@ -110,7 +123,7 @@ impl Reclaimer {
     /// After a rename or link made `name` in `dir` (under [`Reclaimer::namespace_guard`]):
     /// while a round runs, what it moved is logged.
     pub fn note_moved(&self, dir: impl AsFd, name: &CStr) {
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        // (A rename makes no garbage by itself: it does not count as a change.)
         if !self.active.load(Ordering::SeqCst) {
             return;
         }
@@ -144,7 +157,7 @@ impl Reclaimer {
         }
     }
 
-    /// Files packed, removed, renamed or linked so far.
+    /// Files packed or removed so far.
     fn activity(&self) -> u64 {
         self.changes.load(Ordering::Relaxed) + self.packs.counters.files_packed.load(Ordering::Relaxed)
     }
@@ -204,6 +217,7 @@ impl Reclaimer {
     }
 
     fn run(&self) -> Result<Option<Reclaimed>, String> {
+        self.kept.close_all();
         let only = self.packs.reclaimable().map_err(|e| e.to_string())?;
         if only.is_empty() {
             return Ok(None);
@@ -237,16 +251,19 @@ impl Reclaimer {
     }
 
     /// Runs a round every `every` while something changed since the last one, until
-    /// [`Reclaimer::stop`].
+    /// [`Reclaimer::stop`]; never more than 1/[`PACE`] of the time (a walk of a big tree
+    /// takes a while).
     pub fn start(self: &Arc<Self>, every: Duration) -> std::io::Result<std::thread::JoinHandle<()>> {
         let me = self.clone();
         std::thread::Builder::new()
             .name("pack-reclaim".into())
             .spawn(move || loop {
                 {
+                    let last = Duration::from_secs_f64(me.last.lock().unwrap().seconds);
+                    let wait = every.max(last * PACE);
                     let (lock, cv) = &me.stop;
                     let stopped = cv
-                        .wait_timeout_while(lock.lock().unwrap(), every, |s| !*s)
+                        .wait_timeout_while(lock.lock().unwrap(), wait, |s| !*s)
                         .unwrap()
                         .0;
                     if *stopped {

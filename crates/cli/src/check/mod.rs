@@ -152,6 +152,8 @@ pub fn main(args: Args) -> Result<u8, String> {
             live_files.push(LiveFile {
                 name: rel.clone(),
                 loc,
+                // (Offline: nothing renames files under `check`.)
+                id: None,
             });
         } else if r.plain {
             plain += 1;

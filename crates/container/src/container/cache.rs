@@ -118,6 +118,7 @@ impl Packed {
         if idx == 0 && !need_old {
             // A whole-extent overwrite: a packed file's old bytes are never loaded over it.
             self.loc_unloaded = false;
+            self.pin = None;
         }
         let len = self.extent_len();
         let clock = self.tick();

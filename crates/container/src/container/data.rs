@@ -285,6 +285,12 @@ impl Packed {
                 }
             }
         }
+        if new_size == 0 {
+            // Nothing of a packed file's bytes is part of it any more: a later grow reads
+            // zeros, never what the pack holds.
+            self.loc_unloaded = false;
+            self.pin = None;
+        }
         self.size = new_size;
         self.sb_dirty = true;
     }
@@ -343,6 +349,7 @@ impl Packed {
         if range.start == 0 {
             // A packed file's bytes are zeros now, whatever its pack holds.
             self.loc_unloaded = false;
+            self.pin = None;
         }
         let gone: Vec<u64> = self.exts.range(range).map(|(i, _)| *i).collect();
         for i in gone {

@@ -136,6 +136,7 @@ impl Packed {
             loc_pending: None,
             backing_stale: false,
             loc_stale: false,
+            pin: None,
         }
     }
 }
@@ -148,6 +149,10 @@ impl<S: Storage> Container<S> {
     /// Opens the container in `storage`. An empty file becomes an empty container (its
     /// superblock is written at the first flush); a file without the magic is plain.
     pub fn open(storage: S, opts: &Options) -> Result<Container<S>> {
+        // The record is read and its pack pinned as one step against a reclaim round
+        // (`Packs::records`): a round cannot remove the pack in between.
+        let packs = opts.packs.clone();
+        let _records = packs.as_ref().map(|p| p.records().read().unwrap());
         let loc = packing::read_location(&storage)?;
         if loc.is_some() && opts.packs.is_none() {
             return Err(Error::Unsupported(
@@ -307,6 +312,9 @@ impl<S: Storage> Container<S> {
         p.stale_from = Some(0);
         p.loc = Some(l);
         p.loc_unloaded = l.len > 0;
+        if p.loc_unloaded {
+            p.pin = p.packs.as_ref().map(|packs| packs.pin(l.pack));
+        }
         p.backing_stale = storage.len().map(|n| n > 0).unwrap_or(true);
         Container {
             storage,

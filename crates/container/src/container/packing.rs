@@ -71,6 +71,7 @@ impl Packed {
                         // Reclaim moved the bytes (same generation and checksum) since
                         // this container read its record, and removed the old pack.
                         Some(moved) => {
+                            self.pin = Some(self.packs()?.pin(moved.pack));
                             let b = self.packs()?.read(&moved)?;
                             self.loc = Some(moved);
                             b
@@ -81,7 +82,7 @@ impl Packed {
             }
         };
         let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
-        let n = bytes.len().min(self.size as usize);
+        let n = bytes.len().min(self.size as usize).min(buf.len());
         buf[..n].copy_from_slice(&bytes[..n]);
         let clock = self.tick();
         self.exts.insert(
@@ -93,6 +94,7 @@ impl Packed {
             },
         );
         self.loc_unloaded = false;
+        self.pin = None;
         Ok(())
     }
 
@@ -184,6 +186,11 @@ impl Packed {
             let _records = self.packs()?.records().read().unwrap();
             st.set_xattr(LOCATION_XATTR, &rec.encode())?;
         }
+        // The slot kept the pack from reclaim until now; while the bytes are not loaded
+        // the pin does.
+        self.pin = (self.loc_unloaded && len > 0)
+            .then(|| self.packs().map(|p| p.pin(pack)))
+            .transpose()?;
         self.sb_gen += 1;
         self.loc = Some(rec);
         self.loc_durable = false;

@@ -84,8 +84,11 @@ impl<S: Storage> Container<S> {
                             .into(),
                     ));
                 }
-                // Anything left on disk was laid out for the old size: never read it.
+                // Anything left on disk (or in a pack) was laid out for the old size: never
+                // read it.
                 p.exts.clear();
+                p.loc_unloaded = false;
+                p.pin = None;
                 p.shift = s;
                 p.stale_from = Some(0);
             }

@@ -155,6 +155,10 @@ pub(super) struct Packed {
     pub(super) backing_stale: bool,
     /// A newer superblock replaces `loc`: the record is removed once it is durable.
     pub(super) loc_stale: bool,
+    /// While the bytes are not loaded (`loc_unloaded`), a claim on the pack `loc` names: a
+    /// reclaim round leaves that pack alone (the file may have no name the walk could find:
+    /// open, then unlinked).
+    pub(super) pin: Option<crate::pack::Pin>,
 }
 
 #[derive(Debug)]

@@ -77,6 +77,7 @@ fn live_files(files: &[(MemDisk, Vec<u8>)]) -> Vec<LiveFile> {
         .map(|(i, (d, _))| LiveFile {
             name: i.to_string(),
             loc: read_record(d).unwrap().unwrap(),
+            id: d.identity().unwrap(),
         })
         .collect()
 }
@@ -321,4 +322,41 @@ fn reclaim_beside_open_containers_and_an_aborting_settle() {
     }
     let c0 = crate::Container::open(w.files[0].0.clone(), &opts);
     assert!(c0.unwrap().read(0, 9).unwrap() == b"rewritten");
+}
+
+/// file X has two names; the walk lists it once, by name "a". While the round runs,
+/// "a" is replaced (rm a + create, or an editor's rename over it) by a new file Y, whose
+/// record names no victim (or which has none yet). X still lives under its other name,
+/// its record naming the victim: its pack must stay.
+#[test]
+fn a_name_replaced_during_the_round_does_not_free_the_other_links_pack() {
+    let crash = Crash::new();
+    let dir = MemPackDir::new(&crash);
+    let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+    let x_bytes = text(7, 5000);
+    let x = pack_file(&packs, &crash, &x_bytes);
+    packs.sync().unwrap();
+    let victim = read_record(&x).unwrap().unwrap().pack;
+    // The walk saw X as "a" (its other link "b" deduplicated by inode).
+    let files = vec![LiveFile {
+        name: "a".into(),
+        loc: read_record(&x).unwrap().unwrap(),
+        id: x.identity().unwrap(),
+    }];
+    // ... and by the time reclaim opens "a", that name is a new, not yet packed file.
+    let y = MemDisk::with_crash(&crash);
+    let r = reclaim(
+        &packs,
+        &BTreeSet::from([victim]),
+        &files,
+        |_f| Ok(y.clone()),
+        |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        super::reclaim::Settle::default,
+    )
+    .unwrap();
+    let loc = read_record(&x).unwrap().unwrap();
+    assert!(
+        packs.read(&loc).ok().as_deref() == Some(&x_bytes[..]),
+        "X (still linked as \"b\") lost its bytes: {r:?}"
+    );
 }

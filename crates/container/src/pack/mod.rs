@@ -95,6 +95,12 @@ pub struct Slot {
     state: Mutex<SlotState>,
 }
 
+/// A container's claim on a pack ([`Packs::pin`]).
+#[derive(Debug)]
+pub struct Pin {
+    _alive: Arc<()>,
+}
+
 /// Files are packed with others of the same codec and extent size.
 type Group = (CodecSpec, u8);
 
@@ -153,6 +159,9 @@ pub struct Packs {
     headers: Mutex<HashMap<cache::BlockId, BlockHeader>>,
     /// Serialises location-record writes against reclaim (see the lock order above).
     records: RwLock<()>,
+    /// Per pack, the [`Pin`]s of containers whose bytes are there and not loaded (taken
+    /// alone, like `records`).
+    pins: Mutex<HashMap<u32, Vec<Weak<()>>>>,
     pub counters: PackCounters,
 }
 
@@ -221,6 +230,7 @@ impl Packs {
             cache: Mutex::new(BlockCache::new(cache)),
             headers: Mutex::new(HashMap::new()),
             records: RwLock::new(()),
+            pins: Mutex::new(HashMap::new()),
             counters: PackCounters::default(),
         })
     }
@@ -231,8 +241,9 @@ impl Packs {
         &self.records
     }
 
-    /// The packs no new record can name except one written by reclaim itself: not the pack
-    /// being appended to, and no slot placed in them is still waiting for its record. A
+    /// The packs no new record can name except one written by reclaim itself, and no
+    /// container still reads: not the pack being appended to, no slot placed in them still
+    /// waits for its record, none [`Packs::pinned`]. A
     /// mount's background reclaim picks its victims among these; a record seen naming one
     /// of them can only go away.
     pub fn reclaimable(&self) -> io::Result<BTreeSet<u32>> {
@@ -243,10 +254,36 @@ impl Packs {
             slots.retain(|s| s.strong_count() > 0);
             !slots.is_empty()
         });
+        let placed: BTreeSet<u32> = w.placed.keys().copied().collect();
+        drop(w);
+        let pinned = self.pinned();
         Ok(ids
             .into_iter()
-            .filter(|id| Some(*id) != current && !w.placed.contains_key(id))
+            .filter(|id| Some(*id) != current && !placed.contains(id) && !pinned.contains(id))
             .collect())
+    }
+
+    /// A claim on pack `pack` while a container may still read it: no reclaim round removes
+    /// a pinned pack (dropping the pin lets it go).
+    pub fn pin(&self, pack: u32) -> Pin {
+        let alive = Arc::new(());
+        self.pins
+            .lock()
+            .unwrap()
+            .entry(pack)
+            .or_default()
+            .push(Arc::downgrade(&alive));
+        Pin { _alive: alive }
+    }
+
+    /// The packs some container has pinned now.
+    pub fn pinned(&self) -> BTreeSet<u32> {
+        let mut pins = self.pins.lock().unwrap();
+        pins.retain(|_, v| {
+            v.retain(|w| w.strong_count() > 0);
+            !v.is_empty()
+        });
+        pins.keys().copied().collect()
     }
 
     /// Whether files may be added.

@@ -35,6 +35,9 @@ use crate::{Error, Result};
 pub struct LiveFile {
     pub name: String,
     pub loc: Location,
+    /// The walked inode (device, number), when the walk knows it: `open` must refuse a
+    /// name that leads to another file now (one link of a hard-linked file replaced).
+    pub id: Option<(u64, u64)>,
 }
 
 /// What a reclaim did.
@@ -114,6 +117,19 @@ pub fn reclaim<S: Storage>(
                     continue;
                 }
             };
+            // The name must still lead to the file the caller saw: if it is another file
+            // now, the walked one may live on under another link (its pack stays).
+            match (f.id, st.identity()) {
+                (Some(want), Ok(Some(got))) if want != got => {
+                    leave(Error::Invalid("its name leads to another file now".into()));
+                    continue;
+                }
+                (_, Err(e)) => {
+                    leave(e.into());
+                    continue;
+                }
+                _ => {}
+            }
             // The record must still be the one the caller saw.
             match still_there(&st, f, victims) {
                 Ok(true) => {}
@@ -134,12 +150,14 @@ pub fn reclaim<S: Storage>(
         packs.sync()?;
         let mut placed = Vec::with_capacity(slots.len());
         for (f, st, slot) in slots {
-            placed.push((f, st, packs.durable(&slot)?));
+            let p = packs.durable(&slot)?;
+            // (The slot lives until its record is set: its pack is not reclaimable meanwhile.)
+            placed.push((f, st, p, slot));
         }
         let mut done = Vec::with_capacity(placed.len());
         {
             let _records = packs.records().write().unwrap();
-            for (f, st, p) in placed {
+            for (f, st, p, _slot) in placed {
                 match still_there(&st, f, victims) {
                     Ok(true) => {}
                     Ok(false) => continue,
@@ -162,8 +180,13 @@ pub fn reclaim<S: Storage>(
         sync_records(&done)?;
         out.files_moved += done.len() as u64;
     }
-    // Held while the packs go: no record naming one can appear before they are gone.
+    // What the walk saw must be durable before a pack it judged unused goes (a record
+    // removed or replaced, not yet synced, would come back in a crash).
+    sync_records(&[])?;
+    // Held while the packs go: no record naming one can appear, and no container can pin
+    // one, before they are gone.
     let _records = packs.records().write().unwrap();
+    keep.extend(packs.pinned());
     match settle() {
         Settle::Remove => {}
         Settle::RemoveExcept(more) => keep.extend(more),
@@ -177,6 +200,8 @@ pub fn reclaim<S: Storage>(
         removed_len += packs.handle(id).and_then(|h| Ok(h.len()?)).unwrap_or(0);
         packs.forget(id);
         packs.dir().remove(id)?;
+        // (Again: a reader may have opened it between the two.)
+        packs.forget(id);
         out.packs_removed.push(id);
     }
     let written = packs.counters.bytes_stored.load(Ordering::Relaxed) - stored_before;

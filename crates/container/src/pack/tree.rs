@@ -8,7 +8,8 @@
 //! which works even when the mount covers the backing directory itself.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, LiveFile, Reclaimed, Settle};
 use super::record::{record_state, RecordState};
 use super::Packs;
-use crate::storage::FileStorage;
+use crate::storage::{open_beneath, FileStorage};
 
 /// The records of a backing directory, as a walk found them.
 #[derive(Debug, Default)]
@@ -29,43 +30,71 @@ pub struct Walked {
 /// Reads the record of every regular file below `root` (symlinks not followed; the root's
 /// pack and dictionary directories left out). `None` when some record cannot be read: it
 /// may name any pack, so nothing may be judged garbage.
+///
+/// Entries may come and go meanwhile (a mount's rounds): one that vanished, or turned into
+/// a symlink or something else than a file, is skipped (a mount logs the renames that could
+/// hide a file; see `squeezefs-fs` `reclaim.rs`). Every open is beneath the root
+/// ([`open_beneath`]) and a file's identity comes from the fd its record was read from.
 pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
+    let top = File::open(root)?;
     let mut out = Walked::default();
     let mut seen = HashSet::new();
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        for entry in std::fs::read_dir(root.join(&rel))? {
-            let entry = entry?;
-            let name = rel.join(entry.file_name());
-            let m = match std::fs::symlink_metadata(root.join(&name)) {
-                Ok(m) => m,
-                // Removed since the directory was read: it needs no pack.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+        let dir = if rel.as_os_str().is_empty() {
+            top.try_clone()?
+        } else {
+            match open_beneath(&top, &rel, libc::O_RDONLY | libc::O_DIRECTORY) {
+                Ok(d) => d,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let entries = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+            Ok(rd) => rd,
+            Err(e) if vanished(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) if vanished(&e) => continue,
                 Err(e) => return Err(e),
             };
-            if m.is_dir() {
-                let top = rel.as_os_str().is_empty();
+            let name = rel.join(entry.file_name());
+            let kind = match entry.file_type() {
+                Ok(k) => k,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            if kind.is_dir() {
                 let n = entry.file_name();
-                if !(top && (n == super::dir::DIR_NAME || n == crate::dicts::DIR_NAME)) {
+                let top_level = rel.as_os_str().is_empty();
+                if !(top_level && (n == super::dir::DIR_NAME || n == crate::dicts::DIR_NAME)) {
                     stack.push(name);
                 }
                 continue;
             }
+            if !kind.is_file() {
+                continue;
+            }
+            let f = match open_beneath(&top, &name, libc::O_RDONLY | libc::O_NOFOLLOW) {
+                Ok(f) => f,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let m = f.metadata()?;
             // (Every file is asked: a packed file whose replaced bytes were not cut yet is
             // not empty.)
             if !m.is_file() || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
                 continue;
             }
-            let f = match File::open(root.join(&name)) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
             match record_state(&FileStorage::new(f)) {
                 Ok(RecordState::Current { loc, .. }) => {
                     out.live.add(&loc);
                     let name = name.display().to_string();
-                    out.files.push(LiveFile { name, loc });
+                    let id = Some((m.dev(), m.ino()));
+                    out.files.push(LiveFile { name, loc, id });
                 }
                 Ok(RecordState::Absent | RecordState::Stale(_)) => {}
                 Ok(RecordState::Unreadable(_)) | Err(_) => return Ok(None),
@@ -73,6 +102,15 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
         }
     }
     Ok(Some(out))
+}
+
+/// An entry removed, renamed, or replaced by a symlink (or a non-directory) since it was
+/// listed.
+fn vanished(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV | libc::ENXIO)
+    )
 }
 
 /// How a [`reclaim_tree`] round is bounded.
@@ -155,11 +193,12 @@ pub fn reclaim_files(
     files: &[LiveFile],
     settle: &mut dyn FnMut() -> Settle,
 ) -> crate::Result<Reclaimed> {
+    let top = File::open(root)?;
     let open = |f: &LiveFile| -> crate::Result<FileStorage> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(root.join(&f.name))?;
+        let file = open_beneath(&top, Path::new(&f.name), libc::O_RDWR | libc::O_NOFOLLOW)?;
+        if !file.metadata()?.is_file() {
+            return Err(crate::Error::Invalid("not a regular file any more".into()));
+        }
         Ok(FileStorage::new(file))
     };
     let sync = |_: &[FileStorage]| -> crate::Result<()> {

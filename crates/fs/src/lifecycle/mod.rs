@@ -36,19 +36,68 @@ pub struct Files {
     read_only: bool,
     /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
     /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
-    idle: Mutex<VecDeque<(u64, Weak<Inode>)>>,
+    idle: Arc<Kept>,
+}
+
+/// The queue of kept containers (rule 6 of [`state`]).
+pub struct Kept {
+    inodes: Arc<Inodes>,
+    queue: Mutex<VecDeque<(u64, Weak<Inode>)>>,
+}
+
+impl Kept {
+    /// Closes the oldest kept containers until `keep` are left (those busy or no longer
+    /// merely kept are skipped: rule 6).
+    fn trim(&self, keep: usize) {
+        let mut q = self.queue.lock().unwrap();
+        let mut busy = VecDeque::new();
+        while q.len() > keep {
+            let Some((old_ino, w)) = q.pop_front() else { break };
+            let Some(old) = w.upgrade() else { continue };
+            let Ok(mut open) = old.file.open.try_lock() else {
+                // Busy right now: look again next time.
+                busy.push_back((old_ino, w));
+                continue;
+            };
+            if open.as_ref().is_some_and(|of| {
+                of.handles == 0 && !of.container.commit_pending() && of.container.dirty_bytes() == 0
+            }) {
+                *open = None;
+                drop(open);
+                self.inodes.forget(old_ino, 0);
+            }
+        }
+        while let Some(b) = busy.pop_back() {
+            q.push_front(b);
+        }
+    }
+
+    /// Closes every kept container (a pack reclaim round: a kept container may hold a
+    /// pack it has not read yet).
+    pub fn close_all(&self) {
+        self.trim(0);
+    }
 }
 
 impl Files {
     pub fn new(inodes: Arc<Inodes>, opts: Options, read_only: bool) -> Files {
+        let inodes_for_kept = inodes.clone();
         Files {
             inodes,
             committer: Committer::new(opts.packs.clone()),
             commit_thread: Mutex::new(None),
             opts,
             read_only,
-            idle: Mutex::new(VecDeque::new()),
+            idle: Arc::new(Kept {
+                inodes: inodes_for_kept,
+                queue: Mutex::new(VecDeque::new()),
+            }),
         }
+    }
+
+    /// The kept containers (for pack reclaim rounds, which close them first).
+    pub fn kept(&self) -> Arc<Kept> {
+        self.idle.clone()
     }
 
     /// The container options this mount writes with.
@@ -175,24 +224,12 @@ impl Files {
                 writers: 0,
             });
         }
-        let mut q = self.idle.lock().unwrap();
-        q.push_back((ino, Arc::downgrade(inode)));
-        while q.len() > IDLE_MAX {
-            let Some((old_ino, w)) = q.pop_front() else { break };
-            let Some(old) = w.upgrade() else { continue };
-            let Ok(mut open) = old.file.open.try_lock() else {
-                // Busy right now: look again next time.
-                q.push_front((old_ino, w));
-                break;
-            };
-            if open.as_ref().is_some_and(|of| {
-                of.handles == 0 && !of.container.commit_pending() && of.container.dirty_bytes() == 0
-            }) {
-                *open = None;
-                drop(open);
-                self.inodes.forget(old_ino, 0);
-            }
-        }
+        self.idle
+            .queue
+            .lock()
+            .unwrap()
+            .push_back((ino, Arc::downgrade(inode)));
+        self.idle.trim(IDLE_MAX);
     }
 
     /// A new handle on a regular file: shares the container in memory (opening it for the

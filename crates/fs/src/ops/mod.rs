@@ -98,10 +98,13 @@ impl SqueezeFs {
             error!("dictionary refused (files compressed with it will read as EIO): {why}");
         }
         let inodes = Arc::new(Inodes::new(root, root_dir, &st));
-        let reclaimer = match &opts.packs {
-            Some(p) if p.writable() && !read_only => {
-                Some(Arc::new(Reclaimer::new(p.clone(), std::fs::File::open(backing)?)))
-            }
+        let files = Files::new(inodes.clone(), opts, read_only);
+        let reclaimer = match &files.opts().packs {
+            Some(p) if p.writable() && !read_only => Some(Arc::new(Reclaimer::new(
+                p.clone(),
+                std::fs::File::open(backing)?,
+                files.kept(),
+            ))),
             _ => None,
         };
         let reclaim_thread = match (&reclaimer, pack_gc) {
@@ -109,7 +112,7 @@ impl SqueezeFs {
             _ => None,
         };
         Ok(SqueezeFs {
-            files: Files::new(inodes.clone(), opts, read_only),
+            files,
             inodes,
             read_only,
             dirs: Mutex::new(Default::default()),
