@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Positioned I/O on one backing file. Methods take `&self` so extents can be written from
 /// several threads at once (pwrite is safe to call concurrently on distinct ranges).
@@ -73,15 +74,31 @@ pub fn read_full<S: Storage + ?Sized>(s: &S, buf: &mut [u8], off: u64) -> io::Re
 #[derive(Debug)]
 pub struct FileStorage {
     file: File,
+    /// Set by every call that moves the file's mtime (a write, a punch, a length change;
+    /// not an xattr, which moves only its ctime), cleared by [`FileStorage::take_modified`].
+    modified: AtomicBool,
 }
 
 impl FileStorage {
     pub fn new(file: File) -> FileStorage {
-        FileStorage { file }
+        FileStorage {
+            file,
+            modified: AtomicBool::new(false),
+        }
     }
 
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// Whether the file was written, punched or resized (so its mtime moved) since the last
+    /// call. The FUSE layer puts times set through the mount back after such a write-out.
+    pub fn take_modified(&self) -> bool {
+        self.modified.swap(false, Ordering::Relaxed)
+    }
+
+    fn modifies(&self) {
+        self.modified.store(true, Ordering::Relaxed);
     }
 }
 
@@ -102,6 +119,7 @@ impl Storage for FileStorage {
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.modifies();
         self.file.write_all_at(buf, off)
     }
 
@@ -109,6 +127,7 @@ impl Storage for FileStorage {
         if len == 0 {
             return Ok(());
         }
+        self.modifies();
         let (Ok(o), Ok(l)) = (i64::try_from(off), i64::try_from(len)) else {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         };
@@ -120,6 +139,7 @@ impl Storage for FileStorage {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.modifies();
         self.file.set_len(len)
     }
 

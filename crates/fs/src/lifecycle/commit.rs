@@ -16,6 +16,7 @@ use log::error;
 use squeezefs_container::pack::Packs;
 use squeezefs_container::{Ticket, WriteBack};
 
+use super::keep_times;
 use super::state::OpenFile;
 use crate::inode::{Inode, Inodes};
 
@@ -163,6 +164,8 @@ impl Committer {
                 (Ok(()), Ticketed::Settle(t)) => Ok(Some(t)),
                 (Err(_), _) => of.container.fsync().map(|()| Some(of.container.ticket())),
             };
+            // A superblock or location record written: the times set on the file go back.
+            keep_times(inodes, &inode, of);
             match r {
                 Ok(Some(t)) => {
                     if matches!(left, Ticketed::Commit(_)) {
@@ -175,7 +178,9 @@ impl Committer {
                     // Changed since its write-back (or committed by an fsync meanwhile):
                     // a closed file is written back again and waits for the next batch.
                     if of.handles == 0 {
-                        match of.container.write_back() {
+                        let written = of.container.write_back();
+                        keep_times(inodes, &inode, of);
+                        match written {
                             Ok(w) => match Ticketed::from(w) {
                                 Some(Ticketed::Commit(t)) => {
                                     again.push((ino, inode.clone(), Ticketed::Commit(t)));
@@ -216,6 +221,7 @@ impl Committer {
                             inodes.describe(&inode)
                         );
                     }
+                    keep_times(inodes, &inode, of);
                 }
                 drop_if_closed(inodes, ino, &inode, open);
             }

@@ -6,8 +6,9 @@
 //!
 //! The FUSE handlers never touch a container directly: they call [`Files::with_container`]
 //! (run an operation on the shared container, or on a temporary one for a file nobody has
-//! open), [`Files::attach`] / [`Files::release`] (a handle comes and goes), and
-//! [`Files::size`] (the logical size for `stat`).
+//! open), [`Files::change_data`] (the same for a change of the file's data), [`Files::attach`]
+//! / [`Files::release`] (a handle comes and goes), [`Files::set_times`] (`utimens`, kept
+//! over our later write-outs) and [`Files::size_and_times`] (what `stat` shows).
 
 pub mod commit;
 pub mod state;
@@ -21,8 +22,9 @@ use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 
 use crate::inode::{Inode, Inodes};
+use crate::sys;
 use commit::{Committer, Ticketed};
-use state::OpenFile;
+use state::{OpenFile, Times};
 
 /// Most containers kept open without a handle after a lookup.
 pub const IDLE_MAX: usize = 128;
@@ -149,29 +151,61 @@ impl Files {
     }
 
     /// Runs `f` on the file's container: the shared one in memory (rule 2 of [`state`]
-    /// when nobody has it open), or a temporary one flushed and closed afterwards.
+    /// when nobody has it open), or a temporary one flushed and closed afterwards. `f` must
+    /// not change the file's data (that is [`Files::change_data`]): times set explicitly
+    /// are put back if it writes (rule 7).
     pub fn with_container<T>(
         &self,
         inode: &Arc<Inode>,
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
+        self.run(inode, false, f, what)
+    }
+
+    /// [`Files::with_container`] for a change of the file's data (a write, a truncate, an
+    /// fallocate): times set explicitly before it are forgotten (rule 7).
+    pub fn change_data<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        self.run(inode, true, f, what)
+    }
+
+    fn run<T>(
+        &self,
+        inode: &Arc<Inode>,
+        changes_data: bool,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
         let mut open = inode.file.open.lock().unwrap();
         if let Some(of) = open.as_mut() {
-            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e))?;
-            if of.handles == 0 && !of.container.commit_pending() {
-                let left = of
-                    .container
-                    .write_back()
-                    .map_err(|e| self.error(inode, "flush", e))?;
-                if let WriteBack::Commit(t) = left {
-                    of.container.drop_cache();
-                    drop(open);
-                    if let Some(ino) = self.inodes.number(inode) {
-                        self.committer.push(ino, inode.clone(), Ticketed::Commit(t));
+            if changes_data {
+                of.times = Times::default();
+            }
+            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
+            let mut queue = None;
+            let mut flushed = Ok(());
+            if r.is_ok() && of.handles == 0 && !of.container.commit_pending() {
+                match of.container.write_back() {
+                    Ok(WriteBack::Commit(t)) => {
+                        of.container.drop_cache();
+                        queue = Some(t);
                     }
+                    Ok(_) => {}
+                    Err(e) => flushed = Err(self.error(inode, "flush", e)),
                 }
             }
+            self.keep_times(inode, of);
+            drop(open);
+            if let (Some(t), Some(ino)) = (queue, self.inodes.number(inode)) {
+                self.committer.push(ino, inode.clone(), Ticketed::Commit(t));
+            }
+            let r = r?;
+            flushed?;
             return Ok(r);
         }
         drop(open);
@@ -183,19 +217,59 @@ impl Files {
     }
 
     /// The file's logical size: from its container in memory, the remembered size, or a
-    /// container opened now (and kept for the `open` that usually follows a lookup).
-    pub fn size(&self, ino: u64, inode: &Arc<Inode>) -> Result<u64, Errno> {
+    /// container opened now (and kept for the `open` that usually follows a lookup); and the
+    /// times set explicitly that `stat` shows rather than the backing file's (rule 7: a
+    /// write-out may have moved them a moment ago, and they go back on it right after).
+    pub fn size_and_times(&self, ino: u64, inode: &Arc<Inode>) -> Result<(u64, Times), Errno> {
         if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
-            return of.container.size().map_err(|e| self.error(inode, "size", e));
+            let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
+            return Ok((s, of.times));
         }
         if let Some(s) = *inode.file.size.lock().unwrap() {
-            return Ok(s);
+            return Ok((s, Times::default()));
         }
         let c = self.open_container(inode)?;
         let s = c.size().map_err(|e| self.error(inode, "size", e))?;
         *inode.file.size.lock().unwrap() = Some(s);
         self.keep_idle(ino, inode, c);
-        Ok(s)
+        Ok((s, Times::default()))
+    }
+
+    /// `utimens` on a regular file (`UTIME_OMIT`, `UTIME_NOW` or a time for each), and, if
+    /// it has a state, the times it set remembered there to be kept over our write-outs
+    /// (rule 7). Both under the file's lock, so no write-out comes in between.
+    pub fn set_times(
+        &self,
+        inode: &Arc<Inode>,
+        atime: libc::timespec,
+        mtime: libc::timespec,
+    ) -> Result<(), Errno> {
+        let fd = self.inodes.fd(inode)?;
+        let mut open = inode.file.open.lock().unwrap();
+        sys::utimens(&fd, atime, mtime)?;
+        let Some(of) = open.as_mut() else {
+            return Ok(());
+        };
+        let now = [atime, mtime].iter().any(|t| t.tv_nsec == libc::UTIME_NOW);
+        let st = if now { Some(sys::fstat(&fd)?) } else { None };
+        let set = |t: libc::timespec, (sec, nsec): (i64, i64)| match t.tv_nsec {
+            libc::UTIME_OMIT => None,
+            libc::UTIME_NOW => Some((sec, nsec)),
+            _ => Some((t.tv_sec, t.tv_nsec)),
+        };
+        let (a, m) = st.map_or(((0, 0), (0, 0)), |st| {
+            ((st.st_atime, st.st_atime_nsec), (st.st_mtime, st.st_mtime_nsec))
+        });
+        of.times.atime = set(atime, a).or(of.times.atime);
+        of.times.mtime = set(mtime, m).or(of.times.mtime);
+        Ok(())
+    }
+
+    /// Rule 7 after one of our calls on a file's container: the times set explicitly go
+    /// back on the backing file if that call moved them (a failure is logged: the data is
+    /// safe, only the times are not).
+    pub fn keep_times(&self, inode: &Arc<Inode>, of: &OpenFile) {
+        keep_times(&self.inodes, inode, of);
     }
 
     /// The extent size of a file whose container is in memory.
@@ -218,11 +292,7 @@ impl Files {
             if open.is_some() {
                 return;
             }
-            *open = Some(OpenFile {
-                container: c,
-                handles: 0,
-                writers: 0,
-            });
+            *open = Some(OpenFile::new(c, 0, 0));
         }
         self.idle
             .queue
@@ -241,14 +311,12 @@ impl Files {
                 of.handles += 1;
                 of
             }
-            None => open.insert(OpenFile {
-                container: self.open_container(inode)?,
-                handles: 1,
-                writers: 0,
-            }),
+            None => open.insert(OpenFile::new(self.open_container(inode)?, 1, 0)),
         };
         of.writers += u32::from(writable);
         if truncate {
+            // A change of the data (rule 7).
+            of.times = Times::default();
             of.container
                 .set_size(0)
                 .map_err(|e| self.error(inode, "truncate", e))?;
@@ -265,13 +333,7 @@ impl Files {
                 of.handles += 1;
                 of.writers += 1;
             }
-            None => {
-                *open = Some(OpenFile {
-                    container,
-                    handles: 1,
-                    writers: 1,
-                })
-            }
+            None => *open = Some(OpenFile::new(container, 1, 1)),
         }
     }
 
@@ -288,7 +350,9 @@ impl Files {
         if of.handles > 0 {
             return Ok(());
         }
-        match of.container.write_back().map(Ticketed::from) {
+        let written = of.container.write_back().map(Ticketed::from);
+        self.keep_times(inode, of);
+        match written {
             // A superblock to commit, or old copies to remove once a sync covers what
             // replaced them (a rewritten small file's older superblock copy): the group
             // commit does both.
@@ -325,11 +389,22 @@ impl Files {
                 if let Err(e) = of.container.fsync() {
                     error!("{}: flush at unmount failed: {e}", self.inodes.describe(&inode));
                 }
+                self.keep_times(&inode, of);
             }
         }
         if let Err(e) = self.inodes.syncfs() {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
         }
+    }
+}
+
+/// [`Files::keep_times`], for the group commit too.
+fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &OpenFile) {
+    if let Err(e) = of.keep_times() {
+        warn!(
+            "{}: cannot put back the times set on it: {e}",
+            inodes.describe(inode)
+        );
     }
 }
 

@@ -33,6 +33,19 @@
 //!    then the backing filesystem is synced.
 //! 6. A kept container is dropped only when clean, unqueued and without a handle; a
 //!    queued one only by the group commit.
+//! 7. **Times** ([`OpenFile::times`]). A file's mtime moves when its user changes its data
+//!    (write, truncate, fallocate) and a time set explicitly (`utimens`, as `tar -x` and
+//!    `cp -p` do, or the kernel's own mtime sent with its writeback cache) stays until the
+//!    next such change — never moved by the daemon's own write-outs. But the backing file's
+//!    mtime moves at each of those (the write-back at flush or last close, the superblock or
+//!    location record a group commit writes, the settle that punches replaced copies, the
+//!    fsync at unmount), which may come after the `utimens`. So while the file has a state
+//!    here, a time set explicitly is also remembered in it (`Files::set_times`, under the
+//!    same lock as the `utimens`), put back on the backing file after any of our calls that
+//!    moved its mtime (`FileStorage::take_modified`; one `utimensat`, no sync), and shown by
+//!    `stat` even in between. A change of the data forgets it (`Files::change_data`,
+//!    `Files::attach` with `O_TRUNC`). Without a state nothing is deferred: the `utimens`
+//!    alone sticks.
 //!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
@@ -41,9 +54,12 @@
 //! cache's queue and `Files::idle` look at another inode's `open` only with `try_lock`.
 //! The group commit's queue lock is held alone.
 
+use std::io;
 use std::sync::Mutex;
 
 use squeezefs_container::{Container, FileStorage};
+
+use crate::sys;
 
 /// The state all handles of one open (or kept, or queued) regular file share.
 pub struct OpenFile {
@@ -52,6 +68,59 @@ pub struct OpenFile {
     /// Handles open for writing. While there are any, the kernel's page cache may hold
     /// written data the container has not seen yet (writeback cache).
     pub writers: u32,
+    /// Times set explicitly since the last change of the data, kept over our write-outs
+    /// (rule 7).
+    pub times: Times,
+}
+
+/// Access and modification times set explicitly (`None`: not set, left as they are).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Times {
+    pub atime: Option<(i64, i64)>,
+    pub mtime: Option<(i64, i64)>,
+}
+
+impl Times {
+    pub fn is_set(&self) -> bool {
+        self.atime.is_some() || self.mtime.is_some()
+    }
+
+    /// As `utimensat` takes them (`UTIME_OMIT` for a time not set).
+    fn timespecs(&self) -> [libc::timespec; 2] {
+        let ts = |t: Option<(i64, i64)>| match t {
+            Some((sec, nsec)) => libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            },
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+        };
+        [ts(self.atime), ts(self.mtime)]
+    }
+}
+
+impl OpenFile {
+    /// A new state, with no time set.
+    pub fn new(container: Container<FileStorage>, handles: u32, writers: u32) -> OpenFile {
+        OpenFile {
+            container,
+            handles,
+            writers,
+            times: Times::default(),
+        }
+    }
+
+    /// Rule 7, after each of our calls on the container: if it moved the backing file's
+    /// mtime and times were set explicitly, they go back on the file.
+    pub fn keep_times(&self) -> io::Result<()> {
+        if !self.container.storage().take_modified() || !self.times.is_set() {
+            return Ok(());
+        }
+        let [a, m] = self.times.timespecs();
+        sys::utimens(self.container.storage().file(), a, m)
+    }
 }
 
 /// A regular file's lifecycle state, in its inode.

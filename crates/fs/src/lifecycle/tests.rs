@@ -118,7 +118,7 @@ fn a_change_with_no_handle_is_written_back_and_queued() {
     let b = backing("nohandle");
     let (ino, inode) = b.file("f");
     // A lookup's size keeps the container (no handle)...
-    assert_eq!(b.files.size(ino, &inode).unwrap(), 0);
+    assert_eq!(b.files.size_and_times(ino, &inode).unwrap().0, 0);
     assert_eq!(state(&inode), Some((0, false)));
     // ...and a change to it (rule 2) is written back at once and queued.
     let data = text(200_000);
@@ -161,7 +161,7 @@ fn a_file_reopened_and_changed_while_queued_is_committed_as_last_written() {
 fn kept_containers_are_bounded_and_queued_ones_are_never_dropped() {
     let b = backing("idle");
     let (qino, queued) = b.file("queued");
-    b.files.size(qino, &queued).unwrap();
+    b.files.size_and_times(qino, &queued).unwrap();
     let waits = text(300_000);
     b.files
         .with_container(&queued, |c| c.write(0, &waits), "write")
@@ -169,7 +169,7 @@ fn kept_containers_are_bounded_and_queued_ones_are_never_dropped() {
     assert_eq!(state(&queued), Some((0, true)));
     let files: Vec<_> = (0..IDLE_MAX + 20).map(|i| b.file(&format!("f{i}"))).collect();
     for (ino, inode) in &files {
-        b.files.size(*ino, inode).unwrap();
+        b.files.size_and_times(*ino, inode).unwrap();
     }
     let kept = files.iter().filter(|(_, i)| state(i).is_some()).count();
     assert!(kept <= IDLE_MAX, "{kept} containers kept");
@@ -190,4 +190,58 @@ fn unmount_writes_out_files_still_open() {
         .unwrap();
     b.files.flush_all();
     assert_eq!(b.on_disk("f"), data);
+}
+
+/// The backing file's (atime, mtime).
+fn times_on_disk(b: &Backing, name: &str) -> ((i64, i64), (i64, i64)) {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(b.dir.join(name)).unwrap();
+    ((md.atime(), md.atime_nsec()), (md.mtime(), md.mtime_nsec()))
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    }
+}
+
+#[test]
+fn times_set_explicitly_outlive_the_write_back_and_the_group_commit() {
+    let b = backing("times");
+    let (ino, inode) = b.file("f");
+    let data = text(300_000);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .change_data(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    // As `cp -p` does: times set before the close, on a file with unwritten data.
+    let (atime, mtime) = ((1_000_000_500, 1), (1_000_000_000, 2));
+    b.files
+        .set_times(&inode, ts(atime.0, atime.1), ts(mtime.0, mtime.1))
+        .unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    assert_eq!(state(&inode), Some((0, true)));
+    // Rule 7: shown by `stat` while queued, and on the backing file after every write-out.
+    let (_, set) = b.files.size_and_times(ino, &inode).unwrap();
+    assert_eq!((set.atime, set.mtime), (Some(atime), Some(mtime)));
+    assert_eq!(times_on_disk(&b, "f"), (atime, mtime));
+    b.files.commit_now();
+    assert_eq!(state(&inode), None);
+    assert_eq!(times_on_disk(&b, "f"), (atime, mtime));
+    assert_eq!(b.on_disk("f"), data);
+
+    // Set again (mtime only), then the data changes: the write forgets them, and its
+    // write-out moves mtime.
+    b.files.attach(&inode, false, true).unwrap();
+    let omit = ts(0, libc::UTIME_OMIT);
+    b.files.set_times(&inode, omit, ts(mtime.0, mtime.1)).unwrap();
+    b.files
+        .change_data(&inode, |c| c.write(0, b"changed"), "write")
+        .unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    b.files.commit_now();
+    // (atime is not looked at: reading the backing file, as `on_disk` did, moves it.)
+    let (_, m) = times_on_disk(&b, "f");
+    assert!(m.0 > mtime.0 + 1_000_000, "mtime of the write-out, not {m:?}");
 }

@@ -39,7 +39,7 @@ impl SqueezeFs {
         if !punch && !zero {
             self.check_room_for(&i, offset, end)?;
         }
-        self.files.with_container(
+        self.files.change_data(
             &i,
             |c| {
                 if punch || zero {

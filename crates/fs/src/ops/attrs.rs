@@ -95,11 +95,15 @@ impl SqueezeFs {
 
     /// The attributes from a `stat` the caller just took (no second `fstat`).
     pub(super) fn attr_with(&self, ino: u64, inode: &Arc<Inode>, st: &libc::stat) -> Result<FileAttr, Errno> {
-        let size = if inode.is_reg {
-            self.files.size(ino, inode)?
+        // A regular file's times set explicitly are the state's while it has one (a write-out
+        // may have moved the backing file's a moment ago: `lifecycle::state`, rule 7).
+        let (size, set) = if inode.is_reg {
+            self.files.size_and_times(ino, inode)?
         } else {
-            st.st_size as u64
+            (st.st_size as u64, Default::default())
         };
+        let (asec, ansec) = set.atime.unwrap_or((st.st_atime, st.st_atime_nsec));
+        let (msec, mnsec) = set.mtime.unwrap_or((st.st_mtime, st.st_mtime_nsec));
         // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
         // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
         let blksize = if inode.is_reg {
@@ -113,8 +117,8 @@ impl SqueezeFs {
             ino: INodeNo(ino),
             size,
             blocks: st.st_blocks as u64,
-            atime: time(st.st_atime, st.st_atime_nsec),
-            mtime: time(st.st_mtime, st.st_mtime_nsec),
+            atime: time(asec, ansec),
+            mtime: time(msec, mnsec),
             ctime: time(st.st_ctime, st.st_ctime_nsec),
             crtime: UNIX_EPOCH,
             kind: kind_of(st.st_mode),
@@ -150,7 +154,7 @@ impl SqueezeFs {
                     Errno::EINVAL
                 });
             }
-            self.files.with_container(&inode, |c| c.set_size(s), "truncate")?;
+            self.files.change_data(&inode, |c| c.set_size(s), "truncate")?;
             self.kill_privs(req, ino, &inode)?;
             // The backing file's mtime/ctime follow a size change like a kernel
             // filesystem's do (the kernel may also send explicit times).
@@ -160,7 +164,14 @@ impl SqueezeFs {
             }
         }
         if a.atime.is_some() || a.mtime.is_some() {
-            sys::utimens(self.fd(&inode)?, timespec(a.atime), timespec(a.mtime))?;
+            let (at, mt) = (timespec(a.atime), timespec(a.mtime));
+            if inode.is_reg {
+                // Kept over the daemon's later write-outs of the file (`lifecycle::state`,
+                // rule 7).
+                self.files.set_times(&inode, at, mt)?;
+            } else {
+                sys::utimens(self.fd(&inode)?, at, mt)?;
+            }
         }
         self.attr(ino.0, &inode)
     }

@@ -132,7 +132,7 @@ impl SqueezeFs {
         if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             self.kill_privs(req, ino, &i)?;
         }
-        self.files.with_container(&i, |c| c.write(offset, data), "write")
+        self.files.change_data(&i, |c| c.write(offset, data), "write")
     }
 
     /// close(2): the data is written out (errors reach the caller); the superblock follows
