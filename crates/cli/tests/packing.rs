@@ -76,6 +76,11 @@ fn tree_on(name: &str, opts: &str) -> Tree {
     assert!(st.success());
     let written = live_packs(&m);
     reads_back(&m, &files);
+    // No file with bytes reports zero blocks (tar --sparse and cp would take it for holes).
+    for (rel, data) in &files {
+        let b = fs::metadata(m.path("src").join(rel)).unwrap().blocks();
+        assert!(data.is_empty() || b > 0, "{} reports 0 blocks", rel.display());
+    }
     let read = live_packs(&m);
     let out = squeezefs(&["stats".as_ref(), "--live".as_ref(), m.mnt.as_os_str()]);
     assert!(out.status.success());
