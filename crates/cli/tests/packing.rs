@@ -59,6 +59,25 @@ struct Tree {
     log: String,
 }
 
+/// Rewrites one file in three (reversed) and deletes one in three under `src` of the mount:
+/// garbage in the packs. Returns the files left, with their new contents.
+fn churn(m: &Mount, files: Vec<(PathBuf, Vec<u8>)>) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut kept = Vec::new();
+    for (i, (rel, data)) in files.into_iter().enumerate() {
+        let p = m.path("src").join(&rel);
+        match i % 3 {
+            0 => kept.push((rel, data)),
+            1 => {
+                let new: Vec<u8> = data.iter().rev().copied().collect();
+                fs::write(&p, &new).unwrap();
+                kept.push((rel, new));
+            }
+            _ => fs::remove_file(&p).unwrap(),
+        }
+    }
+    kept
+}
+
 /// Every file of `files` reads back the same under `src` of the mount.
 fn reads_back(m: &Mount, files: &[(std::path::PathBuf, Vec<u8>)]) {
     for (rel, data) in files {
@@ -586,19 +605,7 @@ fn an_unmount_reclaims_the_garbage_its_mount_left() {
     let before = doc["packs"]["bytes"].as_u64().unwrap();
     // Rewrite one file in three and delete one in three, in a second mount.
     let m = Mount::new(&dir, "compress=zstd:1,pack");
-    let mut kept = Vec::new();
-    for (i, (rel, data)) in files.into_iter().enumerate() {
-        let p = m.path("src").join(&rel);
-        match i % 3 {
-            0 => kept.push((rel, data)),
-            1 => {
-                let new: Vec<u8> = data.iter().rev().copied().collect();
-                fs::write(&p, &new).unwrap();
-                kept.push((rel, new));
-            }
-            _ => fs::remove_file(&p).unwrap(),
-        }
-    }
+    let kept = churn(&m, files);
     m.unmount();
     // Reclaimed before the daemon let go of the directory: no pack above 25 % garbage.
     let (code, doc) = check(&backing, false);
@@ -655,19 +662,7 @@ fn a_mount_reclaims_garbage_while_mounted_beside_renames_and_in_the_background()
     // A second mount rewrites one file in three and deletes one in three: garbage in the
     // first mount's pack.
     let m = Mount::new(&dir, opts);
-    let mut kept = Vec::new();
-    for (i, (rel, data)) in files.into_iter().enumerate() {
-        let p = m.path("src").join(&rel);
-        match i % 3 {
-            0 => kept.push((rel, data)),
-            1 => {
-                let new: Vec<u8> = data.iter().rev().copied().collect();
-                fs::write(&p, &new).unwrap();
-                kept.push((rel, new));
-            }
-            _ => fs::remove_file(&p).unwrap(),
-        }
-    }
+    let mut kept = churn(&m, files);
     // Some files are read now, so their containers are in memory (with the record they
     // read) when reclaim moves their bytes.
     for (rel, data) in kept.iter().take(20) {
