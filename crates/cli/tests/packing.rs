@@ -964,3 +964,33 @@ fn compress_through_a_packing_mount_repacks_with_the_new_codec() {
     let (code, doc) = check(&dir.join("backing"), false);
     assert_eq!(code, 0, "{doc}");
 }
+
+/// Reading a packed file moves its atime by the backing filesystem's rules (relatime here),
+/// as reading any other file does, although its bytes come from a pack (xfstests
+/// generic/003).
+#[test]
+fn reading_a_packed_file_moves_its_atime_like_any_file() {
+    use std::time::{Duration, SystemTime};
+    let dir = scratch("pack-atime");
+    let opts = "compress=zstd:1,pack,pack_gc=0";
+    let m = Mount::new(&dir, opts);
+    let p = m.path("f");
+    fs::write(&p, b"a small file, packed").unwrap();
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_accessed(old).set_modified(old))
+        .unwrap();
+    m.unmount();
+    let m = Mount::new(&dir, opts);
+    assert_eq!(fs::metadata(m.path("f")).unwrap().accessed().unwrap(), old);
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"a small file, packed");
+    m.unmount();
+    let backing = dir.join("backing/f");
+    let a = fs::metadata(&backing).unwrap().accessed().unwrap();
+    assert!(a > old, "atime did not move on read: {a:?}");
+    assert_eq!(fs::metadata(&backing).unwrap().len(), 0, "the file is packed");
+    assert_eq!(fs::metadata(&backing).unwrap().modified().unwrap(), old);
+}

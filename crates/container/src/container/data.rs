@@ -95,6 +95,13 @@ impl<S: Storage> Container<S> {
                     pos += take as u64;
                 }
                 p.trim_cache();
+                if (p.loc.is_some() && !p.loc_stale) || p.loc_pending.is_some() {
+                    // A packed file's bytes come from its pack (or memory, while its record
+                    // waits), so its backing file is read too, one byte at 0: the backing
+                    // filesystem then keeps its atime by its own rules (relatime, noatime),
+                    // as for any other file's read.
+                    self.storage.read_at(&mut [0u8; 1], 0)?;
+                }
                 Ok(out)
             }
         }
