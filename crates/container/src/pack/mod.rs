@@ -200,6 +200,16 @@ pub fn block_starts(lens: impl IntoIterator<Item = usize>, shift: u8) -> Vec<usi
     starts
 }
 
+/// The packs that still have a live claim in `claims` (slots awaiting their record, or
+/// pins), forgetting the dead ones.
+fn live_packs<T>(claims: &mut HashMap<u32, Vec<Weak<T>>>) -> BTreeSet<u32> {
+    claims.retain(|_, v| {
+        v.retain(|w| w.strong_count() > 0);
+        !v.is_empty()
+    });
+    claims.keys().copied().collect()
+}
+
 /// Whether a file of `n` bytes starts a new block when the open one holds `fill` bytes of
 /// at most `target`: the one rule of [`Packs::append`] and [`block_starts`].
 fn starts_block(fill: usize, n: usize, target: usize) -> bool {
@@ -250,11 +260,7 @@ impl Packs {
         let ids = self.dir.list()?;
         let mut w = self.writer.lock().unwrap();
         let current = w.cur.as_ref().map(|c| c.id);
-        w.placed.retain(|_, slots| {
-            slots.retain(|s| s.strong_count() > 0);
-            !slots.is_empty()
-        });
-        let placed: BTreeSet<u32> = w.placed.keys().copied().collect();
+        let placed = live_packs(&mut w.placed);
         drop(w);
         let pinned = self.pinned();
         Ok(ids
@@ -278,12 +284,7 @@ impl Packs {
 
     /// The packs some container has pinned now.
     pub fn pinned(&self) -> BTreeSet<u32> {
-        let mut pins = self.pins.lock().unwrap();
-        pins.retain(|_, v| {
-            v.retain(|w| w.strong_count() > 0);
-            !v.is_empty()
-        });
-        pins.keys().copied().collect()
+        live_packs(&mut self.pins.lock().unwrap())
     }
 
     /// Whether files may be added.

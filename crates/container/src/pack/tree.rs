@@ -202,7 +202,7 @@ pub fn reclaim_files(
         Ok(FileStorage::new(file))
     };
     let sync = |_: &[FileStorage]| -> crate::Result<()> {
-        crate::storage::syncfs(&File::open(root)?)?;
+        crate::storage::syncfs(&top)?;
         Ok(())
     };
     reclaim(packs, victims, files, open, sync, settle)
