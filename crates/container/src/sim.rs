@@ -41,6 +41,9 @@ fn apply(data: &mut Vec<u8>, op: &Op) {
     }
 }
 
+/// The page size a killed write is cut at.
+const PAGE: u64 = 4096;
+
 type Xattrs = BTreeMap<String, Vec<u8>>;
 
 #[derive(Debug, Default)]
@@ -175,6 +178,45 @@ impl MemDisk {
                 };
             }
         }
+        MemDisk {
+            inner: Arc::new(Mutex::new(Inner {
+                durable: data.clone(),
+                current: data,
+                durable_xattrs: xattrs.clone(),
+                xattrs,
+                ..Inner::default()
+            })),
+            crash: crash.clone(),
+        }
+    }
+
+    /// A disk holding what survives the writer being killed now (SIGKILL), not a power
+    /// failure: every completed operation stays (the page cache keeps it), xattr changes
+    /// too, and the write in flight stops at a page boundary (the kernel copies a write
+    /// page by page and checks for a fatal signal between pages).
+    pub fn reboot_killed_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemDisk {
+        let g = self.inner.lock().unwrap();
+        let mut data = g.current.clone();
+        if let Some(op) = &g.torn {
+            match op {
+                Op::Write(off, buf) if !buf.is_empty() => {
+                    // Possible cuts: 0, the end of the first page, each page after it, all.
+                    let first = (PAGE - off % PAGE).min(buf.len() as u64);
+                    let cuts: Vec<u64> = std::iter::once(0)
+                        .chain((first..buf.len() as u64).step_by(PAGE as usize))
+                        .chain(std::iter::once(buf.len() as u64))
+                        .collect();
+                    let cut = cuts[(rand() % cuts.len() as u64) as usize] as usize;
+                    apply(&mut data, &Op::Write(*off, buf[..cut].to_vec()));
+                }
+                other => {
+                    if rand().is_multiple_of(2) {
+                        apply(&mut data, other);
+                    }
+                }
+            }
+        }
+        let xattrs = g.xattrs.clone();
         MemDisk {
             inner: Arc::new(Mutex::new(Inner {
                 durable: data.clone(),

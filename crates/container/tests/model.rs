@@ -334,7 +334,6 @@ proptest! {
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
         let mut recovered = Vec::new();
-        let mut failed_extents = 0;
         let mut i = 0;
         while i * e < size {
             let (lo, hi) = (i * e, (size).min((i + 1) * e));
@@ -349,18 +348,20 @@ proptest! {
                     recovered.extend_from_slice(&bytes);
                 }
                 Err(err) => {
-                    // Only an extent with a write in flight may be unreadable, and only one.
-                    // "In flight" is the extent as a unit (bytes past the size recovered
+                    // Only an extent written since the last fsync may be unreadable.
+                    // "Written" is the extent as a unit (bytes past the size recovered
                     // count): the first copy of an extent that was a hole has no older copy
-                    // to fall back on, and a torn one cannot be told from a rotted one, so
-                    // it reads as EIO, never as guessed zeros (docs/FORMAT.md).
+                    // to fall back on; its payload and header are two writes, which a power
+                    // failure may keep one of (unsynced writes reach the disk in any order,
+                    // so this can hit every such extent, as a torn multi-page write on a
+                    // real disk can), and a torn copy cannot be told from a rotted one, so
+                    // it reads as EIO, never as guessed zeros (docs/FORMAT.md). A killed
+                    // writer leaves none: `a_killed_writer_leaves_no_damaged_extent`.
                     let changed = since_sync.iter().any(|s| {
                         let get = |v: &Vec<u8>, o: u64| v.get(o as usize).copied().unwrap_or(0);
                         (lo..lo + e).any(|o| get(s, o) != get(&since_sync[0], o))
                     });
                     prop_assert!(changed && err.is_corruption(), "extent {} unreadable but untouched since fsync: {}", i, err);
-                    failed_extents += 1;
-                    prop_assert!(failed_extents <= 1);
                     // Continue with the extent rewritten: recovery by overwrite must work (a
                     // partial write into an unreadable extent is refused, so a damaged tail
                     // is cut first).
@@ -387,6 +388,70 @@ proptest! {
         c.flush().unwrap();
         let mut c = Container::open(disk2, &opts).unwrap();
         prop_assert_eq!(c.read(0, model.len() + 1).unwrap(), model);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, .. ProptestConfig::default() })]
+
+    /// The writer killed (SIGKILL, not a power failure) at a random storage operation: what
+    /// it wrote stays, the write in flight stops at a page boundary. Every extent must then
+    /// read, each byte a value it had since the last fsync: a killed daemon leaves no
+    /// damaged extent, not even the first copy of one that was a hole.
+    #[test]
+    fn a_killed_writer_leaves_no_damaged_extent(
+        (shift, codec, ops) in config_strategy().prop_flat_map(|(shift, codec, max)| {
+            (Just(shift), Just(codec), prop::collection::vec(op_strategy(max), 1..30))
+        }),
+        kill_at in 0u64..80,
+        reboot_seed in any::<u64>(),
+        packed in any::<bool>(),
+    ) {
+        let disk = MemDisk::new();
+        let packs = packed.then(|| MemPackDir::new(disk.crash()));
+        let opts = options(codec, shift, packs.as_ref());
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.fsync().unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        let mut since_sync: Vec<Vec<u8>> = vec![model.clone()];
+        disk.crash_after(kill_at);
+        for op in &ops {
+            apply_model(&mut model, op);
+            since_sync.push(model.clone());
+            match apply_container(&mut c, &disk, &opts, op) {
+                Ok(_) => {
+                    if matches!(op, Op::Fsync) {
+                        since_sync = vec![model.clone()];
+                    }
+                }
+                Err(_) => {
+                    prop_assert!(disk.has_crashed(), "error without a kill");
+                    break;
+                }
+            }
+        }
+        let mut rng = reboot_seed | 1;
+        let mut rand = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+        let crash2 = Crash::new();
+        let disk2 = disk.reboot_killed_into(&crash2, &mut rand);
+        let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
+        let opts = options(codec, shift, packs2.as_ref());
+        let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
+        let size = c.size().unwrap();
+        prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
+        let e = 1u64 << shift;
+        let mut i = 0;
+        while i * e < size {
+            let (lo, hi) = (i * e, size.min((i + 1) * e));
+            let bytes = c.read(lo, (hi - lo) as usize);
+            prop_assert!(bytes.is_ok(), "extent {} unreadable after a kill: {:?}", i, bytes.err());
+            for (k, &b) in bytes.unwrap().iter().enumerate() {
+                let o = lo as usize + k;
+                let ok = since_sync.iter().any(|s| s.get(o).copied().unwrap_or(0) == b);
+                prop_assert!(ok, "byte {} = {} was never written there since the last fsync", o, b);
+            }
+            i += 1;
+        }
     }
 }
 

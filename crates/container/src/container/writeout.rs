@@ -16,6 +16,41 @@ use crate::format::{
 use crate::storage::Storage;
 use crate::{Error, Result};
 
+/// How a half is written when no older copy of its extent can be fallen back on.
+///
+/// A write the daemon is killed in the middle of (SIGKILL, the OOM killer) stops at a page
+/// boundary: the kernel copies a `pwrite` page by page and gives up at a fatal signal. One
+/// `pwrite` of header and payload can then leave the header (the first page) without its
+/// payload, which reads as a damaged extent. When the other half holds the last durable
+/// copy that is harmless (the reader falls back on it); otherwise the payload goes first
+/// and the 48-byte header, which never crosses a page, last: a killed write leaves a hole
+/// (or the older copy), never a damaged extent. (A power failure can still reorder the two
+/// writes; that case stays the one documented in FORMAT.md, Crash safety.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Careful {
+    /// Header and payload in one write: the other half holds the last durable copy.
+    No,
+    /// The half is a hole: payload first, then the header.
+    HeaderLast,
+    /// The half holds a copy (or garbage): its header is zeroed first, so the half is a
+    /// hole until the new header lands.
+    ClearFirst,
+}
+
+fn write_half<S: Storage>(st: &S, half: &[u8], off: u64, careful: Careful) -> std::io::Result<()> {
+    let h = EXTENT_HEADER_LEN;
+    match careful {
+        Careful::No => st.write_at(half, off),
+        Careful::HeaderLast | Careful::ClearFirst => {
+            if careful == Careful::ClearFirst {
+                st.write_at(&[0u8; EXTENT_HEADER_LEN], off)?;
+            }
+            st.write_at(&half[h..], off + h as u64)?;
+            st.write_at(&half[..h], off)
+        }
+    }
+}
+
 impl Packed {
     /// Compresses and writes extents `idxs` (dirty ones), in parallel.
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
@@ -69,6 +104,7 @@ impl Packed {
             idx: u64,
             half: u8,
             gen: u64,
+            careful: Careful,
             data: &'a [u8],
         }
         let mut plans = Vec::new();
@@ -82,13 +118,18 @@ impl Packed {
                 continue;
             }
             let d = e.disk.expect("probed");
-            let (half, other_dirty) = match d.cur {
-                Some((h, _)) if !d.durable => (h, d.other_dirty),
-                Some((h, _)) => (1 - h, true),
-                None => (0, d.other_dirty),
+            let (half, other_dirty, careful) = match d.cur {
+                // In place: the half may be the extent's only copy.
+                Some((h, _)) if !d.durable => (h, d.other_dirty, Careful::ClearFirst),
+                // The durable copy stays in the other half whatever happens to this one.
+                Some((h, _)) => (1 - h, true, Careful::No),
+                // The first copy: half A is a hole, or garbage when both halves were
+                // found damaged.
+                None if d.other_dirty => (0, true, Careful::ClearFirst),
+                None => (0, false, Careful::HeaderLast),
             };
             let gen = d.max_gen + 1;
-            plans.push((idx, half, gen, other_dirty));
+            plans.push((idx, half, gen, other_dirty, careful));
         }
         let policy = self.policy();
         let shift = self.shift;
@@ -96,10 +137,11 @@ impl Packed {
         let skips: Vec<bool> = plans.iter().map(|_| self.backoff_skips()).collect();
         let jobs: Vec<Job<'_>> = plans
             .iter()
-            .map(|&(idx, half, gen, _)| Job {
+            .map(|&(idx, half, gen, _, careful)| Job {
                 idx,
                 half,
                 gen,
+                careful,
                 data: &self.exts[&idx].data.as_deref().expect("data")[..self.logical_len(idx)],
             })
             .collect();
@@ -108,8 +150,7 @@ impl Packed {
             let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
             self.stats
                 .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
-            st.write_at(&half, half_offset(shift, j.idx, j.half))
-                .map(|()| outcome)
+            write_half(st, &half, half_offset(shift, j.idx, j.half), j.careful).map(|()| outcome)
         };
         // One extent (most closes of small files): no thread hand-off.
         let results: Vec<std::io::Result<Outcome>> = if jobs.len() == 1 {
@@ -120,7 +161,7 @@ impl Packed {
         drop(jobs);
         self.unsynced = true;
         let mut first_err = None;
-        for ((idx, half, gen, other_dirty), res) in plans.into_iter().zip(results) {
+        for ((idx, half, gen, other_dirty, _), res) in plans.into_iter().zip(results) {
             match res {
                 Ok(outcome) => {
                     self.learn(&outcome);

@@ -154,6 +154,21 @@ impl MemPackDir {
         }
     }
 
+    /// The packs as they are after the writer was killed ([`MemDisk::reboot_killed_into`]).
+    pub fn reboot_killed_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemPackDir {
+        let packs = self
+            .packs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, d)| (*id, d.reboot_killed_into(crash, &mut rand)))
+            .collect();
+        MemPackDir {
+            packs: Arc::new(Mutex::new(packs)),
+            crash: crash.clone(),
+        }
+    }
+
     /// The disk of pack `id`, for tests that damage it.
     pub fn disk(&self, id: u32) -> Option<MemDisk> {
         self.packs.lock().unwrap().get(&id).cloned()
