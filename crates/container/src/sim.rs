@@ -207,7 +207,11 @@ impl MemDisk {
                         .chain(std::iter::once(buf.len() as u64))
                         .collect();
                     let cut = cuts[(rand() % cuts.len() as u64) as usize] as usize;
-                    apply(&mut data, &Op::Write(*off, buf[..cut].to_vec()));
+                    // A write stopped before its first byte did not happen (nor extend the
+                    // file).
+                    if cut > 0 {
+                        apply(&mut data, &Op::Write(*off, buf[..cut].to_vec()));
+                    }
                 }
                 other => {
                     if rand().is_multiple_of(2) {
@@ -319,6 +323,26 @@ impl Storage for MemDisk {
             return Err(crashed());
         }
         Ok(self.inner.lock().unwrap().current.len() as u64)
+    }
+
+    /// A sparse file's `SEEK_DATA`: the first 4 KiB block at or after the one holding
+    /// `off` that holds a non-zero byte (a block never written or punched is a hole, and a
+    /// disk this small keeps no other record of which blocks were written).
+    fn next_data(&self, off: u64) -> io::Result<Option<u64>> {
+        if self.has_crashed() {
+            return Err(crashed());
+        }
+        let g = self.inner.lock().unwrap();
+        let data = &g.current;
+        let mut block = off - off % PAGE;
+        while (block as usize) < data.len() {
+            let end = (block + PAGE).min(data.len() as u64) as usize;
+            if data[block as usize..end].iter().any(|&b| b != 0) {
+                return Ok(Some(block.max(off)));
+            }
+            block += PAGE;
+        }
+        Ok(None)
     }
 
     fn get_xattr(&self, name: &str) -> io::Result<Option<Vec<u8>>> {

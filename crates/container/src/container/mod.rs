@@ -121,6 +121,7 @@ impl Packed {
             sb_durable: false,
             sb_unknown: false,
             sb_other_dirty: false,
+            sb_anchored: false,
             sb_inline: false,
             sb_dirty: true,
             stale_from: None,
@@ -239,6 +240,7 @@ impl<S: Storage> Container<S> {
             p.fails = BACKOFF_AFTER;
         }
         p.sb_slot = Some(slot);
+        p.sb_anchored = true;
         p.sb_gen = sb.generation;
         if loc.is_some() {
             // An older record the superblock replaced: it goes once that is durable.

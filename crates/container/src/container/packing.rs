@@ -200,6 +200,7 @@ impl Packed {
         // no longer the file: cut once the record is durable.
         self.backing_stale = st.len()? > 0;
         self.sb_slot = None;
+        self.sb_anchored = false;
         self.sb_durable = false;
         self.sb_unknown = false;
         self.sb_other_dirty = false;

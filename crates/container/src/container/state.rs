@@ -125,6 +125,11 @@ pub(super) struct Packed {
     /// The other superblock slot holds an older copy: punched once the current one is
     /// durable, so a small file rewritten takes one block again, not two.
     pub(super) sb_other_dirty: bool,
+    /// A superblock of this file is durable (found at open, or synced since), so a crash
+    /// leaves one: the file is known as a container by its magic, not by its first extent
+    /// header (the rule for a container whose first superblock never landed). Decides how
+    /// extents are written (`writeout::Careful`).
+    pub(super) sb_anchored: bool,
     pub(super) sb_inline: bool,
     /// Size, inline content or codec changed since the superblock was written.
     pub(super) sb_dirty: bool,

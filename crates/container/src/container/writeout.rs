@@ -82,6 +82,20 @@ impl Packed {
                 need_sync = true;
             }
         }
+        // The careful ways of writing a half (`Careful`) leave a payload without its header
+        // for a moment, which is only safe once a superblock says the file is a container:
+        // without one, the first data past the superblocks must be a header (FORMAT.md, A
+        // container whose first superblock never landed). So a file with no superblock
+        // writes headers first (a torn copy there is beyond anything durable), and one whose
+        // first superblock is written but not yet durable makes it durable first (rare: a
+        // write-out between a commit and its sync).
+        let careful = match self.sb_slot {
+            None => false,
+            Some(_) => {
+                need_sync |= !self.sb_anchored;
+                true
+            }
+        };
         // Both halves hold copies and we cannot tell which reached the disk: make both
         // durable, then the newer one is the one to keep.
         if need_sync {
@@ -96,6 +110,7 @@ impl Packed {
             }
             if self.sb_slot.is_some() {
                 self.sb_durable = true;
+                self.sb_anchored = true;
                 self.sb_unknown = false;
             }
         }
@@ -118,7 +133,7 @@ impl Packed {
                 continue;
             }
             let d = e.disk.expect("probed");
-            let (half, other_dirty, careful) = match d.cur {
+            let (half, other_dirty, how) = match d.cur {
                 // In place: the half may be the extent's only copy.
                 Some((h, _)) if !d.durable => (h, d.other_dirty, Careful::ClearFirst),
                 // The durable copy stays in the other half whatever happens to this one.
@@ -129,7 +144,8 @@ impl Packed {
                 None => (0, false, Careful::HeaderLast),
             };
             let gen = d.max_gen + 1;
-            plans.push((idx, half, gen, other_dirty, careful));
+            let how = if careful { how } else { Careful::No };
+            plans.push((idx, half, gen, other_dirty, how));
         }
         let policy = self.policy();
         let shift = self.shift;
@@ -399,6 +415,7 @@ impl Packed {
         self.unsynced = false;
         if let Some(s) = self.sb_slot {
             self.sb_durable = true;
+            self.sb_anchored = true;
             self.sb_unknown = false;
             if self.sb_other_dirty {
                 // The current copy is durable: the older one is no longer a fallback.
