@@ -15,7 +15,7 @@
 //! of that estimate (finite-population corrected); strata add up. The ± is two standard
 //! errors (about 95 %).
 //!
-//! Packing (format 4, `-o pack`). The sampled files of each small-file stratum are also
+//! Packing (format 4, the mount's default). The sampled files of each small-file stratum are also
 //! packed together, in tree order, into solid blocks as a mount would
 //! (`predict::packed`): the stratum's bytes times the blocks' stored/logical quotient is
 //! its disk when packed; large files are unchanged. Sampled files of one type stand in for
@@ -425,6 +425,7 @@ fn report(
     println!(
         "Speeds are per core on this machine, as the filesystem encodes (heuristic, checksums) \
          and decodes. Set one with `squeezefs property set DIR compression CODEC`. \
-         \"packed\": small files packed into shared solid blocks (mount -o pack)."
+         \"packed\": small files packed into shared solid blocks (the mount's default; \
+         -o nopack turns it off)."
     );
 }

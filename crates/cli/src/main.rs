@@ -132,7 +132,7 @@ enum Cmd {
         extent_size: Option<u8>,
         /// Pack files of at most one extent (containers and plain files) into the backing
         /// directory's packs (format 4): each then costs a share of a solid block instead
-        /// of a 4 KiB block of its own. On a mount, the mount must pack (`-o pack`).
+        /// of a 4 KiB block of its own. On a mount, the mount must pack (the default; not `-o nopack`).
         /// In a backing directory that has packs already, packed files stay packed anyway.
         #[arg(long)]
         pack: bool,
@@ -231,18 +231,19 @@ fn mount_help() -> String {
         compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
         incompressible-file backoff, no early abort\n  \
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
-        pack                        pack small files (format 4): files of at most one extent\n                              \
-        are stored together in solid compressed blocks in\n                              \
+        pack                        pack small files (the default; format 4): files of at most\n                              \
+        one extent are stored together in solid compressed blocks in\n                              \
         BACKING/.squeezefs-packs (a file of a few KiB costs a share of a\n                              \
         block, not a block of its own); each keeps an empty backing\n                              \
         file whose user xattr says where its bytes are. Needs a backing\n                              \
         filesystem that keeps that xattr without spending a block on it\n                              \
-        (probed at mount; if not, a warning and no packing). Off by\n                              \
-        default for now. Rewritten and removed files leave garbage in\n                              \
+        (probed at mount; if not, a warning and no packing).\n                              \
+        Rewritten and removed files leave garbage in\n                              \
         packs: it is reclaimed while mounted (pack_gc), at unmount and\n                              \
         by `check --repair`\n  \
-        nopack                      do not pack new files (the default); files packed before\n                              \
-        are read either way\n  \
+        nopack                      do not pack new files: each keeps a container of its own\n                              \
+        (the layout before format 4, readable by older squeezefs);\n                              \
+        files packed before are read either way\n  \
         pack_cache=SIZE             memory for decompressed pack blocks (default {cache}M)\n  \
         nopack_reclaim              do not rewrite packs above 25 % garbage at unmount (by\n                              \
         default an unmount moves up to 256 MiB of live files)\n  \
@@ -257,7 +258,7 @@ fn mount_help() -> String {
         Live counters (compression, packs, workspaces): `squeezefs stats --live MOUNTPOINT`.\n\n\
         Examples:\n  squeezefs mount ./backing ./mnt\n  \
         squeezefs mount /srv/logs.sqz /srv/logs -o compress=zstd:9,extent_size=1M --daemon\n  \
-        squeezefs mount /srv/etc.sqz /srv/etc -o pack,pack_cache=64M",
+        squeezefs mount /srv/etc.sqz /srv/etc -o pack_cache=64M,pack_gc=600",
         cache = squeezefs_container::pack::DEFAULT_CACHE >> 20,
         gc = squeezefs_fs::DEFAULT_PACK_GC,
     )

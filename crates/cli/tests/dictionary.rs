@@ -64,7 +64,7 @@ fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_
     let (seen, unseen): (Vec<_>, Vec<_>) = all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
     let seen: Vec<&(String, Vec<u8>)> = seen.into_iter().map(|(_, f)| f).collect();
     let unseen: Vec<&(String, Vec<u8>)> = unseen.into_iter().map(|(_, f)| f).collect();
-    let m = Mount::new(&d, "compress=zstd:3");
+    let m = Mount::new(&d, "compress=zstd:3,nopack");
     put(&m.path("docs/learn"), &seen);
     put(&m.path("control"), &unseen);
 

@@ -237,7 +237,8 @@ fn the_command_line_teaches_and_documents_itself() {
         "\n  nopack  ",
         &cache,
         "solid compressed blocks",
-        "Off by",
+        "the default; format 4",
+        "nopack                      do not pack new files",
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }

@@ -119,7 +119,7 @@ fn tree_on(name: &str, opts: &str) -> Tree {
 #[test]
 fn a_tree_of_small_files_is_packed_and_round_trips() {
     let packed = tree_on("pack-tree", "compress=zstd:1,pack,pack_cache=8M");
-    let plain = tree_on("nopack-tree", "compress=zstd:1");
+    let plain = tree_on("nopack-tree", "compress=zstd:1,nopack");
     let (files, packed_disk, plain_disk, dir) = (&packed.files, packed.disk, plain.disk, &packed.dir);
     let logical: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
     println!(
@@ -171,7 +171,7 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
         squeezefs_container::pack::DEFAULT_CACHE as u64
     );
     assert!(
-        plain.table.contains("not packing (mount with -o pack)"),
+        plain.table.contains("not packing (mounted with -o nopack"),
         "{}",
         plain.table
     );
@@ -200,7 +200,7 @@ fn a_tree_of_small_files_is_packed_and_round_trips() {
 
     // Read back through a mount that does not pack (packs are always read): a new daemon,
     // so its blocks come from the disk.
-    let m = Mount::new(dir, "");
+    let m = Mount::new(dir, "nopack");
     for (rel, data) in files {
         let got = fs::read(m.path("src").join(rel)).unwrap();
         assert!(&got == data, "{} differs after remount", rel.display());
@@ -439,7 +439,7 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     let garbage = doc["packs"]["garbage_bytes"].as_u64().unwrap();
     let bytes = doc["packs"]["bytes"].as_u64().unwrap();
     assert!(garbage * 4 <= bytes, "{garbage} garbage of {bytes}");
-    let m = Mount::new(&dir, "");
+    let m = Mount::new(&dir, "nopack");
     reads_back(&m, &files);
     assert_eq!(
         getfattr(&m.path("src").join(&some), "user.squeezefs.compression").as_deref(),
@@ -448,12 +448,12 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     // On a mount that does not pack, --pack says what to do.
     let out = common::squeezefs(&["compress".as_ref(), m.path("src").as_os_str(), "--pack".as_ref()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("-o pack"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("remount it without nopack"));
     m.unmount();
 
     // Containers written by a mount that does not pack are packed in place.
     let other = scratch("pack-compress-containers");
-    let m = Mount::new(&other, "compress=zstd:1");
+    let m = Mount::new(&other, "compress=zstd:1,nopack");
     let files = real_tree(&m.path("src"));
     m.unmount();
     let ob = other.join("backing");

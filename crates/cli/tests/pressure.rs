@@ -53,10 +53,34 @@ fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
         got.len() <= big.len() && got == big[..got.len()],
         "an older state of it, never garbage"
     );
-    // Space freed, writing works again.
+    // Space freed, writing works again. A removed file's space comes back once the daemon
+    // lets go of its backing file: at once, or at the group commit (within seconds) when
+    // the read above left it waiting for one.
     fs::remove_file(m.path("big")).unwrap();
-    fs::write(m.path("after"), &before[..1 << 20]).unwrap();
-    assert!(fs::read(m.path("after")).unwrap() == before[..1 << 20]);
+    let free = || {
+        let sv = nix::sys::statvfs::statvfs(&dir.join("backing")).unwrap();
+        sv.blocks_available() as u64 * sv.fragment_size() as u64
+    };
+    let start = std::time::Instant::now();
+    while free() < 4 << 20 && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        free() >= 4 << 20,
+        "space of the removed file still held: {} free",
+        free()
+    );
+    // Every error checked (`fs::write` ignores the one `close` reports).
+    let f = fs::File::create(m.path("after")).unwrap();
+    (&f).write_all(&before[..1 << 20]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let got = fs::read(m.path("after")).unwrap();
+    assert!(
+        got == before[..1 << 20],
+        "after: {} bytes, not what was written",
+        got.len()
+    );
     m.unmount();
 }
 

@@ -225,6 +225,14 @@ impl Inodes {
         let mut t = self.t.write().unwrap();
         if let Some(&ino) = t.by_key.get(&key) {
             let inode = t.by_ino[&ino].clone();
+            if !Self::still_the_same(&inode, &fd, st) {
+                // The backing file this inode stood for is gone and its number went to a
+                // new file (ext4 and xfs reuse numbers at once). The kernel may still hold
+                // the old inode (until FORGET): it keeps its number; the new file gets
+                // one of its own below.
+                t.by_key.remove(&key);
+                return self.insert_new(t, fd, st);
+            }
             *inode.lookups.lock().unwrap() += 1;
             drop(t);
             let mut slot = inode.fd.lock().unwrap();
@@ -238,6 +246,36 @@ impl Inodes {
             }
             return (ino, inode);
         }
+        self.insert_new(t, fd, st)
+    }
+
+    /// Whether `fd` (found under `inode`'s (device, inode) key) is the backing file `inode`
+    /// stands for. While the inode's own fd is open its backing inode cannot be freed, so
+    /// its number cannot have been reused; once that fd was closed (the fd cache), the
+    /// number may now name another file: the type, then the file handle (which carries the
+    /// inode's generation) tell.
+    fn still_the_same(inode: &Inode, fd: &OwnedFd, st: &libc::stat) -> bool {
+        let fmt = st.st_mode & libc::S_IFMT;
+        if inode.is_dir != (fmt == libc::S_IFDIR) || inode.is_reg != (fmt == libc::S_IFREG) {
+            return false;
+        }
+        if inode.fd.lock().unwrap().is_some() {
+            return true;
+        }
+        match (&inode.handle, sys::file_handle(fd)) {
+            (Some(old), Ok((_, new))) => *old == new,
+            _ => true,
+        }
+    }
+
+    /// [`Inodes::insert`] of a backing file not known yet.
+    fn insert_new(
+        &self,
+        mut t: std::sync::RwLockWriteGuard<'_, Table>,
+        fd: OwnedFd,
+        st: &libc::stat,
+    ) -> (u64, Arc<Inode>) {
+        let key = (st.st_dev, st.st_ino);
         let handle = match self.mount_id {
             Some(root_mount) => sys::file_handle(&fd)
                 .ok()
@@ -315,5 +353,63 @@ impl Inodes {
             .and_then(|fd| std::fs::read_link(std::ffi::OsStr::from_bytes(sys::proc_path(&fd).to_bytes())))
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| format!("backing inode {}", inode.key.1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+
+    use super::*;
+
+    /// A file's backing inode number reused by a new file, after the daemon closed the old
+    /// one's cached fd: the new file gets an inode of its own, never the old one's (stress-ng
+    /// found `truncate` answered EISDIR when a new file was served as an old directory).
+    #[test]
+    fn a_reused_backing_inode_number_is_a_new_inode() {
+        let dir = std::env::temp_dir().join(format!("squeezefs-inode-reuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = sys::open_root(&dir).unwrap();
+        let st = sys::fstat(&root).unwrap();
+        let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
+        let inodes = Inodes::new(root, root_dir, &st);
+        assert!(
+            inodes.uses_handles(),
+            "this test needs root (file handles: CAP_DAC_READ_SEARCH); CI runs as root"
+        );
+        let dirfd = inodes.fd(&inodes.get(1).unwrap()).unwrap();
+        let make = |name: &str| {
+            let c = CString::new(name).unwrap();
+            drop(sys::create_rw(&dirfd, &c, 0o644).unwrap());
+            let fd = sys::open_path(&dirfd, &c).unwrap();
+            let st = sys::fstat(&fd).unwrap();
+            (fd, st)
+        };
+        let (fd, st) = make("old");
+        let (old_ino, old) = inodes.insert(fd, &st);
+        // The fd cache closed its fd; the file goes.
+        *old.fd.lock().unwrap() = None;
+        std::fs::remove_file(dir.join("old")).unwrap();
+        // New files until one gets the old backing number (ext4 reuses it at once).
+        let mut reused = None;
+        for i in 0..1000 {
+            let (fd, st2) = make(&format!("new{i}"));
+            if st2.st_ino == st.st_ino {
+                reused = Some((fd, st2));
+                break;
+            }
+        }
+        let (fd, st2) = reused.expect("the backing filesystem never reused the inode number");
+        let (ino, inode) = inodes.insert(fd, &st2);
+        assert_ne!(ino, old_ino, "a new file must not be served as the removed one");
+        assert!(!Arc::ptr_eq(&inode, &old));
+        // The old inode stays for the kernel's references until FORGET, then goes alone.
+        assert!(inodes.get(old_ino).is_some());
+        inodes.forget(old_ino, 1);
+        assert!(inodes.get(old_ino).is_none());
+        assert!(Arc::ptr_eq(&inodes.get(ino).unwrap(), &inode));
+        assert_eq!(inodes.entry_number(st2.st_dev, st2.st_ino), ino);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -44,8 +44,8 @@ pub struct MountConfig {
     pub allow_other: bool,
     pub default_permissions: bool,
     pub read_only: bool,
-    /// `pack` / `nopack` (default for now): files of at most one extent go to packs
-    /// (format 4). Off by default until packing has had its soak (issue 14).
+    /// `pack` (default) / `nopack`: files of at most one extent go to packs (format 4), on
+    /// a backing filesystem that keeps a location record for free (probed at mount).
     pub pack: bool,
     /// `pack_cache=SIZE`: bytes of decompressed pack blocks kept (default 32M).
     pub pack_cache: usize,
@@ -70,7 +70,7 @@ impl Default for MountConfig {
             allow_other: false,
             default_permissions: true,
             read_only: false,
-            pack: false,
+            pack: true,
             pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
             pack_reclaim: true,
             pack_gc: DEFAULT_PACK_GC,

@@ -50,8 +50,9 @@ pub struct FsArgs {
     /// Codecs to compare (each runs on squeezefs, and on btrfs when btrfs has it).
     #[arg(long, default_value = "zstd:1,zstd:3", value_delimiter = ',')]
     pub codecs: Vec<CodecSpec>,
-    /// squeezefs mounts per codec: plain, and pack (mount option `pack`: small files stored
-    /// whole in solid compressed blocks; rows "squeezefs+pack").
+    /// squeezefs mounts per codec: plain (mount option `nopack`: a container per file; rows
+    /// "squeezefs"), and pack (the default mount: small files stored whole in solid
+    /// compressed blocks; rows "squeezefs+pack").
     #[arg(long, default_value = "plain,pack", value_delimiter = ',')]
     pub squeezefs_variants: Vec<Variant>,
     /// squeezefs extent size (mount option extent_size=), 4K..1M; also mksquashfs's block.

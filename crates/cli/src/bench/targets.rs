@@ -11,8 +11,8 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 #[derive(Clone, Debug)]
 pub enum Kind {
-    /// squeezefs mounted with `compress=codec`, `extent_size=` and, with `pack`, the mount
-    /// option `pack` (small files stored whole in solid compressed blocks).
+    /// squeezefs mounted with `compress=codec`, `extent_size=` and the mount option `pack`
+    /// (small files stored whole in solid compressed blocks, the default) or `nopack`.
     Squeezefs {
         codec: CodecSpec,
         pack: bool,
@@ -225,9 +225,8 @@ impl Target {
                 extent_shift,
             } => {
                 let mut opts = format!("compress={codec},extent_size={}", 1u32 << extent_shift);
-                if *pack {
-                    opts.push_str(",pack");
-                }
+                // Spelled out either way: packing is the default.
+                opts.push_str(if *pack { ",pack" } else { ",nopack" });
                 let child = Command::new(&self.exe)
                     .arg("mount")
                     .arg(&self.store)

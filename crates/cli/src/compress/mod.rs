@@ -172,8 +172,9 @@ pub fn main(args: Args) -> Result<u8, String> {
                 let doc = crate::statsfile::read(m)?;
                 if args.pack && doc["packs"]["packing"].as_bool() != Some(true) {
                     return Err(format!(
-                        "{}: this mount does not pack small files: mount it with -o pack, then run \
-                         compress --pack again",
+                        "{}: this mount does not pack small files (mounted with -o nopack, or its \
+                         backing filesystem cannot keep location records: see the mount's log): \
+                         remount it without nopack, then run compress --pack again",
                         m.display()
                     ));
                 }

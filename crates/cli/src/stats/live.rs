@@ -191,7 +191,7 @@ fn packs(p: &Value) -> Vec<String> {
         human(n(p, &["bytes_reclaimed"]))
     );
     if p["packing"].as_bool() != Some(true) {
-        let mut out = vec!["packs             not packing (mount with -o pack)".to_string()];
+        let mut out = vec!["packs             not packing (mounted with -o nopack, read-only, or on a backing filesystem that cannot keep records)".to_string()];
         if read + hits > 0 {
             out.push(reads);
         }
@@ -254,7 +254,7 @@ mod tests {
         q["packing"] = false.into();
         let table = render(&json!({ "packs": q }), Path::new("/m"));
         assert!(
-            table.contains("not packing (mount with -o pack)") && table.contains("1 blocks read"),
+            table.contains("not packing (mounted with -o nopack") && table.contains("1 blocks read"),
             "{table}"
         );
         assert!(!table.contains("files packed"), "{table}");

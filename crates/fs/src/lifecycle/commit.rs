@@ -58,6 +58,8 @@ pub struct Committer {
     /// makes them durable too.
     packs: Option<Arc<Packs>>,
     cv: Condvar,
+    /// Signalled when the commit thread takes a batch: closers waiting for room go on.
+    room: Condvar,
     max_pending: AtomicUsize,
     /// Commits done and syncs issued (for tests and statistics).
     pub commits: AtomicUsize,
@@ -70,21 +72,32 @@ impl Committer {
             q: Mutex::new(Queue::default()),
             packs,
             cv: Condvar::new(),
+            room: Condvar::new(),
             max_pending: AtomicUsize::new(1024),
             commits: AtomicUsize::new(0),
             syncs: AtomicUsize::new(0),
         })
     }
 
-    /// Fits the batch size to the open-file limit (a waiting file holds one fd).
+    /// Fits the batch size to the open-file limit: a waiting file holds two fds (its
+    /// container's and its inode's, which the fd cache keeps while the file is in
+    /// memory), and two batches may wait (one committing): a quarter of the limit.
     pub fn fit_fd_limit(&self, limit: u64) {
         self.max_pending
-            .store((limit / 4).clamp(16, 1024) as usize, Ordering::Relaxed);
+            .store((limit / 16).clamp(16, 1024) as usize, Ordering::Relaxed);
     }
 
     /// Queues a closed file whose superblock (or whose replaced copies) wait for a sync.
+    /// A closer (never the commit thread) waits while a full batch is queued: every queued
+    /// file holds an fd, and files closed faster than a batch commits (two `syncfs`) would
+    /// otherwise pile up past the open-file limit. So at most two batches hold fds: the
+    /// one being committed and the one waiting.
     pub fn push(&self, ino: u64, inode: Arc<Inode>, left: Ticketed) {
         let mut q = self.q.lock().unwrap();
+        while !q.stop && q.items.len() >= self.max_pending.load(Ordering::Relaxed) {
+            self.cv.notify_all();
+            q = self.room.wait(q).unwrap();
+        }
         q.items.push((ino, inode, left));
         q.since.get_or_insert_with(Instant::now);
         // The thread wakes to start the interval (first item) or for a full batch.
@@ -112,6 +125,7 @@ impl Committer {
                     return;
                 }
                 q.since = None;
+                self.room.notify_all();
                 std::mem::take(&mut q.items)
             };
             self.commit(inodes, batch);
@@ -124,6 +138,7 @@ impl Committer {
         let batch = {
             let mut q = self.q.lock().unwrap();
             q.since = None;
+            self.room.notify_all();
             std::mem::take(&mut q.items)
         };
         if !batch.is_empty() {
@@ -135,6 +150,7 @@ impl Committer {
     pub fn stop(&self) {
         self.q.lock().unwrap().stop = true;
         self.cv.notify_all();
+        self.room.notify_all();
     }
 
     fn commit(&self, inodes: &Inodes, batch: Vec<Queued>) {
@@ -226,8 +242,11 @@ impl Committer {
                 drop_if_closed(inodes, ino, &inode, open);
             }
         }
-        for (ino, inode, left) in again {
-            self.push(ino, inode, left);
+        if !again.is_empty() {
+            // The commit thread itself: no waiting for room it alone makes.
+            let mut q = self.q.lock().unwrap();
+            q.since.get_or_insert_with(Instant::now);
+            q.items.extend(again);
         }
     }
 }

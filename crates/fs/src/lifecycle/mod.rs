@@ -26,7 +26,8 @@ use crate::sys;
 use commit::{Committer, Ticketed};
 use state::{OpenFile, Times};
 
-/// Most containers kept open without a handle after a lookup.
+/// Most containers kept open without a handle after a lookup (fewer under a low
+/// open-file limit: [`Files::fit_fd_limit`]).
 pub const IDLE_MAX: usize = 128;
 
 /// The lifecycle of every regular file's container (see [`state`] for the rules).
@@ -45,6 +46,9 @@ pub struct Files {
 pub struct Kept {
     inodes: Arc<Inodes>,
     queue: Mutex<VecDeque<(u64, Weak<Inode>)>>,
+    /// How many are kept: [`IDLE_MAX`], or a sixteenth of the open-file limit if smaller
+    /// (two fds each: the container's and its inode's).
+    max: std::sync::atomic::AtomicUsize,
 }
 
 impl Kept {
@@ -93,6 +97,7 @@ impl Files {
             idle: Arc::new(Kept {
                 inodes: inodes_for_kept,
                 queue: Mutex::new(VecDeque::new()),
+                max: std::sync::atomic::AtomicUsize::new(IDLE_MAX),
             }),
         }
     }
@@ -118,8 +123,15 @@ impl Files {
     }
 
     /// Sizes the commit batch to the open-file limit (a queued file holds one fd).
+    /// Also the kept containers: each holds two fds too. Under a limit of 256: 64 cached
+    /// inode fds (`Inodes::fit_fd_cache`), two commit batches of 16 files (64 fds) and 16
+    /// kept containers (32 fds) leave room for packs, the log and `/dev/fuse`.
     pub fn fit_fd_limit(&self, limit: u64) {
         self.committer.fit_fd_limit(limit);
+        self.idle.max.store(
+            ((limit / 16) as usize).clamp(8, IDLE_MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// A container error as an errno, logged with the backing file's path (corruption as
@@ -299,7 +311,8 @@ impl Files {
             .lock()
             .unwrap()
             .push_back((ino, Arc::downgrade(inode)));
-        self.idle.trim(IDLE_MAX);
+        self.idle
+            .trim(self.idle.max.load(std::sync::atomic::Ordering::Relaxed));
     }
 
     /// A new handle on a regular file: shares the container in memory (opening it for the
