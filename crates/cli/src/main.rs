@@ -265,13 +265,13 @@ fn mount_help() -> String {
 }
 
 /// `0.1.0 (container format 3, 2 for files without a dictionary; packed files format 4
-/// (mount option pack); reads 1–4)`.
+/// (by default; mount option nopack: not); reads 1–4)`.
 fn version() -> &'static str {
     use squeezefs_container::pack::format::PACKS_FORMAT_VERSION as PACKED;
     Box::leak(
         format!(
             "{} (container format {FORMAT_VERSION}, {FORMAT_VERSION_NO_DICT} for files without a dictionary; \
-             packed files format {PACKED} (mount option pack); reads {MIN_FORMAT_VERSION}–{PACKED})",
+             packed files format {PACKED} (by default; mount option nopack: not); reads {MIN_FORMAT_VERSION}–{PACKED})",
             env!("CARGO_PKG_VERSION")
         )
         .into_boxed_str(),
