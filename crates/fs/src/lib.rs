@@ -13,6 +13,7 @@ pub mod packing;
 mod prefetch;
 pub mod props;
 pub mod reclaim;
+mod requests;
 pub mod statsfile;
 /// The one module with `unsafe`: raw system calls behind safe wrappers that take
 /// `AsFd`, each block justified by a `SAFETY:` comment.

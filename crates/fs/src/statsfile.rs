@@ -64,7 +64,7 @@ fn packs(packs: Option<&Packs>) -> Value {
 }
 
 /// The document: mount settings, the container counters, the packs and the workspace pool.
-pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
+pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
     let codecs: Vec<Value> = s
@@ -134,6 +134,7 @@ pub fn render(backing: &str, opts: &Options, read_only: bool) -> Vec<u8> {
         },
         "codecs": codecs,
         "packs": packs(opts.packs.as_deref()),
+        "requests": requests,
         "workspaces": {
             "max": pool.max_workspaces,
             "count": pool.total,
@@ -171,7 +172,7 @@ mod tests {
     use super::*;
 
     fn doc(opts: &Options) -> Value {
-        serde_json::from_slice(&render("/b", opts, false)).unwrap()
+        serde_json::from_slice(&render("/b", opts, false, Value::Null)).unwrap()
     }
 
     #[test]

@@ -210,14 +210,20 @@ impl Committer {
                                 }
                                 None => {}
                             },
-                            Err(e) => error!("{}: write-back failed: {e}", inodes.describe(&inode)),
+                            Err(e) => {
+                                inode.file.suspect_cache();
+                                error!("{}: write-back failed: {e}", inodes.describe(&inode))
+                            }
                         }
                     }
                 }
-                Err(e) => error!(
-                    "{}: committing the superblock failed: {e}",
-                    inodes.describe(&inode)
-                ),
+                Err(e) => {
+                    inode.file.suspect_cache();
+                    error!(
+                        "{}: committing the superblock failed: {e}",
+                        inodes.describe(&inode)
+                    )
+                }
             }
             drop_if_closed(inodes, ino, &inode, open);
         }

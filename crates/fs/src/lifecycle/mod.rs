@@ -137,6 +137,8 @@ impl Files {
     /// A container error as an errno, logged with the backing file's path (corruption as
     /// an error, anything else as a warning).
     pub fn error(&self, inode: &Arc<Inode>, what: &str, e: squeezefs_container::Error) -> Errno {
+        // Whatever failed, the kernel's cache of the file is no longer trusted (rule 8).
+        inode.file.suspect_cache();
         if e.is_corruption() {
             error!("{}: {what}: {e}", self.inodes.describe(inode));
         } else {

@@ -46,6 +46,14 @@
 //!    `stat` even in between. A change of the data forgets it (`Files::change_data`,
 //!    `Files::attach` with `O_TRUNC`). Without a state nothing is deferred: the `utimens`
 //!    alone sticks.
+//! 8. **The kernel's page cache is kept across opens** (`FOPEN_KEEP_CACHE`): this daemon is
+//!    the only writer of the backing directory, and the kernel itself drops the pages its
+//!    own truncates, punches and writes change; compression, rewrites (`squeezefs
+//!    compress`) and pack reclaim never change a file's logical bytes. Only an error of
+//!    ours can leave the cache holding bytes the file does not (a WRITE accepted, its
+//!    write-out or commit failed): any error on the file (`Files::error`, the group
+//!    commit's) marks it ([`FileState::suspect_cache`]), and its next open answers without
+//!    `FOPEN_KEEP_CACHE`, so the kernel drops the pages then.
 //!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
@@ -129,4 +137,24 @@ pub struct FileState {
     pub open: Mutex<Option<OpenFile>>,
     /// Logical size of a closed container, remembered (we are the only writer).
     pub size: Mutex<Option<u64>>,
+    /// An error of ours may have left the kernel's page cache holding bytes the file does
+    /// not (data accepted by a WRITE whose write-out or commit then failed): the next open
+    /// lets the kernel drop the cache instead of keeping it (FOPEN_KEEP_CACHE, rule 8).
+    pub cache_suspect: std::sync::atomic::AtomicBool,
+}
+
+impl FileState {
+    /// Notes that the kernel's cached pages of this file may be wrong (rule 8).
+    pub fn suspect_cache(&self) {
+        self.cache_suspect
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether an open may keep the kernel's cached pages (and forgets the suspicion: the
+    /// open that answers no drops them).
+    pub fn keep_cache(&self) -> bool {
+        !self
+            .cache_suspect
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
 }

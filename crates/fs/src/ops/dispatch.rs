@@ -17,6 +17,7 @@ use super::attrs::SetAttr;
 use super::reply::{self, Xattr};
 use super::virtual_file::{is_stats_name, route, Node};
 use super::{readdir, SqueezeFs, TTL};
+use crate::requests::Kind;
 
 impl Filesystem for SqueezeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
@@ -54,6 +55,9 @@ impl Filesystem for SqueezeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if !is_stats_name(parent, name) {
+            self.requests.count(Kind::Lookup);
+        }
         if is_stats_name(parent, name) {
             return reply::entry(reply, Ok(self.stats.attr()));
         }
@@ -68,6 +72,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.count(ino, Kind::Getattr);
         match route(ino) {
             Node::Stats => reply::attr(reply, Ok(self.stats.attr())),
             Node::Backing(ino) => reply::attr(reply, self.do_getattr(ino)),
@@ -92,6 +97,7 @@ impl Filesystem for SqueezeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.count(ino, Kind::Setattr);
         let a = SetAttr {
             mode,
             uid,
@@ -157,9 +163,17 @@ impl Filesystem for SqueezeFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.count(ino, Kind::Open);
         let r = match route(ino) {
             Node::Stats => self.open_stats(flags.0),
-            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|()| (0, FopenFlags::empty())),
+            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|keep| {
+                let f = if keep {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                (0, f)
+            }),
         };
         reply::opened(reply, r)
     }
@@ -175,6 +189,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.count(ino, Kind::Read);
         let r = match route(ino) {
             Node::Stats => self.stats.read(fh.0, offset, size),
             Node::Backing(ino) => self.do_read(ino, offset, size),
@@ -194,6 +209,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.requests.count(Kind::Write);
         match self.do_write(req, ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -201,6 +217,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        self.count(ino, Kind::Flush);
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
             Node::Backing(ino) => reply::empty(reply, self.do_flush(ino)),
@@ -217,6 +234,7 @@ impl Filesystem for SqueezeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(ino, Kind::Release);
         match route(ino) {
             Node::Stats => {
                 self.stats.release(fh.0);
@@ -234,10 +252,12 @@ impl Filesystem for SqueezeFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.count(Kind::Opendir);
         reply::opened(reply, self.do_opendir(ino).map(|fh| (fh, FopenFlags::empty())))
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        self.requests.count(Kind::Readdir);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => readdir::fill(&list, ino, offset, reply),
             Err(e) => reply.error(e),
@@ -290,6 +310,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.count(ino, Kind::Getxattr);
         match route(ino) {
             Node::Stats => reply::xattr(reply, Err(Errno::ENODATA)),
             Node::Backing(ino) => reply::xattr(reply, self.do_getxattr(ino, name, size)),
@@ -324,6 +345,7 @@ impl Filesystem for SqueezeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.requests.count(Kind::Create);
         match self.do_create(req, parent, name, mode, umask, flags) {
             Ok(attr) => reply.created(
                 &TTL,
@@ -361,6 +383,16 @@ impl Filesystem for SqueezeFs {
         match self.do_lseek(ino, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
+        }
+    }
+}
+
+impl SqueezeFs {
+    /// Counts a request on `ino`, unless it is on the statistics file (reading the counts
+    /// must not change them).
+    fn count(&self, ino: INodeNo, k: Kind) {
+        if !matches!(route(ino), Node::Stats) {
+            self.requests.count(k);
         }
     }
 }

@@ -66,6 +66,8 @@ pub struct SqueezeFs {
     dict_dir: std::path::PathBuf,
     /// The virtual statistics file's open handles.
     stats: virtual_file::StatsFile,
+    /// FUSE requests answered, by kind (the statistics file's `requests`).
+    requests: crate::requests::Requests,
     /// Asks the kernel to write back or forget its caches (set once the session exists).
     notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Kernel cache write-backs under way (`allocate_seek.rs`).
@@ -122,6 +124,7 @@ impl SqueezeFs {
             backing: backing.display().to_string(),
             dict_dir: backing.join(dicts::DIR_NAME),
             stats: virtual_file::StatsFile::new((st.st_uid, st.st_gid)),
+            requests: Default::default(),
             notifier: Default::default(),
             kernel_flushes: Default::default(),
             reclaimer,

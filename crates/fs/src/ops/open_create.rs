@@ -12,7 +12,11 @@ use super::SqueezeFs;
 use crate::sys;
 
 impl SqueezeFs {
-    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<(), Errno> {
+    /// Returns whether the kernel may keep its cached pages of the file (FOPEN_KEEP_CACHE):
+    /// yes, since this daemon is the only writer of BACKING and the kernel drops the pages
+    /// a truncate, punch or write of its own changes — unless an error of ours may have
+    /// left them wrong (rule 8 of `lifecycle::state`).
+    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<bool, Errno> {
         let inode = self.inode(ino)?;
         if !inode.is_reg {
             return Err(Errno::EINVAL);
@@ -27,7 +31,7 @@ impl SqueezeFs {
         if truncate {
             self.kill_privs(req, ino, &inode)?;
         }
-        Ok(())
+        Ok(inode.file.keep_cache())
     }
 
     /// A new regular file: created and opened for I/O in one `openat`, given to the caller,

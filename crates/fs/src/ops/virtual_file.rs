@@ -77,7 +77,12 @@ impl SqueezeFs {
         // Closed files waiting for their superblock are committed first: whoever reads
         // the statistics (or counts the backing files next) sees them as closed.
         self.files.commit_now();
-        let doc = statsfile::render(&self.backing, self.opts(), self.read_only);
+        let doc = statsfile::render(
+            &self.backing,
+            self.opts(),
+            self.read_only,
+            self.requests.to_json(),
+        );
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.stats.open.lock().unwrap().insert(fh, Arc::new(doc));
         Ok((fh, FopenFlags::FOPEN_DIRECT_IO))

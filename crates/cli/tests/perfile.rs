@@ -1,0 +1,88 @@
+//! The per-file path (issue 15): what the kernel asks the daemon for, per file, on a real
+//! mount. The statistics file counts the requests that reach the daemon (`requests`).
+
+#![deny(unsafe_code)]
+
+mod common;
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+
+use common::{scratch, Mount};
+use serde_json::Value;
+
+fn requests(m: &Mount) -> Value {
+    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    doc["requests"].clone()
+}
+
+fn reads(m: &Mount) -> u64 {
+    requests(m)["read"].as_u64().expect("requests.read")
+}
+
+/// A file read once is read again from the kernel's page cache, in a new open: no READ
+/// reaches the daemon (FOPEN_KEEP_CACHE). Changes made through the mount — a write by
+/// another handle, a truncate by path, a rename over it — are seen at once all the same,
+/// packed or not.
+#[test]
+fn a_re_read_is_served_by_the_page_cache_and_never_stale() {
+    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+        let dir = scratch("keep-cache");
+        let m = Mount::new(&dir, opts);
+        let p = m.path("f");
+        let data: Vec<u8> = (0..300_000u32)
+            .flat_map(|i| format!("{i} ").into_bytes())
+            .collect();
+        fs::write(&p, &data).unwrap();
+        let small = m.path("small");
+        fs::write(&small, b"a small file").unwrap();
+        // Remount: nothing cached, everything committed.
+        m.unmount();
+        let m = Mount::new(&dir, opts);
+        assert_eq!(fs::read(&p).unwrap(), data);
+        assert_eq!(fs::read(&small).unwrap(), b"a small file");
+        let before = reads(&m);
+        assert!(before > 0, "{opts}: the first read reached the daemon");
+        for _ in 0..3 {
+            assert_eq!(fs::read(&p).unwrap(), data);
+            assert_eq!(fs::read(&small).unwrap(), b"a small file");
+        }
+        assert_eq!(reads(&m), before, "{opts}: re-reads sent READ: {}", requests(&m));
+
+        // Written through another handle: the cache follows.
+        let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.seek(SeekFrom::Start(1000)).unwrap();
+        f.write_all(b"CHANGED").unwrap();
+        drop(f);
+        let mut want = data.clone();
+        want[1000..1007].copy_from_slice(b"CHANGED");
+        assert_eq!(fs::read(&p).unwrap(), want, "{opts}");
+        // Truncated by path, then grown: zeros, not the old bytes.
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(20_000)
+            .unwrap();
+        let mut want = want[..10].to_vec();
+        want.resize(20_000, 0);
+        assert_eq!(fs::read(&p).unwrap(), want, "{opts}");
+        // Replaced by a rename: the new file's bytes.
+        fs::write(m.path("other"), b"the other file").unwrap();
+        fs::rename(m.path("other"), &small).unwrap();
+        assert_eq!(fs::read(&small).unwrap(), b"the other file", "{opts}");
+        // And all of it after a remount (the daemon's copy, not the kernel's).
+        m.unmount();
+        let m = Mount::new(&dir, opts);
+        assert_eq!(fs::read(&p).unwrap(), want, "{opts}");
+        assert_eq!(fs::read(&small).unwrap(), b"the other file", "{opts}");
+        m.unmount();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
