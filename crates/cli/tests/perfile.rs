@@ -86,3 +86,38 @@ fn a_re_read_is_served_by_the_page_cache_and_never_stale() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A name that does not exist is looked up once, not at every `stat` (a negative entry
+/// with a timeout); made through the mount it is there at once, and gone again at once.
+#[test]
+fn a_missing_name_is_asked_for_once_and_appears_when_made() {
+    let dir = scratch("negative");
+    let m = Mount::new(&dir, "");
+    let p = m.path("not-yet");
+    let lookups = |m: &Mount| requests(m)["lookup"].as_u64().unwrap();
+    assert!(fs::metadata(&p).is_err());
+    let before = lookups(&m);
+    for _ in 0..100 {
+        assert_eq!(fs::metadata(&p).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    }
+    assert_eq!(lookups(&m), before, "a cached miss sends no LOOKUP");
+    // Made through the mount, by each way a name appears.
+    fs::write(&p, b"here").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"here");
+    fs::remove_file(&p).unwrap();
+    assert!(fs::metadata(&p).is_err());
+    fs::create_dir(&p).unwrap();
+    assert!(fs::metadata(&p).unwrap().is_dir());
+    fs::remove_dir(&p).unwrap();
+    fs::write(m.path("elsewhere"), b"moved").unwrap();
+    assert!(fs::metadata(&p).is_err());
+    fs::rename(m.path("elsewhere"), &p).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"moved");
+    assert!(fs::metadata(m.path("elsewhere")).is_err());
+    fs::hard_link(&p, m.path("elsewhere")).unwrap();
+    assert_eq!(fs::read(m.path("elsewhere")).unwrap(), b"moved");
+    std::os::unix::fs::symlink("not-yet", m.path("link")).unwrap();
+    assert_eq!(fs::read(m.path("link")).unwrap(), b"moved");
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}

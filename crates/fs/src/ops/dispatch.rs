@@ -62,7 +62,7 @@ impl Filesystem for SqueezeFs {
             return reply::entry(reply, Ok(self.stats.attr()));
         }
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
-        reply::entry(reply, r.map(|(_, attr)| attr))
+        reply::lookup(reply, r.map(|(_, attr)| attr))
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

@@ -22,6 +22,38 @@ pub(super) fn entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
     }
 }
 
+/// A lookup's reply. A name that does not exist is answered as an entry of inode 0 with
+/// the usual timeout: the kernel caches the miss as a negative dentry (an ENOENT error is
+/// not cached), so tools that look for a name again and again (compilers probing include
+/// paths, `stat` before `create`) ask once. This daemon is the only writer of the backing
+/// directory, and every name made through the mount replaces the kernel's negative dentry.
+pub(super) fn lookup(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+    match r {
+        Err(e) if e == Errno::ENOENT => {
+            let t = std::time::UNIX_EPOCH;
+            let none = FileAttr {
+                ino: fuser::INodeNo(0),
+                size: 0,
+                blocks: 0,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                crtime: t,
+                kind: fuser::FileType::RegularFile,
+                perm: 0,
+                nlink: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 0,
+                flags: 0,
+            };
+            reply.entry(&TTL, &none, Generation(0))
+        }
+        r => entry(reply, r),
+    }
+}
+
 pub(super) fn attr(reply: ReplyAttr, r: Result<FileAttr, Errno>) {
     match r {
         Ok(a) => reply.attr(&TTL, &a),
