@@ -178,6 +178,11 @@ impl MemDisk {
                 };
             }
         }
+        MemDisk::rebooted(data, xattrs, crash)
+    }
+
+    /// A disk holding `data` and `xattrs`, all durable, crashing with `crash`.
+    fn rebooted(data: Vec<u8>, xattrs: Xattrs, crash: &Crash) -> MemDisk {
         MemDisk {
             inner: Arc::new(Mutex::new(Inner {
                 durable: data.clone(),
@@ -220,17 +225,7 @@ impl MemDisk {
                 }
             }
         }
-        let xattrs = g.xattrs.clone();
-        MemDisk {
-            inner: Arc::new(Mutex::new(Inner {
-                durable: data.clone(),
-                current: data,
-                durable_xattrs: xattrs.clone(),
-                xattrs,
-                ..Inner::default()
-            })),
-            crash: crash.clone(),
-        }
+        MemDisk::rebooted(data, g.xattrs.clone(), crash)
     }
 
     /// Counts one mutating operation against the crash; `Err` when the disk has crashed

@@ -237,6 +237,51 @@ fn apply_container(
     }
 }
 
+/// Runs `ops` on the container and on a model until the disk crashes (or the ops end);
+/// returns every state the file had since its last successful fsync, the empty file first
+/// (the caller made it durable, or it is new). An error without a crash fails the case.
+fn until_crash(
+    c: &mut Container<MemDisk>,
+    disk: &MemDisk,
+    opts: &Options,
+    ops: &[Op],
+) -> Result<Vec<Vec<u8>>, TestCaseError> {
+    let mut model: Vec<u8> = Vec::new();
+    let mut since_sync = vec![model.clone()];
+    for op in ops {
+        apply_model(&mut model, op);
+        since_sync.push(model.clone());
+        match apply_container(c, disk, opts, op) {
+            Ok(_) => {
+                if matches!(op, Op::Fsync) {
+                    since_sync = vec![model.clone()];
+                }
+            }
+            Err(_) => {
+                prop_assert!(disk.has_crashed(), "error without a crash");
+                break;
+            }
+        }
+    }
+    Ok(since_sync)
+}
+
+/// Whether byte `o` was `b` in one of `states` (zero past a state's end).
+fn had(states: &[Vec<u8>], o: usize, b: u8) -> bool {
+    states.iter().any(|s| s.get(o).copied().unwrap_or(0) == b)
+}
+
+/// A seeded xorshift generator for the reboots.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = seed | 1;
+    move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
+}
+
 fn expected_read(model: &[u8], off: u64, len: usize) -> &[u8] {
     let start = (off as usize).min(model.len());
     let end = (start + len).min(model.len());
@@ -304,27 +349,9 @@ proptest! {
         let opts = options(codec, shift, packs.as_ref());
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap(); // the file exists durably, empty
-        let mut model: Vec<u8> = Vec::new();
-        // Every state the file had since the last successful fsync.
-        let mut since_sync: Vec<Vec<u8>> = vec![model.clone()];
         disk.crash_after(crash_at);
-        for op in &ops {
-            apply_model(&mut model, op);
-            since_sync.push(model.clone());
-            match apply_container(&mut c, &disk, &opts, op) {
-                Ok(_) => {
-                    if matches!(op, Op::Fsync) {
-                        since_sync = vec![model.clone()];
-                    }
-                }
-                Err(_) => {
-                    prop_assert!(disk.has_crashed(), "error without a crash");
-                    break;
-                }
-            }
-        }
-        let mut rng = reboot_seed | 1;
-        let mut rand = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
@@ -342,8 +369,7 @@ proptest! {
                     prop_assert_eq!(bytes.len() as u64, hi - lo);
                     for (k, &b) in bytes.iter().enumerate() {
                         let o = lo as usize + k;
-                        let ok = since_sync.iter().any(|s| s.get(o).copied().unwrap_or(0) == b);
-                        prop_assert!(ok, "byte {} = {} was never written there since the last fsync", o, b);
+                        prop_assert!(had(&since_sync, o, b), "byte {} = {} was never written there since the last fsync", o, b);
                     }
                     recovered.extend_from_slice(&bytes);
                 }
@@ -417,26 +443,9 @@ proptest! {
             // (until then, the first data past the superblocks must say it is a container).
             c.fsync().unwrap();
         }
-        let mut model: Vec<u8> = Vec::new();
-        let mut since_sync: Vec<Vec<u8>> = vec![model.clone()];
         disk.crash_after(kill_at);
-        for op in &ops {
-            apply_model(&mut model, op);
-            since_sync.push(model.clone());
-            match apply_container(&mut c, &disk, &opts, op) {
-                Ok(_) => {
-                    if matches!(op, Op::Fsync) {
-                        since_sync = vec![model.clone()];
-                    }
-                }
-                Err(_) => {
-                    prop_assert!(disk.has_crashed(), "error without a kill");
-                    break;
-                }
-            }
-        }
-        let mut rng = reboot_seed | 1;
-        let mut rand = || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
+        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_killed_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
@@ -452,8 +461,7 @@ proptest! {
             prop_assert!(bytes.is_ok(), "extent {} unreadable after a kill: {:?}", i, bytes.err());
             for (k, &b) in bytes.unwrap().iter().enumerate() {
                 let o = lo as usize + k;
-                let ok = since_sync.iter().any(|s| s.get(o).copied().unwrap_or(0) == b);
-                prop_assert!(ok, "byte {} = {} was never written there since the last fsync", o, b);
+                prop_assert!(had(&since_sync, o, b), "byte {} = {} was never written there since the last fsync", o, b);
             }
             i += 1;
         }

@@ -141,12 +141,17 @@ impl MemPackDir {
 
     /// The packs as they could be after the crash (each disk rebooted into `crash`).
     pub fn reboot_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemPackDir {
+        self.each_rebooted(crash, |d| d.reboot_into(crash, &mut rand))
+    }
+
+    /// Every pack's disk rebooted by `reboot`, into a directory crashing with `crash`.
+    fn each_rebooted(&self, crash: &Crash, mut reboot: impl FnMut(&MemDisk) -> MemDisk) -> MemPackDir {
         let packs = self
             .packs
             .lock()
             .unwrap()
             .iter()
-            .map(|(id, d)| (*id, d.reboot_into(crash, &mut rand)))
+            .map(|(id, d)| (*id, reboot(d)))
             .collect();
         MemPackDir {
             packs: Arc::new(Mutex::new(packs)),
@@ -156,17 +161,7 @@ impl MemPackDir {
 
     /// The packs as they are after the writer was killed ([`MemDisk::reboot_killed_into`]).
     pub fn reboot_killed_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemPackDir {
-        let packs = self
-            .packs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(id, d)| (*id, d.reboot_killed_into(crash, &mut rand)))
-            .collect();
-        MemPackDir {
-            packs: Arc::new(Mutex::new(packs)),
-            crash: crash.clone(),
-        }
+        self.each_rebooted(crash, |d| d.reboot_killed_into(crash, &mut rand))
     }
 
     /// The disk of pack `id`, for tests that damage it.
