@@ -121,3 +121,66 @@ fn a_missing_name_is_asked_for_once_and_appears_when_made() {
     m.unmount();
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A read-only open of a file nobody has open opens nothing until its first READ (rule 9
+/// of `lifecycle::state`); such a handle still reads everything, from the page cache or
+/// not, also after the file is unlinked, and while another handle writes.
+#[test]
+fn a_lazy_read_only_handle_reads_after_unlink_and_beside_a_writer() {
+    assert_eq!(
+        nix::unistd::geteuid().as_raw(),
+        0,
+        "this test needs root to drop the page cache (CI runs as root)"
+    );
+    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+        let dir = scratch("lazy-open");
+        let m = Mount::new(&dir, opts);
+        let data: Vec<u8> = (0..400_000u32)
+            .flat_map(|i| format!("{i},").into_bytes())
+            .collect();
+        let small = b"small and packed".to_vec();
+        fs::write(m.path("big"), &data).unwrap();
+        fs::write(m.path("small"), &small).unwrap();
+        m.unmount();
+        let m = Mount::new(&dir, opts);
+        // Read once and closed: no state left; then the kernel forgets the pages.
+        assert_eq!(fs::read(m.path("big")).unwrap(), data);
+        assert_eq!(fs::read(m.path("small")).unwrap(), small);
+        nix::unistd::sync();
+        fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+        let opens = requests(&m)["open"].as_u64().unwrap();
+        let big = fs::File::open(m.path("big")).unwrap();
+        let sm = fs::File::open(m.path("small")).unwrap();
+        assert_eq!(requests(&m)["open"].as_u64().unwrap(), opens + 2);
+        fs::remove_file(m.path("big")).unwrap();
+        fs::remove_file(m.path("small")).unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut &big, &mut got).unwrap();
+        assert!(got == data, "{opts}: an unlinked file read through a lazy handle");
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut &sm, &mut got).unwrap();
+        assert_eq!(got, small, "{opts}");
+        drop((big, sm));
+
+        // Beside a writer: the reader sees what the writer wrote.
+        fs::write(m.path("shared"), &data).unwrap();
+        m.unmount();
+        let m = Mount::new(&dir, opts);
+        assert_eq!(fs::read(m.path("shared")).unwrap(), data);
+        let reader = fs::File::open(m.path("shared")).unwrap();
+        let mut writer = fs::OpenOptions::new().write(true).open(m.path("shared")).unwrap();
+        writer.seek(SeekFrom::Start(500_000)).unwrap();
+        writer.write_all(b"WRITTEN").unwrap();
+        writer.sync_all().unwrap();
+        drop(writer);
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut &reader, &mut got).unwrap();
+        assert_eq!(&got[500_000..500_007], b"WRITTEN", "{opts}");
+        drop(reader);
+        m.unmount();
+        let m = Mount::new(&dir, opts);
+        assert_eq!(&fs::read(m.path("shared")).unwrap()[500_000..500_007], b"WRITTEN");
+        m.unmount();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

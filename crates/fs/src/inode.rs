@@ -209,7 +209,8 @@ impl Inodes {
             spins -= 1;
             let Some(w) = q.pop_front() else { break };
             let Some(old) = w.upgrade() else { continue };
-            let busy = old.file.open.try_lock().map_or(true, |o| o.is_some());
+            let busy = old.file.open.try_lock().map_or(true, |o| o.is_some())
+                || old.file.lazy.load(Ordering::Relaxed) > 0;
             if busy {
                 q.push_back(w);
                 continue;

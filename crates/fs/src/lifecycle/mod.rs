@@ -339,6 +339,36 @@ impl Files {
         Ok(())
     }
 
+    /// A read-only handle on a file with no state: counted, nothing opened (rule 9).
+    /// Returns false when the file has a state (the caller attaches instead).
+    pub fn open_lazy(&self, inode: &Arc<Inode>) -> bool {
+        let open = inode.file.open.lock().unwrap();
+        if open.is_some() {
+            return false;
+        }
+        inode.file.lazy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    /// The close of a handle [`Files::open_lazy`] made.
+    pub fn release_lazy(&self, inode: &Arc<Inode>) {
+        inode.file.lazy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A read: through the file's state, or, with none (a lazy handle's first READ, rule
+    /// 9), through a container opened now and kept like a lookup's for the READs that
+    /// follow.
+    pub fn read(&self, ino: u64, inode: &Arc<Inode>, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
+        if inode.file.open.lock().unwrap().is_some() {
+            return self.with_container(inode, |c| c.read(offset, size), "read");
+        }
+        let mut c = self.open_container(inode)?;
+        let r = c.read(offset, size).map_err(|e| self.error(inode, "read", e))?;
+        *inode.file.size.lock().unwrap() = c.size().ok();
+        self.keep_idle(ino, inode, c);
+        Ok(r)
+    }
+
     /// The first handle of a file just created, with the container made for it (nothing
     /// read back); a handle racing in meanwhile keeps the container it opened.
     pub fn attach_new(&self, inode: &Arc<Inode>, container: Container<FileStorage>) {

@@ -54,6 +54,12 @@
 //!    write-out or commit failed): any error on the file (`Files::error`, the group
 //!    commit's) marks it ([`FileState::suspect_cache`]), and its next open answers without
 //!    `FOPEN_KEEP_CACHE`, so the kernel drops the pages then.
+//! 9. **A read-only open of a file with no state opens nothing** (`Files::open_lazy`): the
+//!    handle is counted in [`FileState::lazy`], not in a state, so a re-read the page
+//!    cache serves costs no container at all. Its first READ opens the container and keeps
+//!    it like a lookup's (**Kept**, bounded); its FLUSH and RELEASE do nothing. While a
+//!    lazy handle exists the inode's fd stays open, so a file unlinked while open still
+//!    reads. Any other open (a writer, O_TRUNC, or a file that has a state) attaches.
 //!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
@@ -141,6 +147,9 @@ pub struct FileState {
     /// not (data accepted by a WRITE whose write-out or commit then failed): the next open
     /// lets the kernel drop the cache instead of keeping it (FOPEN_KEEP_CACHE, rule 8).
     pub cache_suspect: std::sync::atomic::AtomicBool,
+    /// Read-only handles opened without a container (rule 9): they hold no state, only
+    /// the inode's fd (the fd cache keeps it while any exists).
+    pub lazy: std::sync::atomic::AtomicU32,
 }
 
 impl FileState {

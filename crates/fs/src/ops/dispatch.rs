@@ -14,6 +14,7 @@ use fuser::{
 };
 
 use super::attrs::SetAttr;
+use super::open_create::FH_LAZY;
 use super::reply::{self, Xattr};
 use super::virtual_file::{is_stats_name, route, Node};
 use super::{readdir, SqueezeFs, TTL};
@@ -166,13 +167,13 @@ impl Filesystem for SqueezeFs {
         self.count(ino, Kind::Open);
         let r = match route(ino) {
             Node::Stats => self.open_stats(flags.0),
-            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|keep| {
+            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|(keep, lazy)| {
                 let f = if keep {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()
                 };
-                (0, f)
+                (if lazy { FH_LAZY } else { 0 }, f)
             }),
         };
         reply::opened(reply, r)
@@ -216,11 +217,11 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
         self.count(ino, Kind::Flush);
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
-            Node::Backing(ino) => reply::empty(reply, self.do_flush(ino)),
+            Node::Backing(ino) => reply::empty(reply, self.do_flush(ino, fh.0)),
         }
     }
 
@@ -240,7 +241,7 @@ impl Filesystem for SqueezeFs {
                 self.stats.release(fh.0);
                 reply::empty(reply, Ok(()))
             }
-            Node::Backing(ino) => reply::empty(reply, self.do_release(ino, flags.0)),
+            Node::Backing(ino) => reply::empty(reply, self.do_release(ino, fh.0, flags.0)),
         }
     }
 

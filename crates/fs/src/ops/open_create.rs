@@ -11,12 +11,19 @@ use squeezefs_container::{Container, FileStorage};
 use super::SqueezeFs;
 use crate::sys;
 
+/// The file handle of a lazy open (rule 9 of `lifecycle::state`); every other open of a
+/// backing file has handle 0.
+pub(super) const FH_LAZY: u64 = 1;
+
 impl SqueezeFs {
     /// Returns whether the kernel may keep its cached pages of the file (FOPEN_KEEP_CACHE):
     /// yes, since this daemon is the only writer of BACKING and the kernel drops the pages
     /// a truncate, punch or write of its own changes — unless an error of ours may have
     /// left them wrong (rule 8 of `lifecycle::state`).
-    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<bool, Errno> {
+    ///
+    /// Also returns whether the handle is lazy (rule 9: read-only, no state, nothing
+    /// opened; its file handle is then [`FH_LAZY`]).
+    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<(bool, bool), Errno> {
         let inode = self.inode(ino)?;
         if !inode.is_reg {
             return Err(Errno::EINVAL);
@@ -27,11 +34,14 @@ impl SqueezeFs {
         }
         let writable = acc != libc::O_RDONLY;
         let truncate = flags & libc::O_TRUNC != 0 && writable;
+        if !writable && self.files.open_lazy(&inode) {
+            return Ok((inode.file.keep_cache(), true));
+        }
         self.files.attach(&inode, truncate, writable)?;
         if truncate {
             self.kill_privs(req, ino, &inode)?;
         }
-        Ok(inode.file.keep_cache())
+        Ok((inode.file.keep_cache(), false))
     }
 
     /// A new regular file: created and opened for I/O in one `openat`, given to the caller,
@@ -118,8 +128,7 @@ impl SqueezeFs {
 
     pub(super) fn do_read(&self, ino: INodeNo, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let i = self.inode(ino)?;
-        self.files
-            .with_container(&i, |c| c.read(offset, size as usize), "read")
+        self.files.read(ino.0, &i, offset, size as usize)
     }
 
     pub(super) fn do_write(
@@ -141,14 +150,22 @@ impl SqueezeFs {
 
     /// close(2): the data is written out (errors reach the caller); the superblock follows
     /// in the next group commit.
-    pub(super) fn do_flush(&self, ino: INodeNo) -> Result<(), Errno> {
+    pub(super) fn do_flush(&self, ino: INodeNo, fh: u64) -> Result<(), Errno> {
+        if fh == FH_LAZY {
+            // A lazy handle wrote nothing and holds nothing (rule 9).
+            return Ok(());
+        }
         let i = self.inode(ino)?;
         self.files
             .with_container(&i, |c| c.write_back().map(|_| ()), "flush")
     }
 
-    pub(super) fn do_release(&self, ino: INodeNo, flags: i32) -> Result<(), Errno> {
+    pub(super) fn do_release(&self, ino: INodeNo, fh: u64, flags: i32) -> Result<(), Errno> {
         let inode = self.inode(ino)?;
+        if fh == FH_LAZY {
+            self.files.release_lazy(&inode);
+            return Ok(());
+        }
         self.files
             .release(ino.0, &inode, flags & libc::O_ACCMODE != libc::O_RDONLY)
     }
