@@ -122,6 +122,7 @@ impl Packed {
             sb_unknown: false,
             sb_other_dirty: false,
             sb_anchored: false,
+            sb_covers: false,
             sb_inline: false,
             sb_dirty: true,
             stale_from: None,
@@ -241,6 +242,7 @@ impl<S: Storage> Container<S> {
         }
         p.sb_slot = Some(slot);
         p.sb_anchored = true;
+        p.sb_covers = sb.size > 0;
         p.sb_gen = sb.generation;
         if loc.is_some() {
             // An older record the superblock replaced: it goes once that is durable.

@@ -201,6 +201,7 @@ impl Packed {
         self.backing_stale = st.len()? > 0;
         self.sb_slot = None;
         self.sb_anchored = false;
+        self.sb_covers = false;
         self.sb_durable = false;
         self.sb_unknown = false;
         self.sb_other_dirty = false;

@@ -130,6 +130,9 @@ pub(super) struct Packed {
     /// header (the rule for a container whose first superblock never landed). Decides how
     /// extents are written (`writeout::Careful`).
     pub(super) sb_anchored: bool,
+    /// The superblock on disk describes data (size > 0): extents inside it are written
+    /// carefully (`writeout::Careful`). A new container's first superblock (size 0) does not.
+    pub(super) sb_covers: bool,
     pub(super) sb_inline: bool,
     /// Size, inline content or codec changed since the superblock was written.
     pub(super) sb_dirty: bool,

@@ -83,18 +83,26 @@ impl Packed {
             }
         }
         // The careful ways of writing a half (`Careful`) leave a payload without its header
-        // for a moment, which is only safe once a superblock says the file is a container:
-        // without one, the first data past the superblocks must be a header (FORMAT.md, A
-        // container whose first superblock never landed). So a file with no superblock
-        // writes headers first (a torn copy there is beyond anything durable), and one whose
-        // first superblock is written but not yet durable makes it durable first (rare: a
-        // write-out between a commit and its sync).
+        // for a moment. They are needed only where a superblock on disk describes the
+        // extent (else a torn copy is past the file's size), and only safe where that
+        // superblock survives a power failure: without one, the first data past the
+        // superblocks must be a header (FORMAT.md, A container whose first superblock never
+        // landed). So headers go first until a superblock describing data is written, and
+        // one written but not yet durable is made durable first (rare: a write-out between
+        // a commit and its sync).
+        // A new container (no superblock, no location record) gets its first, empty one
+        // now, before any extent.
+        if self.sb_slot.is_none() && self.loc.is_none() {
+            self.write_first_superblock(st)?;
+        }
         let careful = match self.sb_slot {
-            None => false,
-            Some(_) => {
+            Some(_) if self.sb_covers => {
                 need_sync |= !self.sb_anchored;
                 true
             }
+            // No superblock (a packed file leaving its pack: the record is the file until
+            // the new superblock is durable), or one of size 0 (a torn copy is past it).
+            _ => false,
         };
         // Both halves hold copies and we cannot tell which reached the disk: make both
         // durable, then the newer one is the one to keep.
@@ -335,6 +343,57 @@ impl Packed {
         Ok(false)
     }
 
+    /// The superblock's flags (but `INLINE`) and property bits, from the file's state.
+    fn sb_flags_and_props(&self) -> (u32, u8) {
+        let mut flags = 0;
+        if self.nocompress {
+            flags |= SB_FLAG_NOCOMPRESS;
+        }
+        if self.dict_used {
+            flags |= SB_FLAG_DICT;
+        }
+        let mut props = 0;
+        if self.dict.is_some() {
+            props |= PROP_DICTIONARY;
+        }
+        if self.codec_prop {
+            props |= PROP_COMPRESSION;
+        }
+        if self.shift_prop {
+            props |= PROP_EXTENT_SIZE;
+        }
+        (flags, props)
+    }
+
+    /// A new container's first superblock, written before its first extent: size 0, so it
+    /// describes nothing and needs no sync before it, and from then on the file is known
+    /// as a container by its magic. Without it, a new file whose extents were all punched
+    /// again (zeros written, a hole punched) before its first commit would be, after a
+    /// kill, a backing file of zeros with no header anywhere: a plain file of zeros, of a
+    /// size it never had. The real superblock overwrites it in place at the commit.
+    fn write_first_superblock<S: Storage>(&mut self, st: &S) -> Result<()> {
+        let (flags, props) = self.sb_flags_and_props();
+        let sb = Superblock {
+            flags,
+            generation: self.sb_gen + 1,
+            size: 0,
+            extent_shift: self.shift,
+            codec: self.codec,
+            props,
+            dict_id: self.dict.unwrap_or(0),
+            inline_codec: Algorithm::None,
+            inline: Vec::new(),
+        };
+        st.write_at(&sb.encode(), sb_offset(0))?;
+        self.sb_slot = Some(0);
+        self.sb_gen += 1;
+        self.sb_durable = false;
+        self.sb_inline = false;
+        self.sb_covers = false;
+        self.unsynced = true;
+        Ok(())
+    }
+
     /// Writes the superblock to the half that does not hold the last durable copy, then
     /// removes extents past what it describes once it is durable.
     pub(super) fn write_superblock<S: Storage>(
@@ -354,22 +413,9 @@ impl Packed {
         };
         let is_inline = inline.is_some();
         let (inline_codec, payload) = inline.unwrap_or((Algorithm::None, Vec::new()));
-        let mut flags = if is_inline { SB_FLAG_INLINE } else { 0 };
-        if self.nocompress {
-            flags |= SB_FLAG_NOCOMPRESS;
-        }
-        if self.dict_used {
-            flags |= SB_FLAG_DICT;
-        }
-        let mut props = 0;
-        if self.dict.is_some() {
-            props |= PROP_DICTIONARY;
-        }
-        if self.codec_prop {
-            props |= PROP_COMPRESSION;
-        }
-        if self.shift_prop {
-            props |= PROP_EXTENT_SIZE;
+        let (mut flags, props) = self.sb_flags_and_props();
+        if is_inline {
+            flags |= SB_FLAG_INLINE;
         }
         let sb = Superblock {
             flags,
@@ -394,6 +440,7 @@ impl Packed {
         self.sb_durable = false;
         self.sb_dirty = false;
         self.sb_inline = is_inline;
+        self.sb_covers = self.size > 0;
         // Extents past the end (or all of them, for an inline file) go once the
         // superblock that no longer needs them is durable.
         let needed = if is_inline {
