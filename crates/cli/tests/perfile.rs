@@ -184,3 +184,68 @@ fn a_lazy_read_only_handle_reads_after_unlink_and_beside_a_writer() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// `chattr` on a backing file (root; the backing directory must be on a filesystem with
+/// the immutable flag, as ext4, xfs and btrfs have).
+fn chattr(flag: &str, p: &std::path::Path) {
+    let st = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "chattr {flag} {}: needs root and ext4/xfs/btrfs",
+        p.display()
+    );
+}
+
+/// `close` does not wait for the daemon's write-out: FLUSH is answered ENOSYS once and
+/// never sent again (one round trip less per close, read-only ones too). A write-out that
+/// then fails — after `close` returned 0 — is not lost in silence: the file's next `fsync`
+/// reports it, once (rule 10 in `lifecycle::state`). The failure is made by marking the
+/// backing file immutable before the close.
+#[test]
+fn close_sends_no_flush_and_a_later_write_out_error_reaches_fsync() {
+    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+        let dir = scratch("noflush");
+        let m = Mount::new(&dir, opts);
+        for i in 0..20 {
+            let p = m.path(&format!("f{i}"));
+            fs::write(&p, format!("file {i}")).unwrap();
+            assert_eq!(fs::read(&p).unwrap(), format!("file {i}").as_bytes());
+        }
+        let flushes = requests(&m)["flush"].as_u64().expect("requests.flush");
+        assert!(flushes <= 1, "{opts}: 40 closes sent {flushes} FLUSH");
+
+        let p = m.path("doomed");
+        let mut f = fs::File::create(&p).unwrap();
+        f.write_all(&[7u8; 3000]).unwrap();
+        let released = requests(&m)["release"].as_u64().unwrap();
+        let backing = dir.join("backing/doomed");
+        chattr("+i", &backing);
+        assert_eq!(
+            common::sys::close(f),
+            0,
+            "{opts}: close does not wait for the write-out"
+        );
+        // RELEASE comes after close returns; reading the statistics file also runs the
+        // group commit of whatever that queued.
+        let start = std::time::Instant::now();
+        while requests(&m)["release"].as_u64().unwrap() == released {
+            assert!(start.elapsed().as_secs() < 10, "{opts}: no RELEASE");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = requests(&m);
+        chattr("-i", &backing);
+        let f = fs::File::open(&p).unwrap();
+        let err = f
+            .sync_all()
+            .expect_err("the failed write-out reaches the next fsync");
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{opts}: {err}");
+        f.sync_all().expect("and is reported once");
+        drop(f);
+        m.unmount();
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

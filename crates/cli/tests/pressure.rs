@@ -84,6 +84,66 @@ fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
     m.unmount();
 }
 
+/// Files of less than one extent written without fsync onto a backing filesystem that
+/// fills up: the file whose data does not fit fails its `write` or `close` with ENOSPC, as
+/// on a kernel filesystem, although `close` no longer waits for a file's last write-out
+/// (rule 10: near a full backing filesystem a WRITE writes out at once). A deferred
+/// write-out would fail unseen, file after file. Afterwards `check` is clean and the file
+/// fsynced before reads back.
+#[test]
+fn files_whose_data_does_not_fit_fail_their_write_or_close() {
+    use std::io::Write;
+    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+        let dir = scratch("enospc-small");
+        let small = SmallFs::backing_of(&dir, 24);
+        let mut rng = Rng(78);
+        let m = Mount::new(&dir, opts);
+        let mut noise = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.next() as u8).collect() };
+        let first = noise(40 << 10);
+        let mut f = fs::File::create(m.path("first")).unwrap();
+        f.write_all(&first).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        // Noise of 16–96 KiB a file (one partial extent), no fsync: 2,000 of them are far
+        // more than 24 MiB holds.
+        let mut i = 0;
+        let err = loop {
+            assert!(i < 2000, "{opts}: {i} files of noise closed without an error");
+            let n = (16 << 10) + (i * 7919) % (80 << 10);
+            let data = noise(n);
+            let r = (|| -> std::io::Result<()> {
+                let mut f = fs::File::create(m.path(&format!("f{i}")))?;
+                f.write_all(&data)?;
+                match sys::close(f) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            })();
+            if let Err(e) = r {
+                break e;
+            }
+            i += 1;
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{opts}: {err}");
+        assert!(
+            fs::read(m.path("first")).unwrap() == first,
+            "{opts}: fsynced, then changed"
+        );
+        m.unmount();
+        let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+            .args(["check", dir.join("backing").to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{opts}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        drop(small);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
 /// stress-ng's filesystem stressors, with their own verification, concurrently on one mount
 /// for SQUEEZEFS_STRESS_SECS (default 60) seconds; then `squeezefs check` is clean.
 #[test]

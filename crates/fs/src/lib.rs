@@ -14,6 +14,7 @@ mod prefetch;
 pub mod props;
 pub mod reclaim;
 mod requests;
+mod space;
 pub mod statsfile;
 /// The one module with `unsafe`: raw system calls behind safe wrappers that take
 /// `AsFd`, each block justified by a `SAFETY:` comment.

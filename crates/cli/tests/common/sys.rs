@@ -20,6 +20,16 @@ pub fn lseek(fd: impl AsFd, off: i64, whence: i32) -> i64 {
     unsafe { libc::lseek(fd.as_fd().as_raw_fd(), off, whence) }
 }
 
+/// `close(2)` of a file the caller gives up: 0, or -1 with errno set (dropping a `File`
+/// ignores what `close` reports).
+pub fn close(f: std::fs::File) -> i32 {
+    use std::os::fd::IntoRawFd;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was the `File`'s own descriptor, given up by `into_raw_fd`: nothing else
+    // owns or closes it.
+    unsafe { libc::close(fd) }
+}
+
 /// `fallocate(2)`: 0, or -1 with errno set.
 pub fn fallocate(fd: impl AsFd, mode: i32, off: i64, len: i64) -> i32 {
     // SAFETY: the descriptor is borrowed, so open for the whole call; no memory is passed.

@@ -211,14 +211,14 @@ impl Committer {
                                 None => {}
                             },
                             Err(e) => {
-                                inode.file.suspect_cache();
+                                inode.file.lost_write(e.errno());
                                 error!("{}: write-back failed: {e}", inodes.describe(&inode))
                             }
                         }
                     }
                 }
                 Err(e) => {
-                    inode.file.suspect_cache();
+                    inode.file.lost_write(e.errno());
                     error!(
                         "{}: committing the superblock failed: {e}",
                         inodes.describe(&inode)

@@ -230,6 +230,26 @@ impl Files {
         Ok(r)
     }
 
+    /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
+    /// last one included, so that an error reaches this WRITE rather than the write-out at
+    /// the last close, which nobody waits for (rule 10). A file with no handle is written
+    /// back by [`Files::change_data`] anyway (rule 2).
+    pub fn write(&self, inode: &Arc<Inode>, offset: u64, data: &[u8], write_out: bool) -> Result<(), Errno> {
+        self.change_data(inode, |c| c.write(offset, data), "write")?;
+        if !write_out {
+            return Ok(());
+        }
+        let mut open = inode.file.open.lock().unwrap();
+        let Some(of) = open.as_mut().filter(|of| of.handles > 0) else {
+            return Ok(());
+        };
+        // A superblock this leaves pending is committed after the last close's write-back
+        // (rule 1), which finds it.
+        let written = of.container.write_back().map(|_| ());
+        self.keep_times(inode, of);
+        written.map_err(|e| self.error(inode, "write-out", e))
+    }
+
     /// The file's logical size: from its container in memory, the remembered size, or a
     /// container opened now (and kept for the `open` that usually follows a lookup); and the
     /// times set explicitly that `stat` shows rather than the backing file's (rule 7: a
@@ -410,8 +430,13 @@ impl Files {
             res => {
                 *inode.file.size.lock().unwrap() = of.container.size().ok();
                 *open = None;
-                res.map(|_| ())
-                    .map_err(|e| self.error(inode, "flush at close", e))
+                // RELEASE's answer reaches nobody: the error waits for the next fsync
+                // (rule 10).
+                res.map(|_| ()).map_err(|e| {
+                    let errno = self.error(inode, "write-out at the last close", e);
+                    inode.file.lost_write(errno.code());
+                    errno
+                })
             }
         }
     }

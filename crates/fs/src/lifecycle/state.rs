@@ -61,6 +61,18 @@
 //!    lazy handle exists the inode's fd stays open, so a file unlinked while open still
 //!    reads. Any other open (a writer, O_TRUNC, or a file that has a state) attaches.
 //!
+//! 10. **`close` does not wait for the write-out** (FLUSH is answered ENOSYS once, which
+//!     turns it off for the mount): the last close's write-out (rule 1) runs at RELEASE,
+//!     which the kernel sends without waiting. `close` still reports the errors of the
+//!     WRITEs the kernel sends for its dirty pages before it returns (every full extent is
+//!     compressed and written there); what it no longer reports is a failure to write the
+//!     last, partial extent, or of the group commit. Those are logged with the file's name,
+//!     kept ([`FileState::unreported`]) and returned by the file's next `fsync` — as a
+//!     kernel filesystem reports a failed writeback of its page cache. So that a full
+//!     backing filesystem still fails the `close` (or the `write`) of the file that did
+//!     not fit, a WRITE writes its extents out at once, partial one included, while the
+//!     backing filesystem has less than `LOW_SPACE` free (`space::Space`).
+//!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
 //! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`
@@ -150,6 +162,10 @@ pub struct FileState {
     /// Read-only handles opened without a container (rule 9): they hold no state, only
     /// the inode's fd (the fd cache keeps it while any exists).
     pub lazy: std::sync::atomic::AtomicU32,
+    /// An error no caller has been told of (rule 10): a write-out at the last close or a
+    /// group commit failed after `close` had returned. The next `fsync` reports it (errno;
+    /// 0 for none) and forgets it.
+    pub unreported: std::sync::atomic::AtomicI32,
 }
 
 impl FileState {
@@ -157,6 +173,21 @@ impl FileState {
     pub fn suspect_cache(&self) {
         self.cache_suspect
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A write-out or commit failed where no caller waits for its answer (rule 10): kept
+    /// for the next `fsync`, and the kernel's cached pages are no longer trusted (rule 8).
+    pub fn lost_write(&self, errno: i32) {
+        self.suspect_cache();
+        self.unreported.store(errno, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The error [`FileState::lost_write`] kept, once.
+    pub fn take_unreported(&self) -> Option<i32> {
+        match self.unreported.swap(0, std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            e => Some(e),
+        }
     }
 
     /// Whether an open may keep the kernel's cached pages (and forgets the suspicion: the

@@ -68,6 +68,8 @@ pub struct SqueezeFs {
     stats: virtual_file::StatsFile,
     /// FUSE requests answered, by kind (the statistics file's `requests`).
     requests: crate::requests::Requests,
+    /// Whether the backing filesystem is nearly full (a WRITE then defers nothing).
+    space: crate::space::Space,
     /// Asks the kernel to write back or forget its caches (set once the session exists).
     notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Kernel cache write-backs under way (`allocate_seek.rs`).
@@ -125,6 +127,7 @@ impl SqueezeFs {
             dict_dir: backing.join(dicts::DIR_NAME),
             stats: virtual_file::StatsFile::new((st.st_uid, st.st_gid)),
             requests: Default::default(),
+            space: Default::default(),
             notifier: Default::default(),
             kernel_flushes: Default::default(),
             reclaimer,

@@ -145,19 +145,17 @@ impl SqueezeFs {
         if wf.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             self.kill_privs(req, ino, &i)?;
         }
-        self.files.change_data(&i, |c| c.write(offset, data), "write")
+        // Near a full backing filesystem nothing is deferred past `close` (rule 10).
+        let now = self.space.low(|| self.free_space());
+        self.files.write(&i, offset, data, now)
     }
 
-    /// close(2): the data is written out (errors reach the caller); the superblock follows
-    /// in the next group commit.
-    pub(super) fn do_flush(&self, ino: INodeNo, fh: u64) -> Result<(), Errno> {
-        if fh == FH_LAZY {
-            // A lazy handle wrote nothing and holds nothing (rule 9).
-            return Ok(());
-        }
-        let i = self.inode(ino)?;
-        self.files
-            .with_container(&i, |c| c.write_back().map(|_| ()), "flush")
+    /// Bytes of the backing filesystem free for us.
+    fn free_space(&self) -> std::io::Result<u64> {
+        let st = self
+            .do_statfs()
+            .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
+        Ok(st.f_bavail * st.f_frsize)
     }
 
     pub(super) fn do_release(&self, ino: INodeNo, fh: u64, flags: i32) -> Result<(), Errno> {
@@ -170,8 +168,14 @@ impl SqueezeFs {
             .release(ino.0, &inode, flags & libc::O_ACCMODE != libc::O_RDONLY)
     }
 
+    /// fsync(2): everything written and durable, and an error no caller was told of since
+    /// the last one reported (rule 10).
     pub(super) fn do_fsync(&self, ino: INodeNo) -> Result<(), Errno> {
         let i = self.inode(ino)?;
-        self.files.with_container(&i, |c| c.fsync(), "fsync")
+        self.files.with_container(&i, |c| c.fsync(), "fsync")?;
+        match i.file.take_unreported() {
+            Some(e) => Err(Errno::from_i32(e)),
+            None => Ok(()),
+        }
     }
 }
