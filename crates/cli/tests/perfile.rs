@@ -249,3 +249,69 @@ fn close_sends_no_flush_and_a_later_write_out_error_reaches_fsync() {
         let _ = fs::remove_dir_all(&dir);
     }
 }
+
+/// A walk of a directory (`ls -l`, `find`, `du`) after a remount sends no LOOKUP per file:
+/// the listing comes with each entry's attributes (READDIRPLUS), logical sizes included,
+/// packed or not. A file whose superblock is damaged is still listed, and its `stat` gets
+/// EIO rather than a size.
+#[test]
+fn a_walk_sends_no_lookup_per_file_and_lists_damaged_files() {
+    use squeezefs_container::format::{sb_offset, MAGIC};
+    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+        let dir = scratch("readdirplus");
+        let m = Mount::new(&dir, opts);
+        fs::create_dir(m.path("d")).unwrap();
+        let mut want = std::collections::BTreeMap::new();
+        for i in 0..120u64 {
+            let data = format!("file {i} ").repeat(1 + i as usize * 37).into_bytes();
+            fs::write(m.path(&format!("d/f{i:03}")), &data).unwrap();
+            want.insert(format!("f{i:03}"), data.len() as u64);
+        }
+        // Three extents: a container with its own superblock, packed or not.
+        let big = vec![b'x'; 3 << 17];
+        fs::write(m.path("d/damaged"), &big).unwrap();
+        m.unmount();
+        // Both superblock copies damaged past their magic: the checksum fails.
+        let backing = dir.join("backing/d/damaged");
+        let mut raw = fs::read(&backing).unwrap();
+        for slot in 0..2u8 {
+            let o = sb_offset(slot) as usize;
+            if raw[o..o + 8] == MAGIC {
+                raw[o + 40] ^= 0x55;
+            }
+        }
+        fs::write(&backing, &raw).unwrap();
+
+        let m = Mount::new(&dir, opts);
+        let mut seen = std::collections::BTreeMap::new();
+        let mut damaged = None;
+        for e in fs::read_dir(m.path("d")).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            if name == "damaged" {
+                damaged = Some(e.metadata().map(|_| ()));
+                continue;
+            }
+            seen.insert(name, e.metadata().unwrap().len());
+        }
+        assert_eq!(seen, want, "{opts}: names and logical sizes");
+        let err = damaged
+            .expect("the damaged file is listed")
+            .expect_err("its stat fails");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{opts}: {err}");
+        let r = requests(&m);
+        let lookups = r["lookup"].as_u64().unwrap();
+        assert!(r["readdirplus"].as_u64().unwrap() > 0, "{opts}: {r}");
+        // The mount root's `d` and the damaged file (asked again: no timeout) only.
+        assert!(
+            lookups <= 3,
+            "{opts}: a walk of 121 files sent {lookups} LOOKUP: {r}"
+        );
+        // What the walk learned is what a later open reads.
+        for (name, len) in &want {
+            assert_eq!(fs::read(m.path(&format!("d/{name}"))).unwrap().len() as u64, *len);
+        }
+        m.unmount();
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

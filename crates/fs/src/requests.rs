@@ -22,10 +22,11 @@ pub enum Kind {
     Release,
     Opendir,
     Readdir,
+    Readdirplus,
     Getxattr,
 }
 
-const KINDS: [(Kind, &str); 12] = [
+const KINDS: [(Kind, &str); 13] = [
     (Kind::Lookup, "lookup"),
     (Kind::Getattr, "getattr"),
     (Kind::Setattr, "setattr"),
@@ -37,11 +38,12 @@ const KINDS: [(Kind, &str); 12] = [
     (Kind::Release, "release"),
     (Kind::Opendir, "opendir"),
     (Kind::Readdir, "readdir"),
+    (Kind::Readdirplus, "readdirplus"),
     (Kind::Getxattr, "getxattr"),
 ];
 
 #[derive(Default)]
-pub struct Requests([AtomicU64; 12]);
+pub struct Requests([AtomicU64; 13]);
 
 impl Requests {
     pub fn count(&self, k: Kind) {

@@ -102,8 +102,6 @@ impl SqueezeFs {
         } else {
             (st.st_size as u64, Default::default())
         };
-        let (asec, ansec) = set.atime.unwrap_or((st.st_atime, st.st_atime_nsec));
-        let (msec, mnsec) = set.mtime.unwrap_or((st.st_mtime, st.st_mtime_nsec));
         // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
         // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
         let blksize = if inode.is_reg {
@@ -113,31 +111,13 @@ impl SqueezeFs {
         } else {
             4096
         };
-        // A packed file's backing file holds no block: it reports one 512-byte block, never
-        // zero, which `tar --sparse`, `cp` and xfstests read as "all holes, skip the data".
-        // (Its exact share of its pack is in `squeezefs stats`.)
-        let blocks = if inode.is_reg && size > 0 && st.st_blocks == 0 {
-            1
-        } else {
-            st.st_blocks as u64
-        };
-        Ok(FileAttr {
-            ino: INodeNo(ino),
-            size,
-            blocks,
-            atime: time(asec, ansec),
-            mtime: time(msec, mnsec),
-            ctime: time(st.st_ctime, st.st_ctime_nsec),
-            crtime: UNIX_EPOCH,
-            kind: kind_of(st.st_mode),
-            perm: (st.st_mode & 0o7777) as u16,
-            nlink: st.st_nlink as u32,
-            uid: st.st_uid,
-            gid: st.st_gid,
-            rdev: st.st_rdev as u32,
-            blksize: blksize as u32,
-            flags: 0,
-        })
+        Ok(stat_attr(ino, st, size, set, blksize, inode.is_reg))
+    }
+
+    /// The attributes of a file whose logical size could not be read: the backing file's
+    /// own (a listing shows the entry; the `stat` after it gets the error).
+    pub(super) fn backing_attr(&self, ino: u64, st: &libc::stat) -> FileAttr {
+        stat_attr(ino, st, st.st_size as u64, Default::default(), 4096, false)
     }
 
     pub(super) fn do_getattr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
@@ -259,5 +239,44 @@ impl SqueezeFs {
                 }
             }
         }
+    }
+}
+
+/// A `FileAttr` from a backing `stat` with the logical size, times set explicitly and
+/// I/O unit given.
+fn stat_attr(
+    ino: u64,
+    st: &libc::stat,
+    size: u64,
+    set: crate::lifecycle::state::Times,
+    blksize: u64,
+    is_reg: bool,
+) -> FileAttr {
+    let (asec, ansec) = set.atime.unwrap_or((st.st_atime, st.st_atime_nsec));
+    let (msec, mnsec) = set.mtime.unwrap_or((st.st_mtime, st.st_mtime_nsec));
+    // A packed file's backing file holds no block: it reports one 512-byte block, never
+    // zero, which `tar --sparse`, `cp` and xfstests read as "all holes, skip the data".
+    // (Its exact share of its pack is in `squeezefs stats`.)
+    let blocks = if is_reg && size > 0 && st.st_blocks == 0 {
+        1
+    } else {
+        st.st_blocks as u64
+    };
+    FileAttr {
+        ino: INodeNo(ino),
+        size,
+        blocks,
+        atime: time(asec, ansec),
+        mtime: time(msec, mnsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: blksize as u32,
+        flags: 0,
     }
 }

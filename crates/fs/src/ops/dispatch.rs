@@ -9,8 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use super::attrs::SetAttr;
@@ -33,7 +34,11 @@ impl Filesystem for SqueezeFs {
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_POSIX_ACL
             | InitFlags::FUSE_DONT_MASK
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // Listings with attributes: no LOOKUP per file on a walk. AUTO: the kernel asks
+            // for them at a directory's first read, and after that only where lookups follow.
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         if !self.read_only {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -261,6 +266,21 @@ impl Filesystem for SqueezeFs {
         self.requests.count(Kind::Readdir);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => readdir::fill(&list, ino, offset, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.requests.count(Kind::Readdirplus);
+        match self.do_readdir(ino, fh.0, offset) {
+            Ok(list) => self.fill_plus(&list, ino, offset, reply),
             Err(e) => reply.error(e),
         }
     }

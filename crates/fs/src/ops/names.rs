@@ -5,11 +5,12 @@
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fuser::{Errno, FileAttr, INodeNo};
 use squeezefs_container::{dicts, pack};
 
-use super::SqueezeFs;
+use super::{SqueezeFs, TTL};
 use crate::inode::{Inode, PathFd};
 use crate::sys;
 
@@ -70,5 +71,25 @@ impl SqueezeFs {
                 Err(e)
             }
         }
+    }
+
+    /// [`SqueezeFs::lookup_name`] for an entry of a READDIRPLUS listing, which the kernel
+    /// counts as a lookup: `None` for a name gone since the listing (left out). A file
+    /// whose attributes cannot be read (a damaged superblock) is still listed, with its
+    /// backing file's size and a timeout of zero, so the `stat` that follows asks again and
+    /// gets the error itself.
+    pub(super) fn lookup_listed(
+        &self,
+        parent: &Arc<Inode>,
+        name: &OsStr,
+    ) -> Option<(u64, FileAttr, Duration)> {
+        let at = self.at_in(parent.clone(), name).ok()?;
+        let fd = sys::open_path(&at.dir, &at.name).ok()?;
+        let st = sys::fstat(&fd).ok()?;
+        let (ino, inode) = self.inodes.insert(fd, &st);
+        Some(match self.attr_with(ino, &inode, &st) {
+            Ok(a) => (ino, a, TTL),
+            Err(_) => (ino, self.backing_attr(ino, &st), Duration::ZERO),
+        })
     }
 }

@@ -5,8 +5,9 @@ use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
-use fuser::{Errno, FileType, INodeNo, ReplyDirectory};
+use fuser::{Errno, FileType, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use super::attrs::dtype_kind;
 use super::names::is_dict_dir;
@@ -133,4 +134,51 @@ pub(super) fn fill(list: &DirList, ino: INodeNo, offset: u64, mut reply: ReplyDi
         }
     }
     reply.ok();
+}
+
+impl SqueezeFs {
+    /// Fills a READDIRPLUS reply with `list` from `offset`: each entry with its attributes,
+    /// so a walk (`ls -l`, `find`, `du`, a tree read) sends no LOOKUP per file. The kernel
+    /// counts every entry sent, except `.` and `..`, as a lookup (and later forgets it):
+    /// an entry that does not fit in the reply is forgotten here at once.
+    pub(super) fn fill_plus(&self, list: &DirList, ino: INodeNo, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Ok(dir) = self.inode(ino) else {
+            return reply.error(Errno::ESTALE);
+        };
+        let dir_attr = match self.attr(ino.0, &dir) {
+            Ok(a) => a,
+            Err(e) => return reply.error(e),
+        };
+        let mut off = offset;
+        while off < 2 {
+            // Not linked by the kernel (no lookup counted): only the number and type count.
+            let (name, n) = if off == 0 {
+                (".", ino)
+            } else {
+                ("..", INodeNo(list.dotdot))
+            };
+            let attr = fuser::FileAttr { ino: n, ..dir_attr };
+            if reply.add(n, off + 1, name, &Duration::ZERO, &attr, fuser::Generation(0)) {
+                return reply.ok();
+            }
+            off += 1;
+        }
+        for (i, (name, _, _)) in list.entries.iter().enumerate().skip((off - 2) as usize) {
+            let Some((n, attr, ttl)) = self.lookup_listed(&dir, OsStr::from_bytes(name)) else {
+                continue;
+            };
+            if reply.add(
+                INodeNo(n),
+                i as u64 + 3,
+                OsStr::from_bytes(name),
+                &ttl,
+                &attr,
+                fuser::Generation(0),
+            ) {
+                self.inodes.forget(n, 1);
+                break;
+            }
+        }
+        reply.ok();
+    }
 }
