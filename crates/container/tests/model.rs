@@ -731,6 +731,55 @@ fn truncate_to_zero_of_a_packed_file_then_extend_reads_zeros() {
     }
 }
 
+/// A small file read back from its pack (or, without packs, its inline superblock) is
+/// cached as its own bytes only, not a zeroed extent (`Ext::data`): grown by `set_size`,
+/// shrunk, written into, written back, committed and read again, every byte is the
+/// model's — zeros past the bytes it had, never anything else.
+#[test]
+fn a_small_file_cached_short_grows_shrinks_and_is_written_like_any_other() {
+    for packed in [true, false] {
+        let disk = MemDisk::new();
+        let dir = MemPackDir::new(disk.crash());
+        let opts = options("zstd:1".parse().unwrap(), 13, packed.then_some(&dir));
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        let mut model: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8 + 1).collect();
+        c.write(0, &model).unwrap();
+        c.fsync().unwrap();
+        let check = |c: &mut Container<MemDisk>, model: &[u8], what: &str| {
+            let got = c.read(0, 1 << 14).unwrap();
+            assert!(
+                got == model,
+                "packed={packed} {what}: {} bytes, want {}",
+                got.len(),
+                model.len()
+            );
+        };
+        // Reopened: the file's bytes come back short; grown, they read as zeros past them.
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        check(&mut c, &model, "reopened");
+        c.set_size(8000).unwrap();
+        model.resize(8000, 0);
+        check(&mut c, &model, "grown past the short buffer");
+        c.set_size(2000).unwrap();
+        model.truncate(2000);
+        c.set_size(6000).unwrap();
+        model.resize(6000, 0);
+        check(&mut c, &model, "shrunk and grown again");
+        c.write(5000, b"tail").unwrap();
+        model[5000..5004].copy_from_slice(b"tail");
+        check(&mut c, &model, "written past the short buffer");
+        c.fsync().unwrap();
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        check(&mut c, &model, "after fsync and reopen");
+        // Grown, then written back without a write: the grown size is kept, zeros read.
+        c.set_size(7000).unwrap();
+        model.resize(7000, 0);
+        c.fsync().unwrap();
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        check(&mut c, &model, "grown, fsynced, reopened");
+    }
+}
+
 /// a packed file emptied, given a smaller extent size and grown: its old pack
 /// bytes (one old extent) are copied into a smaller extent buffer.
 #[test]

@@ -67,7 +67,8 @@ impl Packed {
         }
     }
 
-    /// The bytes of extent `idx` (`None`: all zeros, not cached).
+    /// The bytes of extent `idx` (`None`: all zeros, not cached; a short buffer: zeros past
+    /// its end, see `Ext::data`).
     pub(super) fn extent_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<Option<&[u8]>> {
         if !self.is_known(idx) && !self.load(st, idx)? {
             return Ok(None);
@@ -125,7 +126,7 @@ impl Packed {
         let e = self.exts.entry(idx).or_default();
         e.dirty = true;
         e.last_use = clock;
-        Ok(e.data.get_or_insert_with(|| vec![0u8; len].into_boxed_slice()))
+        Ok(e.whole(len))
     }
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.

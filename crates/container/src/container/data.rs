@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::state::{Mode, Packed};
+use super::state::{Ext, Mode, Packed};
 use super::Container;
 use crate::format::{half_offset, slot_size, DATA_START};
 use crate::layout::{read_half, Half};
@@ -89,7 +89,7 @@ impl<S: Storage> Container<S> {
                     let within = (pos - (idx << p.shift)) as usize;
                     let take = ((end - pos) as usize).min(p.extent_len() - within);
                     match p.extent_data(&self.storage, idx)? {
-                        Some(d) => out.extend_from_slice(&d[within..within + take]),
+                        Some(d) => Ext::bytes(d, within, take, &mut out),
                         None => out.resize(out.len() + take, 0),
                     }
                     pos += take as u64;
@@ -287,8 +287,12 @@ impl Packed {
         }
         if !new_size.is_multiple_of(e) {
             if let Some(ext) = self.exts.get_mut(&(new_size / e)) {
-                if let Some(d) = ext.data.as_mut() {
-                    d[(new_size % e) as usize..].fill(0);
+                if let Some(tail) = ext
+                    .data
+                    .as_mut()
+                    .and_then(|d| d.get_mut((new_size % e) as usize..))
+                {
+                    tail.fill(0);
                 }
             }
         }

@@ -257,7 +257,8 @@ impl<S: Storage> Container<S> {
         p.sb_unknown = valid_copies > 1;
         p.sb_dirty = false;
         if sb.is_inline() {
-            let mut buf = vec![0u8; p.extent_len()].into_boxed_slice();
+            // Only the file's bytes: a short clean buffer (`Ext::data`).
+            let mut buf = vec![0u8; (sb.size as usize).min(p.extent_len())].into_boxed_slice();
             // The inline payload has no extent header: with `SB_FLAG_DICT`, its frame says
             // whether it used a dictionary; without, it must not name one.
             let named = squeezefs_codec::dict::frame_dict_id(&sb.inline).is_some();

@@ -81,9 +81,10 @@ impl Packed {
                 }
             }
         };
-        let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
-        let n = bytes.len().min(self.size as usize).min(buf.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
+        // Only the file's bytes: a short clean buffer (`Ext::data`), no extent to zero.
+        let mut bytes = bytes;
+        bytes.truncate((self.size as usize).min(self.extent_len()));
+        let buf = bytes.into_boxed_slice();
         let clock = self.tick();
         self.exts.insert(
             0,
@@ -118,10 +119,11 @@ impl Packed {
         } else {
             // From memory, the pack, or the file's extent on disk (a container shrunk to
             // one extent).
-            let data = match self.extent_data(st, 0)? {
-                Some(d) => d[..len].to_vec(),
-                None => vec![0u8; len],
-            };
+            let mut data = Vec::with_capacity(len);
+            match self.extent_data(st, 0)? {
+                Some(d) => Ext::bytes(d, 0, len, &mut data),
+                None => data.resize(len, 0),
+            }
             PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
         };
         // The slot keeps the bytes until the record is set (`load_packed` reads them back

@@ -42,7 +42,11 @@ impl DiskState {
 
 #[derive(Debug, Default)]
 pub(super) struct Ext {
-    /// Decompressed bytes, one extent long; zero beyond the logical size.
+    /// Decompressed bytes; zero beyond the logical size. One extent long, except a clean
+    /// extent loaded from a pack or an inline superblock, which holds only the file's bytes
+    /// (a small file's read then allocates and zeroes a few KiB, not a whole extent): bytes
+    /// past its end are zeros ([`Ext::bytes`]), and it is made whole ([`Ext::whole`])
+    /// before it is written to or written out.
     pub(super) data: Option<Box<[u8]>>,
     pub(super) dirty: bool,
     /// `None` until the halves have been read.
@@ -58,6 +62,27 @@ pub(super) struct Ext {
 }
 
 impl Ext {
+    /// The buffer, one extent (`len`) long: zeros if there was none, grown with zeros if
+    /// it was short.
+    pub(super) fn whole(&mut self, len: usize) -> &mut [u8] {
+        let d = self.data.get_or_insert_with(|| vec![0u8; len].into_boxed_slice());
+        if d.len() < len {
+            let mut v = std::mem::take(d).into_vec();
+            v.resize(len, 0);
+            *d = v.into_boxed_slice();
+        }
+        d
+    }
+
+    /// Appends `n` bytes of cached data `d` from `from` to `out`, zeros past `d`'s end.
+    pub(super) fn bytes(d: &[u8], from: usize, n: usize, out: &mut Vec<u8>) {
+        let have = d.len().saturating_sub(from).min(n);
+        if have > 0 {
+            out.extend_from_slice(&d[from..from + have]);
+        }
+        out.resize(out.len() + (n - have), 0);
+    }
+
     /// Records `[a, b)` as written; true when the extent (length `len`) is now covered.
     pub(super) fn cover(&mut self, a: u32, b: u32, len: u32) -> bool {
         let (mut a, mut b) = (a, b);

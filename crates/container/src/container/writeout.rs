@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use squeezefs_codec::Algorithm;
 
-use super::state::{DiskState, Packed};
+use super::state::{DiskState, Ext, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
     half_offset, sb_offset, slot_size, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX,
@@ -245,10 +245,11 @@ impl Packed {
         let mut inline = None;
         if self.size <= e {
             let len = self.size as usize;
-            let data: Vec<u8> = match self.extent_data(st, 0)? {
-                Some(d) => d[..len].to_vec(),
-                None => vec![0u8; len],
-            };
+            let mut data = Vec::with_capacity(len);
+            match self.extent_data(st, 0)? {
+                Some(d) => Ext::bytes(d, 0, len, &mut data),
+                None => data.resize(len, 0),
+            }
             inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
@@ -274,10 +275,12 @@ impl Packed {
         // 1. Dirty extents. Extents in the stale range that hold data only in memory (the
         //    content of a file that was inline) are written too.
         if let Some(from) = self.stale_from {
+            let len = self.extent_len();
             for (_, x) in self.exts.range_mut(from..count) {
                 // (Extents this instance wrote are on disk already: not again.)
                 if x.data.is_some() && !x.written {
                     x.dirty = true;
+                    x.whole(len);
                 }
             }
         }
