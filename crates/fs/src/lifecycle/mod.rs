@@ -40,6 +40,17 @@ pub struct Files {
     /// Containers opened to answer a lookup, kept (no handle) so the `open` that usually
     /// follows need not open and parse them again; the oldest beyond [`IDLE_MAX`] close.
     idle: Arc<Kept>,
+    /// RELEASEs under way ([`Files::releasing`]): [`Files::commit_now`] waits for them.
+    releasing: std::sync::atomic::AtomicUsize,
+}
+
+/// A RELEASE under way, counted while it lives.
+pub struct Releasing<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The queue of kept containers (rule 6 of [`state`]).
@@ -99,6 +110,7 @@ impl Files {
                 queue: Mutex::new(VecDeque::new()),
                 max: std::sync::atomic::AtomicUsize::new(IDLE_MAX),
             }),
+            releasing: Default::default(),
         }
     }
 
@@ -441,9 +453,24 @@ impl Files {
         }
     }
 
+    /// Counts a RELEASE from the moment its request is dispatched until it is answered.
+    pub fn releasing(&self) -> Releasing<'_> {
+        self.releasing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Releasing(&self.releasing)
+    }
+
     /// Commits every queued file now, in the calling thread (before the statistics file
-    /// is rendered, so it sees every closed file as closed).
+    /// is rendered, so it sees every closed file as closed). The kernel sends RELEASE
+    /// without waiting (rule 10), so a file closed just before may still be in its
+    /// write-out on another thread: its RELEASE was read from the queue before this
+    /// request (FIFO), and is waited for (at most 2 s) so it is committed with the rest.
     pub fn commit_now(&self) {
+        let start = std::time::Instant::now();
+        while self.releasing.load(std::sync::atomic::Ordering::Acquire) > 0
+            && start.elapsed() < std::time::Duration::from_secs(2)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         self.committer.commit_now(&self.inodes);
     }
 

@@ -241,6 +241,7 @@ impl Filesystem for SqueezeFs {
         reply: ReplyEmpty,
     ) {
         self.count(ino, Kind::Release);
+        let _releasing = self.files.releasing();
         match route(ino) {
             Node::Stats => {
                 self.stats.release(fh.0);
