@@ -116,8 +116,8 @@ enum Cmd {
                       as asked are skipped, so an interrupted run can simply be run again.",
         after_help = "Examples:\n  squeezefs compress /mnt/logs --codec zstd:12\n  \
         squeezefs compress /mnt/db --extent-size 1M --codec zstd:3\n  \
-        squeezefs compress /srv/adopted    # not mounted: plain files become containers\n  \
-        squeezefs compress /srv/adopted --pack    # ... and small files are packed\n  \
+        squeezefs compress /srv/adopted    # not mounted: plain files become containers, small ones packed\n  \
+        squeezefs compress /srv/adopted --no-pack    # ... every file a container of its own\n  \
         squeezefs compress /mnt --codec lz4 --json | jq .ratio"
     )]
     Compress {
@@ -132,10 +132,14 @@ enum Cmd {
         extent_size: Option<u8>,
         /// Pack files of at most one extent (containers and plain files) into the backing
         /// directory's packs (format 4): each then costs a share of a solid block instead
-        /// of a 4 KiB block of its own. On a mount, the mount must pack (the default; not `-o nopack`).
-        /// In a backing directory that has packs already, packed files stay packed anyway.
+        /// of a 4 KiB block of its own. The default, as for a mount: offline, and on a mount
+        /// that packs. Given explicitly, a mount that does not pack (`-o nopack`) or a
+        /// filesystem that cannot keep location records is an error instead of a skip.
         #[arg(long)]
         pack: bool,
+        /// Leave every file a container of its own (files packed already stay packed).
+        #[arg(long, conflicts_with = "pack")]
+        no_pack: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -339,6 +343,7 @@ fn main() -> ExitCode {
             codec,
             extent_size,
             pack,
+            no_pack,
             out,
         } => finish(
             "compress",
@@ -346,7 +351,11 @@ fn main() -> ExitCode {
                 paths: paths.paths,
                 codec,
                 extent_shift: extent_size,
-                pack,
+                pack: match (pack, no_pack) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
                 json: out.json,
             }),
             2,

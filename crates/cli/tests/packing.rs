@@ -387,7 +387,8 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
     let some = files.iter().find(|(_, d)| d.len() > 4096).unwrap().0.clone();
     let before = mtime(&backing.join("src").join(&some));
-    let doc = compress(&[backing.as_os_str(), "--pack".as_ref()]);
+    // Packing is the default, offline as on a mount.
+    let doc = compress(&[backing.as_os_str()]);
     assert_eq!(doc["failed"], 0, "{doc}");
     assert_eq!(doc["converted"].as_u64().unwrap(), files.len() as u64, "{doc}");
     for (p, meta) in files_under(&backing.join("src")) {
@@ -449,7 +450,11 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
         getfattr(&m.path("src").join(&some), "user.squeezefs.compression").as_deref(),
         Some(b"zstd:9".as_slice())
     );
-    // On a mount that does not pack, --pack says what to do.
+    // On a mount that does not pack, the default packs nothing and fails nothing...
+    let doc = compress(&[m.path("src").as_os_str(), "--codec".as_ref(), "zstd:3".as_ref()]);
+    assert_eq!(doc["failed"], 0, "{doc}");
+    assert_eq!(doc["packed"], 0, "{doc}");
+    // ... and --pack says what to do.
     let out = common::squeezefs(&["compress".as_ref(), m.path("src").as_os_str(), "--pack".as_ref()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("remount it without nopack"));
@@ -461,6 +466,20 @@ fn compress_packs_plain_files_and_containers_offline_and_keeps_them_packed() {
     let files = real_tree(&m.path("src"));
     m.unmount();
     let ob = other.join("backing");
+    // --no-pack leaves them containers. Recompressed, a small container's current copy may
+    // sit in its second half (a backing file over 128 KiB for 30 KB): still packed below.
+    let doc = compress(&[
+        ob.as_os_str(),
+        "--no-pack".as_ref(),
+        "--codec".as_ref(),
+        "zstd:3".as_ref(),
+    ]);
+    assert_eq!(doc["failed"], 0, "{doc}");
+    assert_eq!(doc["packed"], 0, "{doc}");
+    assert!(
+        !ob.join(squeezefs_container::pack::dir::DIR_NAME).exists(),
+        "--no-pack made packs"
+    );
     let doc = compress(&[ob.as_os_str(), "--pack".as_ref()]);
     assert_eq!(doc["failed"], 0, "{doc}");
     let small = files

@@ -139,7 +139,13 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
     let stale = backing.join(".x.rs.squeezefs-compress.999999999.0");
     fs::write(&stale, b"partial").unwrap();
 
-    let r = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
+    let r = squeezefs_json(&[
+        os("compress"),
+        backing.as_os_str(),
+        os("--codec"),
+        os("zstd:7"),
+        os("--no-pack"),
+    ]);
     assert_eq!(r["converted"], files.len() as u64, "{r}");
     assert_eq!(r["failed"], 0);
     assert!(!stale.exists(), "leftover copy removed");
@@ -165,7 +171,13 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
     assert_eq!(x.as_deref(), Some(&b"adopted"[..]));
 
     // Run again: nothing left to do.
-    let again = squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:7")]);
+    let again = squeezefs_json(&[
+        os("compress"),
+        backing.as_os_str(),
+        os("--codec"),
+        os("zstd:7"),
+        os("--no-pack"),
+    ]);
     assert_eq!(again["skipped"], files.len() as u64, "{again}");
     // A new extent size alone: copies keep their codec (their own property).
     let big = &files.iter().max_by_key(|f| f.1.len()).unwrap().0;
@@ -174,6 +186,7 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
         backing.join(big).as_os_str(),
         os("--extent-size"),
         os("64K"),
+        os("--no-pack"),
     ]);
     assert_eq!(r["converted"], 1, "{r}");
     let one = squeezefs_json(&[os("stats"), backing.join(big).as_os_str()]);
@@ -380,7 +393,13 @@ fn estimate_over_every_extent_is_exactly_what_compress_then_takes() {
     let predicted = codec_row(&est, "zstd:3")["disk"].as_u64().unwrap();
     assert_eq!(codec_row(&est, "zstd:3")["disk_stderr"], 0);
     assert!(codec_row(&est, "lz4:1")["disk"].as_u64().unwrap() > predicted);
-    squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:3")]);
+    squeezefs_json(&[
+        os("compress"),
+        backing.as_os_str(),
+        os("--codec"),
+        os("zstd:3"),
+        os("--no-pack"),
+    ]);
     let actual = squeezefs_json(&[os("stats"), backing.as_os_str()])["disk"]
         .as_u64()
         .unwrap();
@@ -417,7 +436,13 @@ fn a_sampled_estimate_is_within_its_error_of_a_real_compress() {
     assert!(sampled * 4 < bytes, "it samples: {sampled} of {bytes} bytes");
     let row = codec_row(&est, "zstd:3");
     let (ratio, pm) = (row["ratio"].as_f64().unwrap(), row["ratio_pm"].as_f64().unwrap());
-    squeezefs_json(&[os("compress"), backing.as_os_str(), os("--codec"), os("zstd:3")]);
+    squeezefs_json(&[
+        os("compress"),
+        backing.as_os_str(),
+        os("--codec"),
+        os("zstd:3"),
+        os("--no-pack"),
+    ]);
     let s = squeezefs_json(&[os("stats"), backing.as_os_str()]);
     let actual = s["uncompressed"].as_f64().unwrap() / s["disk"].as_f64().unwrap();
     eprintln!("estimate {ratio:.3} ± {pm:.3} in {secs:.1} s (sampled {sampled} of {bytes} bytes); compress gave {actual:.3}");

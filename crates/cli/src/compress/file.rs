@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::stage::Staged;
 
-/// What the command asks of every file (`--codec`, `--extent-size`, `--pack`).
+/// What the command asks of every file (`--codec`, `--extent-size`, `--pack`/`--no-pack`).
 pub(super) struct Asked {
     pub(super) codec: Option<CodecSpec>,
     pub(super) extent_shift: Option<u8>,
@@ -40,10 +40,15 @@ pub(super) enum Packing {
 }
 
 /// The pack directory and packs of the backing directory `backing` is in (the nearest
-/// ancestor holding a pack directory, else `backing` itself when `pack`). Writable when `pack`, or when packs exist
-/// already (packed files stay packed when rewritten); the backing filesystem is probed like
-/// a mount does.
-pub(super) fn offline_packs(backing: &Path, pack: bool) -> Result<Option<(PathBuf, Arc<Packs>)>, String> {
+/// ancestor holding a pack directory, else `backing` itself when `pack`), probed like a
+/// mount does. A filesystem that cannot keep location records is an error when packing is
+/// `required` (`--pack`); otherwise its packs are read-only (packed files still read, and
+/// nothing new is packed).
+pub(super) fn offline_packs(
+    backing: &Path,
+    pack: bool,
+    required: bool,
+) -> Result<Option<(PathBuf, Arc<Packs>)>, String> {
     let found = backing
         .ancestors()
         .find(|a| a.join(squeezefs_container::pack::dir::DIR_NAME).is_dir());
@@ -52,9 +57,9 @@ pub(super) fn offline_packs(backing: &Path, pack: bool) -> Result<Option<(PathBu
     };
     let packs = squeezefs_fs::packing::open(root, true, squeezefs_container::pack::DEFAULT_CACHE)
         .map_err(|e| err(root, format!("opening its packs: {e}")))?;
-    if pack && !packs.writable() {
+    if required && !packs.writable() {
         return Err(format!(
-            "{}: files cannot be packed on this filesystem (see the warning above); run without --pack",
+            "{}: files cannot be packed on this filesystem (see the warning above); run with --no-pack",
             root.display()
         ));
     }
@@ -100,12 +105,14 @@ impl Job {
         }
     }
 
-    /// Whether this run packs files (`--pack`, or offline in a directory with packs).
+    /// Whether this run packs files (not `--no-pack`, and the mount or the backing
+    /// filesystem can).
     fn packing(&self, asked: &Asked) -> bool {
-        match &self.packs {
-            Packing::Mount(p) => *p && asked.pack,
-            Packing::Offline(p) => p.as_ref().is_some_and(|p| p.writable()),
-        }
+        asked.pack
+            && match &self.packs {
+                Packing::Mount(p) => *p,
+                Packing::Offline(p) => p.as_ref().is_some_and(|p| p.writable()),
+            }
     }
 }
 
@@ -323,9 +330,12 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 .map_err(|e| err(&job.backing, e))?;
             let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
             let wants_dict = dir_dict.is_some() && c.dictionary_property().is_none();
+            // The logical size: the backing file's (`job.size`) is larger when the current
+            // copy of an extent is its second half.
+            let logical = c.size().map_err(|e| err(&job.backing, e))?;
             let wants_pack = job.packing(args)
                 && !c.is_packed()
-                && job.size <= 1 << shift
+                && logical <= 1 << shift
                 && c.dictionary_property().is_none()
                 && !wants_dict;
             let has_codec = match c.location() {
@@ -348,7 +358,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 // committed with the batch so files share blocks.
                 let f = File::open(&job.backing).map_err(|e| err(&job.backing, e))?;
                 let md = f.metadata().map_err(|e| err(&job.backing, e))?;
-                let data = c.read(0, job.size as usize).map_err(|e| err(&job.backing, e))?;
+                let data = c.read(0, logical as usize).map_err(|e| err(&job.backing, e))?;
                 c.write(0, &data).map_err(|e| err(&job.backing, e))?;
                 let staged = Staged::new(c, f, &md).map_err(|e| err(&job.backing, e))?;
                 pb.inc(job.size);

@@ -39,8 +39,9 @@ pub struct Args {
     pub paths: Vec<PathBuf>,
     pub codec: Option<CodecSpec>,
     pub extent_shift: Option<u8>,
-    /// Pack files of at most one extent (`--pack`).
-    pub pack: bool,
+    /// Pack files of at most one extent: `--pack` (`Some(true)`: required), `--no-pack`
+    /// (`Some(false)`), or neither (`None`: where packing is possible, as a mount does).
+    pub pack: Option<bool>,
     pub json: bool,
 }
 
@@ -152,7 +153,7 @@ pub fn main(args: Args) -> Result<u8, String> {
     let asked = Asked {
         codec: args.codec,
         extent_shift: args.extent_shift,
-        pack: args.pack,
+        pack: args.pack != Some(false),
     };
     let mut jobs: Vec<(Job, bool)> = Vec::new();
     // Pack directories files may be packed into: their growth is disk the packed files take.
@@ -170,11 +171,11 @@ pub fn main(args: Args) -> Result<u8, String> {
         let (default_codec, packs) = match &loc.mount {
             Some(m) => {
                 let doc = crate::statsfile::read(m)?;
-                if args.pack && doc["packs"]["packing"].as_bool() != Some(true) {
+                if args.pack == Some(true) && doc["packs"]["packing"].as_bool() != Some(true) {
                     return Err(format!(
                         "{}: this mount does not pack small files (mounted with -o nopack, or its \
                          backing filesystem cannot keep location records: see the mount's log): \
-                         remount it without nopack, then run compress --pack again",
+                         remount it without nopack, then run compress --pack again (without --pack, files are rewritten unpacked)",
                         m.display()
                     ));
                 }
@@ -189,7 +190,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             }
             None => {
                 not_served(&loc.backing)?;
-                let found = offline_packs(&loc.backing, args.pack)?;
+                let found = offline_packs(&loc.backing, asked.pack, args.pack == Some(true))?;
                 let (dir, packs) = found.unzip();
                 if let (Some(d), Some(p)) = (&dir, &packs) {
                     // The whole backing directory: its garbage is reclaimed at the end.
