@@ -71,7 +71,9 @@
 //!     kernel filesystem reports a failed writeback of its page cache. So that a full
 //!     backing filesystem still fails the `close` (or the `write`) of the file that did
 //!     not fit, a WRITE writes its extents out at once, partial one included, while the
-//!     backing filesystem has less than `LOW_SPACE` free (`space::Space`).
+//!     backing filesystem has less than `LOW_SPACE` free (`space::Space`). The statistics
+//!     file's open, which commits every closed file, first waits for RELEASEs under way
+//!     (`Files::commit_now`).
 //!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
