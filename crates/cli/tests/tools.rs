@@ -363,6 +363,18 @@ fn an_interrupted_compress_leaves_every_file_whole() {
     assert_eq!(s["files"], files.len() as u64, "no leftover copies counted");
 }
 
+/// `squeezefs compress BACKING --codec zstd:3 --no-pack`: every file a container, as
+/// `estimate`'s `disk` column predicts (its `disk_packed` is the packed prediction).
+fn compress_to_containers(backing: &Path) {
+    squeezefs_json(&[
+        os("compress"),
+        backing.as_os_str(),
+        os("--codec"),
+        os("zstd:3"),
+        os("--no-pack"),
+    ]);
+}
+
 fn codec_row<'a>(est: &'a Value, codec: &str) -> &'a Value {
     est["codecs"]
         .as_array()
@@ -393,13 +405,7 @@ fn estimate_over_every_extent_is_exactly_what_compress_then_takes() {
     let predicted = codec_row(&est, "zstd:3")["disk"].as_u64().unwrap();
     assert_eq!(codec_row(&est, "zstd:3")["disk_stderr"], 0);
     assert!(codec_row(&est, "lz4:1")["disk"].as_u64().unwrap() > predicted);
-    squeezefs_json(&[
-        os("compress"),
-        backing.as_os_str(),
-        os("--codec"),
-        os("zstd:3"),
-        os("--no-pack"),
-    ]);
+    compress_to_containers(&backing);
     let actual = squeezefs_json(&[os("stats"), backing.as_os_str()])["disk"]
         .as_u64()
         .unwrap();
@@ -436,13 +442,7 @@ fn a_sampled_estimate_is_within_its_error_of_a_real_compress() {
     assert!(sampled * 4 < bytes, "it samples: {sampled} of {bytes} bytes");
     let row = codec_row(&est, "zstd:3");
     let (ratio, pm) = (row["ratio"].as_f64().unwrap(), row["ratio_pm"].as_f64().unwrap());
-    squeezefs_json(&[
-        os("compress"),
-        backing.as_os_str(),
-        os("--codec"),
-        os("zstd:3"),
-        os("--no-pack"),
-    ]);
+    compress_to_containers(&backing);
     let s = squeezefs_json(&[os("stats"), backing.as_os_str()]);
     let actual = s["uncompressed"].as_f64().unwrap() / s["disk"].as_f64().unwrap();
     eprintln!("estimate {ratio:.3} ± {pm:.3} in {secs:.1} s (sampled {sampled} of {bytes} bytes); compress gave {actual:.3}");
