@@ -5,7 +5,7 @@
 
 use log::warn;
 
-use super::state::{Copy, DiskState, Packed};
+use super::state::{Copy, DiskState, Ext, Packed};
 use crate::encode::decode_payload;
 use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, Tie};
 use crate::storage::Storage;
@@ -77,6 +77,23 @@ impl Packed {
         let e = self.exts.get_mut(&idx).expect("loaded");
         e.last_use = clock;
         Ok(e.data.as_deref())
+    }
+
+    /// Appends `n` bytes of extent `idx` from `from` to `out`: cached bytes, zeros past a
+    /// short buffer's end or for an extent that holds none.
+    pub(super) fn append_bytes<S: Storage>(
+        &mut self,
+        st: &S,
+        idx: u64,
+        from: usize,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        match self.extent_data(st, idx)? {
+            Some(d) => Ext::bytes(d, from, n, out),
+            None => out.resize(out.len() + n, 0),
+        }
+        Ok(())
     }
 
     /// Loads extent `idx` into the cache; false when it is a hole (nothing cached).

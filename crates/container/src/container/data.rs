@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::state::{Ext, Mode, Packed};
+use super::state::{Mode, Packed};
 use super::Container;
 use crate::format::{half_offset, slot_size, DATA_START};
 use crate::layout::{read_half, Half};
@@ -88,10 +88,7 @@ impl<S: Storage> Container<S> {
                     let idx = pos >> p.shift;
                     let within = (pos - (idx << p.shift)) as usize;
                     let take = ((end - pos) as usize).min(p.extent_len() - within);
-                    match p.extent_data(&self.storage, idx)? {
-                        Some(d) => Ext::bytes(d, within, take, &mut out),
-                        None => out.resize(out.len() + take, 0),
-                    }
+                    p.append_bytes(&self.storage, idx, within, take, &mut out)?;
                     pos += take as u64;
                 }
                 p.trim_cache();

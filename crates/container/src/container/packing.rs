@@ -120,10 +120,7 @@ impl Packed {
             // From memory, the pack, or the file's extent on disk (a container shrunk to
             // one extent).
             let mut data = Vec::with_capacity(len);
-            match self.extent_data(st, 0)? {
-                Some(d) => Ext::bytes(d, 0, len, &mut data),
-                None => data.resize(len, 0),
-            }
+            self.append_bytes(st, 0, 0, len, &mut data)?;
             PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
         };
         // The slot keeps the bytes until the record is set (`load_packed` reads them back

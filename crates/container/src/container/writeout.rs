@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use squeezefs_codec::Algorithm;
 
-use super::state::{DiskState, Ext, Packed};
+use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
     half_offset, sb_offset, slot_size, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX,
@@ -246,10 +246,7 @@ impl Packed {
         if self.size <= e {
             let len = self.size as usize;
             let mut data = Vec::with_capacity(len);
-            match self.extent_data(st, 0)? {
-                Some(d) => Ext::bytes(d, 0, len, &mut data),
-                None => data.resize(len, 0),
-            }
+            self.append_bytes(st, 0, 0, len, &mut data)?;
             inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
