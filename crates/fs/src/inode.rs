@@ -113,7 +113,16 @@ pub struct Inodes {
 }
 
 impl Inodes {
-    pub fn new(root: OwnedFd, root_dir: std::fs::File, st: &libc::stat) -> Inodes {
+    /// The table of the backing directory `backing`: its root opened (an O_PATH fd for
+    /// the `*at()` calls, a directory fd for `syncfs`), with the root's `stat`.
+    pub fn open(backing: &std::path::Path) -> io::Result<(Inodes, libc::stat)> {
+        let root = sys::open_root(backing)?;
+        let st = sys::fstat(&root)?;
+        let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        Ok((Inodes::new(root, root_dir, &st), st))
+    }
+
+    fn new(root: OwnedFd, root_dir: std::fs::File, st: &libc::stat) -> Inodes {
         let key = (st.st_dev, st.st_ino);
         // Handles are used only if one round trip through them works here.
         let mount_id = sys::file_handle(&root)
@@ -371,10 +380,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("squeezefs-inode-reuse-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let root = sys::open_root(&dir).unwrap();
-        let st = sys::fstat(&root).unwrap();
-        let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
-        let inodes = Inodes::new(root, root_dir, &st);
+        let (inodes, _) = Inodes::open(&dir).unwrap();
         assert!(
             inodes.uses_handles(),
             "this test needs root (file handles: CAP_DAC_READ_SEARCH); CI runs as root"

@@ -26,7 +26,7 @@ pub enum Kind {
     Getxattr,
 }
 
-const KINDS: [(Kind, &str); 13] = [
+const KINDS: &[(Kind, &str)] = &[
     (Kind::Lookup, "lookup"),
     (Kind::Getattr, "getattr"),
     (Kind::Setattr, "setattr"),
@@ -43,7 +43,7 @@ const KINDS: [(Kind, &str); 13] = [
 ];
 
 #[derive(Default)]
-pub struct Requests([AtomicU64; 13]);
+pub struct Requests([AtomicU64; KINDS.len()]);
 
 impl Requests {
     pub fn count(&self, k: Kind) {
@@ -53,7 +53,7 @@ impl Requests {
     /// `{"lookup": n, …}`.
     pub fn to_json(&self) -> Value {
         let mut m = serde_json::Map::new();
-        for (k, name) in KINDS {
+        for &(k, name) in KINDS {
             m.insert(name.into(), json!(self.0[k as usize].load(Ordering::Relaxed)));
         }
         Value::Object(m)

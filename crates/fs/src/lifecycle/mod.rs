@@ -274,11 +274,24 @@ impl Files {
         if let Some(s) = *inode.file.size.lock().unwrap() {
             return Ok((s, Times::default()));
         }
-        let c = self.open_container(inode)?;
-        let s = c.size().map_err(|e| self.error(inode, "size", e))?;
-        *inode.file.size.lock().unwrap() = Some(s);
-        self.keep_idle(ino, inode, c);
+        let s = self.with_kept(ino, inode, |c| c.size(), "size")?;
         Ok((s, Times::default()))
+    }
+
+    /// `f` on a container opened now for a file with no state; its size is remembered and
+    /// the container kept like a lookup's (rule 6) for the `open` or READ that follows.
+    fn with_kept<T>(
+        &self,
+        ino: u64,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
+        *inode.file.size.lock().unwrap() = c.size().ok();
+        self.keep_idle(ino, inode, c);
+        Ok(r)
     }
 
     /// `utimens` on a regular file (`UTIME_OMIT`, `UTIME_NOW` or a time for each), and, if
@@ -394,11 +407,7 @@ impl Files {
         if inode.file.open.lock().unwrap().is_some() {
             return self.with_container(inode, |c| c.read(offset, size), "read");
         }
-        let mut c = self.open_container(inode)?;
-        let r = c.read(offset, size).map_err(|e| self.error(inode, "read", e))?;
-        *inode.file.size.lock().unwrap() = c.size().ok();
-        self.keep_idle(ino, inode, c);
-        Ok(r)
+        self.with_kept(ino, inode, |c| c.read(offset, size), "read")
     }
 
     /// The first handle of a file just created, with the container made for it (nothing

@@ -30,10 +30,7 @@ fn backing(name: &str) -> Backing {
     let dir = std::env::temp_dir().join(format!("squeezefs-lifecycle-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let root = sys::open_root(&dir).unwrap();
-    let st = sys::fstat(&root).unwrap();
-    let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
-    let inodes = Arc::new(Inodes::new(root, root_dir, &st));
+    let inodes = Arc::new(Inodes::open(&dir).unwrap().0);
     let files = Files::new(inodes.clone(), Options::default(), false);
     Backing { dir, inodes, files }
 }

@@ -61,12 +61,10 @@ impl Filesystem for SqueezeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if !is_stats_name(parent, name) {
-            self.requests.count(Kind::Lookup);
-        }
         if is_stats_name(parent, name) {
             return reply::entry(reply, Ok(self.stats.attr()));
         }
+        self.requests.count(Kind::Lookup);
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
         reply::lookup(reply, r.map(|(_, attr)| attr))
     }

@@ -90,9 +90,8 @@ impl SqueezeFs {
     ) -> std::io::Result<SqueezeFs> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
-        let root = sys::open_root(backing)?;
-        let st = sys::fstat(&root)?;
-        let root_dir = sys::reopen(&root, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let (inodes, st) = Inodes::open(backing)?;
+        let inodes = Arc::new(inodes);
         // Dictionaries: every file that used one needs it to be read.
         let (ids, refused) = dicts::load_all(&backing.join(dicts::DIR_NAME));
         if !ids.is_empty() {
@@ -101,7 +100,6 @@ impl SqueezeFs {
         for why in refused {
             error!("dictionary refused (files compressed with it will read as EIO): {why}");
         }
-        let inodes = Arc::new(Inodes::new(root, root_dir, &st));
         let files = Files::new(inodes.clone(), opts, read_only);
         let reclaimer = match &files.opts().packs {
             Some(p) if p.writable() && !read_only => Some(Arc::new(Reclaimer::new(

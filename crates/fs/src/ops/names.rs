@@ -54,16 +54,23 @@ impl SqueezeFs {
         self.inodes.get(1).is_some_and(|r| Arc::ptr_eq(&r, inode))
     }
 
+    /// The entry `name` of `parent` registered in the inode table (one lookup counted),
+    /// with the backing file's `stat`.
+    fn register(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, Arc<Inode>, libc::stat), Errno> {
+        let at = self.at_in(parent.clone(), name)?;
+        let fd = sys::open_path(&at.dir, &at.name)?;
+        let st = sys::fstat(&fd)?;
+        let (ino, inode) = self.inodes.insert(fd, &st);
+        Ok((ino, inode, st))
+    }
+
     /// Looks `name` up in `parent`: the inode (registered, one lookup counted) and its
     /// attributes.
     pub(super) fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
         if self.is_root(parent) && is_dict_dir(1, name.as_bytes()) {
             return Err(Errno::ENOENT);
         }
-        let at = self.at_in(parent.clone(), name)?;
-        let fd = sys::open_path(&at.dir, &at.name)?;
-        let st = sys::fstat(&fd)?;
-        let (ino, inode) = self.inodes.insert(fd, &st);
+        let (ino, inode, st) = self.register(parent, name)?;
         match self.attr_with(ino, &inode, &st) {
             Ok(a) => Ok((ino, a)),
             Err(e) => {
@@ -83,10 +90,7 @@ impl SqueezeFs {
         parent: &Arc<Inode>,
         name: &OsStr,
     ) -> Option<(u64, FileAttr, Duration)> {
-        let at = self.at_in(parent.clone(), name).ok()?;
-        let fd = sys::open_path(&at.dir, &at.name).ok()?;
-        let st = sys::fstat(&fd).ok()?;
-        let (ino, inode) = self.inodes.insert(fd, &st);
+        let (ino, inode, st) = self.register(parent, name).ok()?;
         Some(match self.attr_with(ino, &inode, &st) {
             Ok(a) => (ino, a, TTL),
             Err(_) => (ino, self.backing_attr(ino, &st), Duration::ZERO),
