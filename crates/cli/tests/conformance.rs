@@ -20,11 +20,7 @@ use common::{
 };
 
 fn root_only() {
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "this test needs root (CI runs as root)"
-    );
+    common::require_root("this test needs root (CI runs as root)");
 }
 
 fn errno() -> i32 {

@@ -101,11 +101,7 @@ fn nothing_through_the_mount_reaches_outside_the_backing_directory() {
 #[test]
 fn other_users_get_the_permissions_the_modes_say() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "this test needs root (CI runs as root)"
-    );
+    common::require_root("this test needs root (CI runs as root)");
     let dir = scratch("perms");
     // Let the unprivileged user walk to the mount point.
     open_to_others(&dir);

@@ -302,10 +302,8 @@ fn posix_surface_on_a_real_mount() {
 /// inode it looked up): inode fds are cached and reopened by handle, never exhausted.
 #[test]
 fn more_files_than_the_daemon_may_open() {
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "this test needs root: reopening files by handle needs CAP_DAC_READ_SEARCH (CI runs as root)"
+    common::require_root(
+        "this test needs root: reopening files by handle needs CAP_DAC_READ_SEARCH (CI runs as root)",
     );
     let dir = scratch("fdlimit");
     let m = Mount::spawn(&dir, "", Some(256));
@@ -520,11 +518,7 @@ fn first_page_cached(path: &Path) -> bool {
 /// Opening a directory starts reading its files ahead (cold trees are latency-bound).
 #[test]
 fn opening_a_directory_reads_its_files_ahead() {
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "this test needs root to drop the page cache"
-    );
+    common::require_root("this test needs root to drop the page cache");
     let dir = scratch("prefetch");
     // Containers: a packed file's bytes come in with its pack block (one read for dozens
     // of files), not from its backing file.
@@ -637,11 +631,7 @@ fn fsx_a_million_operations_over_four_seeds() {
 /// Expected failures, if any, are listed with their reasons in tests/pjdfstest.toml.
 #[test]
 fn pjdfstest_posix_suite() {
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "pjdfstest needs root (it switches users); run the suite as root"
-    );
+    common::require_root("pjdfstest needs root (it switches users); run the suite as root");
     let dir = scratch("pjd");
     let m = Mount::new(&dir, "allow_other");
     let root = m.path("pjd");

@@ -25,11 +25,7 @@ struct Helper {
 
 impl Helper {
     fn install() -> Helper {
-        assert_eq!(
-            nix::unistd::geteuid().as_raw(),
-            0,
-            "mount(8) helpers need root: run the tests as root"
-        );
+        common::require_root("mount(8) helpers need root: run the tests as root");
         require_fuse();
         let before = fs::read_link(HELPER).ok();
         let _ = fs::remove_file(HELPER);
@@ -109,8 +105,7 @@ fn mount_t_fuse_squeezefs_and_fstab_lines_work_and_umount_waits_for_the_daemon()
         "umount returns after the daemon has exited"
     );
     // What it wrote is complete and clean at rest.
-    let out = squeezefs(&[os("check"), backing.as_os_str()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    common::check_clean(&backing, "after the daemon's writes");
 
     // An fstab line (here a private fstab file), mounted by its mount point.
     let fstab = d.join("fstab");

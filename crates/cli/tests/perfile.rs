@@ -127,11 +127,7 @@ fn a_missing_name_is_asked_for_once_and_appears_when_made() {
 /// not, also after the file is unlinked, and while another handle writes.
 #[test]
 fn a_lazy_read_only_handle_reads_after_unlink_and_beside_a_writer() {
-    assert_eq!(
-        nix::unistd::geteuid().as_raw(),
-        0,
-        "this test needs root to drop the page cache (CI runs as root)"
-    );
+    common::require_root("this test needs root to drop the page cache (CI runs as root)");
     for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
         let dir = scratch("lazy-open");
         let m = Mount::new(&dir, opts);

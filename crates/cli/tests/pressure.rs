@@ -8,7 +8,7 @@ use std::fs;
 use std::process::Command;
 
 mod common;
-use common::{scratch, sys, Mount, Rng, SmallFs};
+use common::{check_clean, scratch, sys, Mount, Rng, SmallFs};
 
 #[test]
 fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
@@ -38,11 +38,7 @@ fn a_full_backing_filesystem_gives_enospc_and_loses_nothing_written_before() {
     assert!(fs::read(m.path("before")).unwrap() == before);
     m.unmount();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-        .args(["check", dir.join("backing").to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    check_clean(&dir.join("backing"), "after the fill");
     let m = Mount::new(&dir, "compress=zstd:1");
     assert!(
         fs::read(m.path("before")).unwrap() == before,
@@ -130,15 +126,7 @@ fn files_whose_data_does_not_fit_fail_their_write_or_close() {
             "{opts}: fsynced, then changed"
         );
         m.unmount();
-        let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-            .args(["check", dir.join("backing").to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{opts}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        check_clean(&dir.join("backing"), opts);
         drop(small);
         let _ = fs::remove_dir_all(&dir);
     }
@@ -203,11 +191,7 @@ fn stress_ng_filesystem_stressors_then_a_clean_check() {
         .collect();
     eprintln!("stress-ng for {secs} s:\n{}", ops.join("\n"));
     m.unmount();
-    let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-        .args(["check", dir.join("backing").to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    check_clean(&dir.join("backing"), "after the stressors");
 }
 
 #[test]

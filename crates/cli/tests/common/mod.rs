@@ -278,6 +278,21 @@ pub fn squeezefs(args: &[&std::ffi::OsStr]) -> std::process::Output {
         .unwrap()
 }
 
+/// `squeezefs check BACKING` finds nothing wrong (`what` says which case failed).
+pub fn check_clean(backing: &Path, what: &str) {
+    let out = squeezefs(&["check".as_ref(), backing.as_os_str()]);
+    assert!(
+        out.status.success(),
+        "{what}: check: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The test runs as root (`why` says what for; CI runs as root).
+pub fn require_root(why: &str) {
+    assert_eq!(nix::unistd::geteuid().as_raw(), 0, "{why}");
+}
+
 /// Runs `squeezefs ARGS… --json`, insists on success, and parses what it printed.
 pub fn squeezefs_json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let mut a = args.to_vec();
