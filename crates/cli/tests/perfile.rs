@@ -11,6 +11,15 @@ use std::io::{Seek, SeekFrom, Write};
 use common::{scratch, Mount};
 use serde_json::Value;
 
+/// `drop_caches` empties every file's page cache, other tests' mounts included: a test that
+/// drops it and a test that counts what the cache serves take turns (the tests of one
+/// binary run in parallel).
+static PAGE_CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn page_cache_turn() -> std::sync::MutexGuard<'static, ()> {
+    PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn requests(m: &Mount) -> Value {
     let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
     doc["requests"].clone()
@@ -26,6 +35,7 @@ fn reads(m: &Mount) -> u64 {
 /// packed or not.
 #[test]
 fn a_re_read_is_served_by_the_page_cache_and_never_stale() {
+    let _turn = page_cache_turn();
     for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
         let dir = scratch("keep-cache");
         let m = Mount::new(&dir, opts);
@@ -127,6 +137,7 @@ fn a_missing_name_is_asked_for_once_and_appears_when_made() {
 /// not, also after the file is unlinked, and while another handle writes.
 #[test]
 fn a_lazy_read_only_handle_reads_after_unlink_and_beside_a_writer() {
+    let _turn = page_cache_turn();
     common::require_root("this test needs root to drop the page cache (CI runs as root)");
     for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
         let dir = scratch("lazy-open");
