@@ -322,3 +322,94 @@ fn a_walk_sends_no_lookup_per_file_and_lists_damaged_files() {
         let _ = fs::remove_dir_all(&dir);
     }
 }
+
+/// The `reads` counters of the statistics file: extents loaded by their READ, and ahead.
+fn loads(m: &Mount) -> (u64, u64, u64) {
+    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    let r = &doc["reads"];
+    let get = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("reads.{k} in {r}"));
+    (
+        get("extents_loaded"),
+        get("ahead_installed"),
+        get("ahead_discarded"),
+    )
+}
+
+/// A large file read from start to end is decoded ahead of its reader (the daemon's
+/// read-ahead): its READs find their extents loaded. And a writer beside the reader is
+/// never undone by bytes loaded ahead before its writes: after both, the file holds exactly
+/// what was written, read through the daemon's own cache (the writer keeps the file's state
+/// open) after the kernel's is dropped.
+#[test]
+fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
+    common::require_root("drops the page cache");
+    let _turn = page_cache_turn();
+    let dir = scratch("read-ahead");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let p = m.path("big");
+    const EXTENTS: usize = 128;
+    let data: Vec<u8> = (0..)
+        .flat_map(|i: u32| format!("line {i} of a large file\n").into_bytes())
+        .take(EXTENTS << 17)
+        .collect();
+    fs::write(&p, &data).unwrap();
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert_eq!(fs::read(&p).unwrap(), data);
+    let (loaded, ahead, _) = loads(&m);
+    assert!(
+        ahead >= EXTENTS as u64 / 2 && loaded <= EXTENTS as u64 / 4,
+        "a sequential read was not loaded ahead: {loaded} extents loaded by READs, {ahead} ahead"
+    );
+
+    // A writer rewrites pieces while a reader streams the file again and again.
+    let mut want = data.clone();
+    let mut w = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (p, stop) = (p.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut passes = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || passes < 3 {
+                fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+                assert_eq!(fs::read(&p).unwrap().len(), EXTENTS << 17);
+                passes += 1;
+            }
+            passes
+        })
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..60u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % (want.len() as u64 - 200_000)) as usize;
+        let len = 1 + (x >> 40) as usize % 150_000;
+        let piece: Vec<u8> = (0..len).map(|i| b'a' + ((i as u32 + round) % 26) as u8).collect();
+        std::os::unix::fs::FileExt::write_all_at(&w, &piece, off as u64).unwrap();
+        want[off..off + len].copy_from_slice(&piece);
+        if round % 10 == 9 {
+            w.sync_all().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    w.flush().unwrap();
+    w.sync_all().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let passes = reader.join().unwrap();
+    fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+    let got = fs::read(&p).unwrap();
+    let first_bad = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert!(
+        first_bad.is_none(),
+        "wrong bytes from offset {first_bad:?} after {passes} passes"
+    );
+    assert_eq!(got.len(), want.len());
+    drop(w);
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert!(fs::read(&p).unwrap() == want, "wrong bytes after a remount");
+    m.unmount();
+    common::check_clean(&dir.join("backing"), "after the read-ahead test");
+    fs::remove_dir_all(&dir).unwrap();
+}

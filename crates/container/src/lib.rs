@@ -20,7 +20,7 @@ pub mod stats;
 mod storage;
 pub mod usage;
 
-pub use container::{Container, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
+pub use container::{AheadPlan, Container, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
 pub use stats::Stats;
 pub use storage::{read_full, FileStorage, Storage};
 

@@ -42,6 +42,9 @@ pub struct Stats {
     dict_bytes_in: AtomicU64,
     dict_bytes_out: AtomicU64,
     dict_inline_files: AtomicU64,
+    extents_loaded: AtomicU64,
+    ahead_installed: AtomicU64,
+    ahead_discarded: AtomicU64,
     codecs: Mutex<BTreeMap<(Algorithm, i32), CodecCounts>>,
 }
 
@@ -85,6 +88,13 @@ pub struct Snapshot {
     pub dict_bytes_out: u64,
     /// Inline files whose payload was compressed with a dictionary.
     pub dict_inline_files: u64,
+    /// Extents a reader loaded (read and decoded) itself, on its request's time.
+    pub extents_loaded: u64,
+    /// Extents loaded ahead of a sequential reader and cached for it.
+    pub ahead_installed: u64,
+    /// Extents loaded ahead and thrown away: the file changed, or the reader got there
+    /// first.
+    pub ahead_discarded: u64,
     /// Compressed extents per codec and level.
     pub codecs: Vec<(CodecSpec, CodecCounts)>,
 }
@@ -170,6 +180,23 @@ impl Stats {
         add(&self.checksum_errors, 1);
     }
 
+    /// One extent loaded by its reader.
+    pub fn extent_loaded(&self) {
+        add(&self.extents_loaded, 1);
+    }
+
+    /// One extent loaded ahead: cached (`installed`) or thrown away.
+    pub fn ahead(&self, installed: bool) {
+        add(
+            if installed {
+                &self.ahead_installed
+            } else {
+                &self.ahead_discarded
+            },
+            1,
+        );
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Snapshot {
@@ -194,6 +221,9 @@ impl Stats {
             dict_bytes_in: g(&self.dict_bytes_in),
             dict_bytes_out: g(&self.dict_bytes_out),
             dict_inline_files: g(&self.dict_inline_files),
+            extents_loaded: g(&self.extents_loaded),
+            ahead_installed: g(&self.ahead_installed),
+            ahead_discarded: g(&self.ahead_discarded),
             codecs: self
                 .codecs
                 .lock()

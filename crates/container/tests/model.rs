@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
-use squeezefs_container::{Container, Error, Options, Storage, WriteBack};
+use squeezefs_container::{AheadPlan, Container, Error, Fetched, Options, Storage, WriteBack};
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
 /// directory, crashing with it.
@@ -69,6 +69,26 @@ enum Op {
     /// container is dropped unflushed and opened again; otherwise a sync, `commit`, a sync,
     /// `settle`.
     Close,
+    /// Read-ahead, in three steps that other operations may separate (as the daemon's
+    /// workers do, off the file's lock): plans the extents starting in `[off, off + len)`,
+    PlanAhead {
+        off: u64,
+        len: u64,
+    },
+    /// reads and decodes every planned extent from the disk as it is now,
+    FetchAhead,
+    /// and installs what was fetched (the container must refuse what changed since).
+    InstallAhead,
+    /// Drops every clean cached extent (what the daemon does once a closed file's state is
+    /// written back).
+    DropCache,
+}
+
+/// Read-ahead steps under way ([`Op::PlanAhead`]).
+#[derive(Default)]
+struct Ahead {
+    plans: Vec<AheadPlan>,
+    fetched: Vec<Fetched>,
 }
 
 /// A zstd dictionary trained on text like the payloads' (registered once per process).
@@ -136,6 +156,10 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::SetDict),
         1 => Just(Op::Settle),
         2 => Just(Op::Close),
+        2 => (0..max, 0..max).prop_map(|(off, len)| Op::PlanAhead { off, len }),
+        1 => Just(Op::FetchAhead),
+        2 => Just(Op::InstallAhead),
+        1 => Just(Op::DropCache),
     ]
 }
 
@@ -185,9 +209,30 @@ fn apply_container(
     c: &mut Container<MemDisk>,
     disk: &MemDisk,
     opts: &Options,
+    ahead: &mut Ahead,
     op: &Op,
 ) -> Result<Option<Vec<u8>>, Error> {
     match op {
+        Op::PlanAhead { off, len } => {
+            ahead.plans.extend(c.plan_ahead(*off, off + len));
+            Ok(None)
+        }
+        Op::FetchAhead => {
+            for plan in std::mem::take(&mut ahead.plans) {
+                ahead.fetched.extend(plan.fetch(disk)?);
+            }
+            Ok(None)
+        }
+        Op::DropCache => {
+            c.drop_cache();
+            Ok(None)
+        }
+        Op::InstallAhead => {
+            for f in std::mem::take(&mut ahead.fetched) {
+                c.install(f);
+            }
+            Ok(None)
+        }
         Op::Write { off, len, kind, seed } => c.write(*off, &payload(*len, *kind, *seed)).map(|_| None),
         Op::Read { off, len } => c.read(*off, *len).map(Some),
         Op::SetSize(n) => c.set_size(*n).map(|_| None),
@@ -248,10 +293,11 @@ fn until_crash(
 ) -> Result<Vec<Vec<u8>>, TestCaseError> {
     let mut model: Vec<u8> = Vec::new();
     let mut since_sync = vec![model.clone()];
+    let mut ahead = Ahead::default();
     for op in ops {
         apply_model(&mut model, op);
         since_sync.push(model.clone());
-        match apply_container(c, disk, opts, op) {
+        match apply_container(c, disk, opts, &mut ahead, op) {
             Ok(_) => {
                 if matches!(op, Op::Fsync) {
                     since_sync = vec![model.clone()];
@@ -304,8 +350,9 @@ proptest! {
         let opts = options(codec, shift, packs.as_ref());
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
+        let mut ahead = Ahead::default();
         for op in &ops {
-            let got = apply_container(&mut c, &disk, &opts, op).unwrap();
+            let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
             apply_model(&mut model, op);
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len), "read after {:?}", op);
@@ -404,8 +451,9 @@ proptest! {
         }
         // The recovered file keeps working like a plain byte array.
         let mut model = recovered;
+        let mut ahead = Ahead::default();
         for op in &more {
-            let got = apply_container(&mut c, &disk2, &opts, op).unwrap();
+            let got = apply_container(&mut c, &disk2, &opts, &mut ahead, op).unwrap();
             apply_model(&mut model, op);
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len));

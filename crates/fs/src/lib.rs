@@ -12,6 +12,7 @@ mod ops;
 pub mod packing;
 mod prefetch;
 pub mod props;
+mod readahead;
 pub mod reclaim;
 mod requests;
 mod space;

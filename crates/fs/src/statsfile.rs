@@ -125,6 +125,11 @@ pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value) -
             "unflagged": s.files_unflagged,
         },
         "checksum_errors": s.checksum_errors,
+        "reads": {
+            "extents_loaded": s.extents_loaded,
+            "ahead_installed": s.ahead_installed,
+            "ahead_discarded": s.ahead_discarded,
+        },
         "dictionaries": {
             "loaded": squeezefs_codec::dict::loaded(),
             "extents": s.dict_extents,

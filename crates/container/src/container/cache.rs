@@ -1,6 +1,6 @@
 //! The extent cache: the decompressed bytes of the extents a file is using, loaded on demand
 //! from the current copy on disk, and what was learnt about each extent's halves. Reads and
-//! partial writes go through it; clean extents beyond [`CACHE_EXTENTS`] are dropped, least
+//! partial writes go through it; clean extents beyond its budget ([`CACHE_EXTENTS`]) are dropped, least
 //! recently used first. Dirty extents stay until the write-out (`writeout.rs`) takes them.
 
 use log::warn;
@@ -11,52 +11,70 @@ use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, T
 use crate::storage::Storage;
 use crate::{Error, Result};
 
-/// Clean decompressed extents kept per open file.
-const CACHE_EXTENTS: usize = 8;
+/// Clean decompressed extents kept per open file (more while it is read ahead:
+/// [`Container::reserve_ahead`]).
+pub(super) const CACHE_EXTENTS: usize = 8;
+
+/// What reading both halves of an extent found: its disk state, the verified copy to use
+/// (none: a hole), and what was wrong with the halves passed over.
+pub(super) struct Probed {
+    pub(super) state: DiskState,
+    pub(super) copy: Option<Copy>,
+    pub(super) damage: Vec<String>,
+}
+
+/// Reads both halves of extent `idx` and picks the newest copy whose payload checksum
+/// passes ([`crate::layout`]; of equal generations, half A). Pure: counting and logging
+/// what was damaged is the caller's (the reader's, not a read-ahead's).
+pub(super) fn probe_halves<S: Storage>(st: &S, shift: u8, idx: u64) -> Result<Probed> {
+    let mut state = DiskState::default();
+    let mut damage = Vec::new();
+    let halves = read_halves(st, shift, idx)?;
+    let present = [0, 1].map(|h| !matches!(halves[h], Half::Hole));
+    let valid = [0, 1].map(|h| matches!(halves[h], Half::Header(_)));
+    for (half, h) in [0u8, 1].into_iter().zip(&halves) {
+        match h {
+            Half::Header(h) => state.max_gen = state.max_gen.max(h.generation),
+            Half::Invalid(e) => damage.push(format!("half {}: header {e}", half_name(half))),
+            Half::Hole => {} // never written, or punched
+        }
+    }
+    let candidates = newest_halves(&halves, Tie::First);
+    let mut copy = None;
+    for &(half, h) in &candidates {
+        if let Some(payload) = read_payload(st, shift, idx, half, &h)? {
+            state.cur = Some((half, h.generation));
+            // Whether the other half still holds something that must go once this copy
+            // is durable.
+            state.other_dirty = present[1 - half as usize];
+            state.ambiguous = valid[1 - half as usize];
+            // A lone valid copy is the one to keep whatever happened: treat it as durable
+            // (the writer then never overwrites it).
+            state.durable = !state.ambiguous;
+            copy = Some((h, payload));
+            break;
+        }
+        damage.push(format!("half {}: payload checksum mismatch", half_name(half)));
+    }
+    Ok(Probed { state, copy, damage })
+}
 
 impl Packed {
-    /// Reads both halves of extent `idx` and picks the newest copy whose payload checksum
-    /// passes ([`crate::layout`]; of equal generations, half A). Returns the disk state and,
-    /// when there is a copy, its header and payload.
+    /// [`probe_halves`], with what was damaged counted and logged: returns the disk state
+    /// and, when there is a copy, its header and payload; no usable copy of data that was
+    /// there is an error.
     pub(super) fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<Copy>)> {
-        let mut state = DiskState::default();
-        let mut damage = Vec::new();
-        let halves = read_halves(st, self.shift, idx)?;
-        let present = [0, 1].map(|h| !matches!(halves[h], Half::Hole));
-        let valid = [0, 1].map(|h| matches!(halves[h], Half::Header(_)));
-        for (half, h) in [0u8, 1].into_iter().zip(&halves) {
-            match h {
-                Half::Header(h) => state.max_gen = state.max_gen.max(h.generation),
-                Half::Invalid(e) => damage.push(format!("half {}: header {e}", half_name(half))),
-                Half::Hole => {} // never written, or punched
-            }
-        }
-        let candidates = newest_halves(&halves, Tie::First);
-        let mut chosen = None;
-        for &(half, h) in &candidates {
-            if let Some(payload) = read_payload(st, self.shift, idx, half, &h)? {
-                chosen = Some((half, h, payload));
-                break;
-            }
-            damage.push(format!("half {}: payload checksum mismatch", half_name(half)));
-        }
+        let Probed { state, copy, damage } = probe_halves(st, self.shift, idx)?;
         for _ in 0..damage.len() {
             self.stats.checksum_error();
         }
-        match chosen {
-            Some((half, h, payload)) => {
-                state.cur = Some((half, h.generation));
-                // Whether the other half still holds something that must go once this
-                // copy is durable.
-                state.other_dirty = present[1 - half as usize];
-                state.ambiguous = valid[1 - half as usize];
-                // A lone valid copy is the one to keep whatever happened: treat it as
-                // durable (the writer then never overwrites it).
-                state.durable = !state.ambiguous;
-                if !damage.is_empty() && candidates.len() > 1 {
+        match copy {
+            Some(copy) => {
+                // Both halves had valid headers and the newer one's payload failed.
+                if !damage.is_empty() && state.ambiguous {
                     warn!("extent {idx}: using the older copy ({})", damage.join("; "));
                 }
-                Ok((state, Some((h, payload))))
+                Ok((state, Some(copy)))
             }
             None if damage.is_empty() => Ok((state, None)),
             None => Err(Error::CorruptExtent {
@@ -110,6 +128,7 @@ impl Packed {
             self.exts.entry(idx).or_default().disk = Some(state);
             return Ok(false);
         };
+        self.stats.extent_loaded();
         let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
         decode_payload(&h, &payload, &mut buf).map_err(|d| Error::CorruptExtent {
             index: idx,
@@ -148,7 +167,7 @@ impl Packed {
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.
     pub(super) fn trim_cache(&mut self) {
-        self.trim_cache_to(CACHE_EXTENTS);
+        self.trim_cache_to(self.cache_extents);
     }
 
     pub(super) fn trim_cache_to(&mut self, keep: usize) {

@@ -8,6 +8,7 @@
 //! * `props.rs` — the file's settings and properties (codec, extent size, dictionary).
 //! * `data.rs` — read, write, set_size, punch_hole, SEEK_DATA/SEEK_HOLE, rewrite.
 //! * `cache.rs` — the extent cache: loading the current copy of an extent, trimming.
+//! * `ahead.rs` — loading extents ahead of a sequential reader, off the file's lock.
 //! * `policy.rs` — whether an extent is tried at all (HAMMER2 backoff) and the
 //!   `encode::Policy` handed to `encode`.
 //! * `lifecycle.rs` — how a change becomes durable: flush, write-back with its [`WriteBack`]
@@ -28,6 +29,7 @@
 //! * Bytes on disk beyond the logical size are never read: an extent is masked at the size
 //!   when loaded, and extents from `stale_from` on are treated as holes until rewritten.
 
+mod ahead;
 mod cache;
 mod data;
 mod lifecycle;
@@ -43,6 +45,7 @@ use std::sync::Arc;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
+pub use ahead::{AheadPlan, Fetched};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 use state::{Ext, Mode, Packed};
@@ -130,6 +133,8 @@ impl Packed {
             clock: 0,
             unsynced: false,
             epoch: 0,
+            instance: ahead::next_instance(),
+            cache_extents: cache::CACHE_EXTENTS,
             pending: None,
             packs: opts.packs.clone(),
             loc: None,

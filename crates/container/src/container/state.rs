@@ -168,8 +168,13 @@ pub(super) struct Packed {
     /// Extent writes or punches not yet covered by a sync.
     pub(super) unsynced: bool,
     /// Counts changes (writes, size changes, punches), so a deferred superblock is only
-    /// committed for exactly the state that was written back.
+    /// committed for exactly the state that was written back, and an extent fetched ahead
+    /// is only installed into the state it was planned on (`ahead.rs`).
     pub(super) epoch: u64,
+    /// This container's number among all opened by the process (`ahead.rs`).
+    pub(super) instance: u64,
+    /// Clean extents the cache keeps (`cache.rs`).
+    pub(super) cache_extents: usize,
     /// `write_back` left the superblock to write after a sync, at this epoch.
     pub(super) pending: Option<u64>,
     /// The mount's packs: where a packed file's bytes are, and (when writable) where a file

@@ -22,6 +22,7 @@ use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 
 use crate::inode::{Inode, Inodes};
+use crate::readahead::ReadAhead;
 use crate::sys;
 use commit::{Committer, Ticketed};
 use state::{OpenFile, Times};
@@ -42,6 +43,8 @@ pub struct Files {
     idle: Arc<Kept>,
     /// RELEASEs under way ([`Files::releasing`]): [`Files::commit_now`] waits for them.
     releasing: std::sync::atomic::AtomicUsize,
+    /// Loads extents ahead of sequential readers (`readahead.rs`).
+    ahead: ReadAhead,
 }
 
 /// A RELEASE under way, counted while it lives.
@@ -111,6 +114,7 @@ impl Files {
                 max: std::sync::atomic::AtomicUsize::new(IDLE_MAX),
             }),
             releasing: Default::default(),
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -131,7 +135,7 @@ impl Files {
             .name("squeezefs-commit".into())
             .spawn(move || c.run(&i))?;
         *self.commit_thread.lock().unwrap() = Some(t);
-        Ok(())
+        self.ahead.start()
     }
 
     /// Sizes the commit batch to the open-file limit (a queued file holds one fd).
@@ -404,9 +408,16 @@ impl Files {
     /// 9), through a container opened now and kept like a lookup's for the READs that
     /// follow.
     pub fn read(&self, ino: u64, inode: &Arc<Inode>, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
-        if inode.file.open.lock().unwrap().is_some() {
-            return self.with_container(inode, |c| c.read(offset, size), "read");
+        let open = inode.file.open.lock().unwrap();
+        if open.is_some() {
+            drop(self.ahead.wait_for(inode, open, offset, size));
+            let data = self.with_container(inode, |c| c.read(offset, size), "read")?;
+            if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+                self.ahead.after_read(inode, of, offset, data.len());
+            }
+            return Ok(data);
         }
+        drop(open);
         self.with_kept(ino, inode, |c| c.read(offset, size), "read")
     }
 

@@ -87,6 +87,7 @@ use std::sync::Mutex;
 
 use squeezefs_container::{Container, FileStorage};
 
+use crate::readahead::Stream;
 use crate::sys;
 
 /// The state all handles of one open (or kept, or queued) regular file share.
@@ -99,6 +100,8 @@ pub struct OpenFile {
     /// Times set explicitly since the last change of the data, kept over our write-outs
     /// (rule 7).
     pub times: Times,
+    /// Where its sequential reader is, for the read-ahead (`readahead.rs`).
+    pub stream: Stream,
 }
 
 /// Access and modification times set explicitly (`None`: not set, left as they are).
@@ -137,6 +140,7 @@ impl OpenFile {
             handles,
             writers,
             times: Times::default(),
+            stream: Stream::default(),
         }
     }
 
@@ -168,6 +172,10 @@ pub struct FileState {
     /// group commit failed after `close` had returned. The next `fsync` reports it (errno;
     /// 0 for none) and forgets it.
     pub unreported: std::sync::atomic::AtomicI32,
+    /// Notified (with `open`'s lock) when an extent loaded ahead is cached or given up: a
+    /// READ that wants it waits for it rather than loading it a second time
+    /// (`readahead.rs`).
+    pub fetched: std::sync::Condvar,
 }
 
 impl FileState {

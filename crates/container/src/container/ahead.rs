@@ -1,0 +1,145 @@
+//! Loading extents ahead of a sequential reader, off the file's lock.
+//!
+//! A read of a large file spends its time waiting for the backing file and decompressing,
+//! one extent after the other, under the lock the FUSE layer holds on the file. Read-ahead
+//! splits a load in three so that work happens on another thread, without that lock:
+//!
+//! 1. [`Container::plan_ahead`] (under the lock) names extents worth loading: inside the
+//!    file, nothing known about them in memory (so nothing of them is dirty or being
+//!    written out), and an [`AheadPlan`] remembers the container instance and its change
+//!    counter (`epoch`).
+//! 2. [`AheadPlan::fetch`] (no lock, any [`Storage`] open on the same backing file) reads
+//!    both halves, verifies and decodes the current copy: [`Fetched`].
+//! 3. [`Container::install`] (under the lock) caches it only when the container is the
+//!    same instance, its epoch has not moved, and the extent is still unknown. Every change
+//!    of an extent's bytes or halves (a write, a truncate, a punch, a property change) moves
+//!    the epoch or gives the extent an entry first, so bytes fetched before a change are
+//!    never installed after it.
+//!
+//! A read-ahead is only a hint: a hole, a damaged copy or an I/O error installs nothing,
+//! and the reader then loads the extent itself, with the checksum errors counted and logged
+//! by the one request that answers for them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::cache::{probe_halves, Probed};
+use super::state::{DiskState, Mode};
+use super::Container;
+use crate::encode::decode_payload;
+use crate::storage::Storage;
+use crate::Result;
+
+/// Gives each container in memory its own number, so a plan made on one is never installed
+/// into another opened later on the same file (their epochs both start at 0).
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn next_instance() -> u64 {
+    INSTANCES.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An extent to load ahead, and the state of the container it was planned on.
+#[derive(Clone, Debug)]
+pub struct AheadPlan {
+    instance: u64,
+    epoch: u64,
+    shift: u8,
+    idx: u64,
+    /// Bytes of the extent inside the file (the rest reads as zeros).
+    valid: usize,
+}
+
+/// A verified, decoded copy, ready for [`Container::install`].
+#[derive(Debug)]
+pub struct Fetched {
+    plan: AheadPlan,
+    state: DiskState,
+    data: Box<[u8]>,
+}
+
+impl AheadPlan {
+    /// The bytes of the file the extent holds: `[start, end)`.
+    pub fn range(&self) -> (u64, u64) {
+        (self.idx << self.shift, (self.idx + 1) << self.shift)
+    }
+
+    /// Reads, verifies and decodes the extent's current copy from `st` (the same backing
+    /// file as the container's). `None`: a hole, or a half that is damaged (left to the
+    /// reader, which reports it).
+    pub fn fetch<S: Storage>(&self, st: &S) -> Result<Option<Fetched>> {
+        let Probed { state, copy, damage } = probe_halves(st, self.shift, self.idx)?;
+        let Some((h, payload)) = copy.filter(|_| damage.is_empty()) else {
+            return Ok(None);
+        };
+        let mut data = vec![0u8; 1 << self.shift].into_boxed_slice();
+        if decode_payload(&h, &payload, &mut data).is_err() {
+            return Ok(None);
+        }
+        data[self.valid..].fill(0);
+        Ok(Some(Fetched {
+            plan: self.clone(),
+            state,
+            data,
+        }))
+    }
+}
+
+impl<S: Storage> Container<S> {
+    /// The extents starting in `[from, to)` (bytes) that a sequential reader will want
+    /// next and that are not in memory (see the module's documentation). Empty for a plain
+    /// file, a packed or inline one (its one extent comes with its superblock or pack), and
+    /// past the end.
+    pub fn plan_ahead(&self, from: u64, to: u64) -> Vec<AheadPlan> {
+        let Mode::Packed(p) = &self.mode else {
+            return Vec::new();
+        };
+        if p.sb_inline || p.loc.is_some() || p.loc_unloaded || p.loc_pending.is_some() {
+            return Vec::new();
+        }
+        let first = from.div_ceil(1 << p.shift);
+        let end = to.div_ceil(1 << p.shift).min(p.extent_count());
+        (first..end)
+            .filter(|&idx| !p.exts.contains_key(&idx) && !p.is_stale(idx))
+            .map(|idx| AheadPlan {
+                instance: p.instance,
+                epoch: p.epoch,
+                shift: p.shift,
+                idx,
+                valid: p.logical_len(idx),
+            })
+            .collect()
+    }
+
+    /// Lets the extent cache hold `bytes` more, for the extents a reader is read ahead by
+    /// (they must not push out each other before the reader gets to them).
+    pub fn reserve_ahead(&mut self, bytes: u64) {
+        if let Mode::Packed(p) = &mut self.mode {
+            p.cache_extents = super::cache::CACHE_EXTENTS + bytes.div_ceil(1 << p.shift) as usize;
+        }
+    }
+
+    /// Caches an extent fetched ahead, if nothing changed since it was planned; true when
+    /// it was installed. The cache keeps its budget (the least recently used clean extent
+    /// goes).
+    pub fn install(&mut self, f: Fetched) -> bool {
+        let Mode::Packed(p) = &mut self.mode else {
+            return false;
+        };
+        let plan = &f.plan;
+        let current = plan.instance == p.instance
+            && plan.epoch == p.epoch
+            && plan.shift == p.shift
+            && !p.exts.contains_key(&plan.idx)
+            && plan.valid == p.logical_len(plan.idx);
+        p.stats.ahead(current);
+        if !current {
+            return false;
+        }
+        let clock = p.tick();
+        let e = p.exts.entry(plan.idx).or_default();
+        e.data = Some(f.data);
+        e.disk = Some(f.state);
+        e.last_use = clock;
+        p.trim_cache();
+        true
+    }
+}
