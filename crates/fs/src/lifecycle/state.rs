@@ -80,7 +80,9 @@
 //! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`
 //! is never called with `open` held (drop it first, as `lifecycle::commit` does). The fd
 //! cache's queue and `Files::idle` look at another inode's `open` only with `try_lock`.
-//! The group commit's queue lock is held alone.
+//! The group commit's queue lock is held alone. The read-ahead queue is sent to with `open`
+//! held (never blocking: a full queue drops the plan); its workers take `open` alone, after
+//! their read, and a READ waiting for one releases `open` while it waits.
 
 use std::io;
 use std::sync::Mutex;
