@@ -332,3 +332,79 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
     assert_eq!(fs::read(mnt.join("new")).unwrap(), b"after");
     umount(&mnt);
 }
+
+/// A user who may not open /dev/fuse is told so, and what to do — not a bare "Permission
+/// denied (os error 13)". The device is hidden from the user `tests` in a mount namespace
+/// of the test's own (a root-only file bound over it), so the host's stays as it is.
+#[test]
+fn a_mount_without_access_to_dev_fuse_says_so_and_what_to_do() {
+    common::require_root("binds a file over /dev/fuse in a namespace of its own");
+    require_fuse();
+    let dir = scratch("no-dev-fuse");
+    for d in ["backing", "mnt"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    common::open_to_others(&dir);
+    let blocker = dir.join("not-fuse");
+    fs::write(&blocker, b"").unwrap();
+    let script = format!(
+        "mount --bind {} /dev/fuse && exec setpriv --reuid=tests --regid=tests --clear-groups -- {} mount {} {}",
+        blocker.display(),
+        env!("CARGO_BIN_EXE_squeezefs"),
+        dir.join("backing").display(),
+        dir.join("mnt").display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted without /dev/fuse: {err}");
+    assert!(!is_mounted(&dir.join("mnt")));
+    for want in [
+        "/dev/fuse: permission denied for uid",
+        "chmod 0666 /dev/fuse",
+        "--device /dev/fuse",
+    ] {
+        assert!(err.contains(want), "the message does not say {want:?}: {err}");
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An unmount that worked — by `fusermount3 -u` or by SIGTERM — logs nothing above INFO:
+/// fuser's own second unmount attempt ("Failed to umount filesystem: Invalid argument")
+/// is not a warning for the user.
+#[test]
+fn an_unmount_that_worked_logs_nothing_alarming() {
+    for by_signal in [false, true] {
+        let dir = scratch("quiet-unmount");
+        let mut m = common::Mount::new(&dir, "");
+        fs::write(m.path("f"), b"data").unwrap();
+        if by_signal {
+            let pid = m.child.as_ref().unwrap().id();
+            assert!(Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success());
+            let st = m.child.take().unwrap().wait().unwrap();
+            assert!(st.success(), "daemon exited with {st}");
+        } else {
+            m.unmount();
+        }
+        let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
+        let alarming: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        assert!(alarming.is_empty(), "by_signal {by_signal}: {alarming:?}");
+        assert!(
+            log.contains("every file written out"),
+            "by_signal {by_signal}: {log}"
+        );
+        let m = common::Mount::new(&dir, "");
+        assert_eq!(fs::read(m.path("f")).unwrap(), b"data", "by_signal {by_signal}");
+        m.unmount();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

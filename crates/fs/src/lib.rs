@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 mod creds;
+mod devfuse;
 mod inode;
 mod lifecycle;
 pub mod lock;
@@ -342,6 +343,12 @@ pub fn mount(
     after_unmount: impl FnOnce(&Path),
 ) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
+    devfuse::check()?;
+    // SIGINT/SIGTERM unmount cleanly, so dirty data is written: blocked here, before this
+    // function starts any thread (a thread inherits the mask it is started with, and a
+    // signal for the process goes to any thread that does not block it — whose default
+    // action then ends the process with files unwritten), and waited for below.
+    let wait_for_signal = sys::block_termination_signals();
     // One daemon per backing directory; held until this function returns. A daemon just
     // unmounted may still be writing its last files out (on a loaded machine, seconds):
     // wait for it, as long as it serves no mount.
@@ -391,8 +398,6 @@ pub fn mount(
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
     let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
-    // SIGINT/SIGTERM unmount cleanly, so dirty data is written.
-    let wait_for_signal = sys::block_termination_signals();
     std::thread::spawn(move || {
         let sig = wait_for_signal();
         log::info!("signal {sig}: unmounting");
@@ -403,6 +408,7 @@ pub fn mount(
     ready();
     // `run` returns once the filesystem is destroyed (every file written out and synced).
     session.run()?;
+    log::info!("unmounted {}: every file written out", mountpoint.display());
     after_unmount(&backing);
     Ok(())
 }
