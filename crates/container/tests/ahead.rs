@@ -184,11 +184,76 @@ fn a_damaged_copy_is_left_to_the_reader_and_small_or_plain_files_plan_nothing() 
     assert!(c.read(2 * EXT, 10).is_err(), "the reader reports the damage");
     assert!(opts.stats.snapshot().checksum_errors > 0);
 
-    // A small (inline) file and a plain one: nothing to plan.
+    // A small (inline) file and a plain one (no container magic): nothing to plan.
     let small = MemDisk::new();
     let mut c = Container::open(small.clone(), &opts).unwrap();
     c.write(0, b"hello").unwrap();
     c.fsync().unwrap();
     let c = Container::open(small, &opts).unwrap();
     assert!(c.plan_ahead(0, 1 << 20).is_empty());
+    let plain = MemDisk::new();
+    plain.write_at(&bytes(5, 3), 0).unwrap();
+    let c = Container::open(plain, &opts).unwrap();
+    assert!(c.is_plain());
+    assert!(c.plan_ahead(0, 1 << 20).is_empty());
+}
+
+#[test]
+fn an_extent_the_reader_loaded_first_is_not_installed_again() {
+    let disk = MemDisk::new();
+    let opts = options();
+    let mut c = file(&disk, &opts);
+    let f = fetch_ahead(&c, &disk);
+    // The READ got to extent 3 before the worker's install, and wrote to extent 4.
+    assert_eq!(
+        c.read(3 * EXT, 10).unwrap(),
+        bytes(1, 6)[3 * EXT as usize..][..10]
+    );
+    c.write(4 * EXT, b"new").unwrap();
+    assert_eq!(install_all(&mut c, f), 0, "the write moved the epoch");
+    let mut want = bytes(1, 6);
+    want[4 * EXT as usize..][..3].copy_from_slice(b"new");
+    assert!(c.read(0, want.len()).unwrap() == want);
+    // Without a write, only the extent already loaded is refused.
+    let disk = MemDisk::new();
+    let mut c = file(&disk, &opts);
+    let f = fetch_ahead(&c, &disk);
+    c.read(3 * EXT, 10).unwrap();
+    assert_eq!(install_all(&mut c, f), 3);
+}
+
+/// A write-out that moves a file into a pack changes no epoch; an extent fetched from its
+/// backing file before must not come back over the packed file (a later partial write would
+/// then be lost when its bytes are loaded from the pack).
+#[test]
+fn a_file_moved_into_a_pack_meanwhile_gets_nothing_installed() {
+    use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let opts = Options {
+        packs: Some(Arc::new(Packs::new(Box::new(dir), true, DEFAULT_CACHE).unwrap())),
+        ..options()
+    };
+    // Two extents stay a container.
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    c.write(0, &bytes(1, 2)).unwrap();
+    c.fsync().unwrap();
+    drop(c);
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    // Cut to one extent: the next write-back moves it into a pack.
+    c.set_size(EXT).unwrap();
+    let plans = c.plan_ahead(0, EXT);
+    assert_eq!(plans.len(), 1);
+    let fetched: Vec<Fetched> = plans.iter().filter_map(|p| p.fetch(&disk).unwrap()).collect();
+    assert_eq!(fetched.len(), 1);
+    close(&mut c);
+    assert!(c.plan_ahead(0, EXT).is_empty(), "the file was not packed");
+    assert_eq!(install_all(&mut c, fetched), 0, "installed over a packed file");
+    c.write(20, b"xyz").unwrap();
+    close(&mut c);
+    let mut want = bytes(1, 1);
+    want[20..23].copy_from_slice(b"xyz");
+    assert!(c.read(0, want.len() + 1).unwrap() == want);
+    let mut c = Container::open(disk, &opts).unwrap();
+    assert!(c.read(0, want.len() + 1).unwrap() == want, "after a reopen");
 }

@@ -1,44 +1,48 @@
 //! Read-ahead in the daemon, for sequential readers of large files.
 //!
-//! Why: the kernel reads a FUSE file ahead by at most 128 KiB (the read-ahead of a FUSE
-//! mount's device, whatever `max_readahead` the daemon asks), so a `cat` of a large file
-//! arrives as one READ of one extent at a time. Served alone, each READ waits for the backing
-//! file — the two halves of an extent slot put its copies 264 KiB apart, so the backing
-//! filesystem's own read-ahead never sees a sequential stream — and then decompresses, under
-//! the file's lock, while the other core idles. Profiled on a cold 1.36 GB file: the daemon
-//! spent 1.6 s of 3.1 s waiting for the disk.
+//! Why: the kernel reads a FUSE file ahead by 128 KiB (a FUSE mount's device gets the
+//! default read-ahead; `max_readahead` can only lower it, and raising the device's
+//! `read_ahead_kb` as root gained 10 %), so a `cat` of a large file arrives as one READ of
+//! one extent at a time. Served alone, each READ waits for the backing file — the two halves
+//! of an extent slot put its copies 264 KiB apart, so the backing filesystem's own
+//! read-ahead never sees a stream — and then decompresses, under the file's lock, while the
+//! other core idles. docs/BENCHMARKS.md ("Large files") has the profile and the figures.
 //!
 //! What: each open file keeps a [`Stream`] (where its last read ended). When a READ
 //! continues the previous one, the extents of the next [`AHEAD_BYTES`] not in memory are
 //! planned under the file's lock ([`Container::plan_ahead`]) and handed to [`AHEAD_WORKERS`]
-//! threads, which read and decode them without that lock, on a file descriptor of their own,
-//! and cache them if the file did not change meanwhile ([`Container::install`]). A READ
-//! that finds its extent cached only copies it.
+//! threads, which read and decode them without that lock, on a descriptor of the backing
+//! file shared by the jobs of one plan (closed with the last of them), and cache them if the
+//! file did not change meanwhile ([`Container::install`]). A READ that finds its extent
+//! cached only copies it; one whose extent is in a worker's hands waits for it.
 //!
-//! A read-ahead is a hint: when the queue is full the plan is dropped, and any failure
-//! leaves the extent to the READ, which reports it. The statistics file counts extents
-//! loaded by their reader and ahead (`reads`).
+//! A read-ahead is a hint: when the queue is full the rest of a plan is dropped, and any
+//! failure leaves the extent to the READ, which reports it. The statistics file counts
+//! extents loaded by their reader and ahead (`reads`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
-use squeezefs_container::{AheadPlan, Container, FileStorage};
+use squeezefs_container::{AheadPlan, FileStorage};
 
 use crate::inode::Inode;
 use crate::lifecycle::state::OpenFile;
 
 /// How far ahead of a sequential reader extents are loaded: eight 128 KiB extents (the
-/// file's extent cache grows by as much while it is read ahead). Cold read of a 1.36 GB
-/// file, 4 workers: 512 KiB 1.60 s, 1 MiB 1.41 s, 2 MiB 1.45 s.
+/// file's extent cache grows by as much while it is read ahead).
 pub const AHEAD_BYTES: u64 = 1 << 20;
 /// Threads that load extents ahead. Most of a load is waiting for the backing file, so more
-/// threads than cores pay: cold read of a 1.36 GB file on 2 cores, 1 MiB ahead: 2 workers
-/// 2.15 s, 4 1.41 s, 6 1.35 s, 8 1.39 s (no read-ahead: 3.35 s).
+/// threads than cores pay (docs/BENCHMARKS.md has the table this was chosen from).
 pub const AHEAD_WORKERS: usize = 4;
 /// Extents waiting for a worker, beyond which plans are dropped.
 const QUEUE: usize = 64;
+/// Extents one READ plans at most (with small extents, 1 MiB would be up to 256 of them:
+/// one file must not fill the queue all others share).
+const PLAN_MAX: usize = QUEUE / AHEAD_WORKERS;
+/// The longest a READ waits for extents loaded ahead before loading them itself.
+const WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Where an open file's reader is (per [`OpenFile`]).
 #[derive(Debug, Default)]
@@ -47,8 +51,10 @@ pub struct Stream {
     next: u64,
     /// Byte offset up to which extents were planned.
     planned_to: u64,
-    /// A descriptor of the backing file for the workers (made at the first plan).
-    reader: Option<Arc<FileStorage>>,
+    /// The extent cache was grown for this stream ([`Container::reserve_ahead`]).
+    reserved: bool,
+    /// The descriptor its jobs in flight share (gone with the last of them).
+    reader: Weak<FileStorage>,
     /// Extents queued or being loaded: the job's number and the bytes the extent holds.
     in_flight: Vec<(u64, u64, u64)>,
 }
@@ -56,8 +62,9 @@ pub struct Stream {
 impl Stream {
     /// Records a READ of `len` bytes at `off`. When it continues the stream (the kernel may
     /// answer two READs of one stream out of order: a gap of up to two READs counts),
-    /// returns the byte range whose extents to plan; a jump resets the stream.
-    pub fn advance(&mut self, off: u64, len: u64) -> Option<(u64, u64)> {
+    /// returns the byte range whose extents to plan; a jump starts a new stream (what is
+    /// in flight stays marked: a READ still waits for it rather than loading it twice).
+    fn advance(&mut self, off: u64, len: u64) -> Option<(u64, u64)> {
         let end = off.saturating_add(len);
         let slack = 2 * len.max(128 << 10);
         if off.abs_diff(self.next) > slack || len == 0 {
@@ -68,45 +75,74 @@ impl Stream {
         self.next = self.next.max(end);
         let to = self.next.saturating_add(AHEAD_BYTES);
         let from = self.next.max(self.planned_to);
-        if from >= to {
-            return None;
-        }
-        self.planned_to = to;
-        Some((from, to))
+        (from < to).then_some((from, to))
     }
 
     /// Whether an extent holding some of `[off, end)` is being loaded ahead.
     fn in_flight(&self, off: u64, end: u64) -> bool {
         self.in_flight.iter().any(|&(_, a, b)| a < end && off < b)
     }
+}
 
-    /// The workers' descriptor of `c`'s backing file (`None`: none could be made, e.g. at
-    /// the open-file limit; then there is no read-ahead).
-    fn reader(&mut self, c: &mut Container<FileStorage>) -> Option<Arc<FileStorage>> {
-        if self.reader.is_none() {
-            let file = c.storage().file().try_clone().ok()?;
-            c.reserve_ahead(AHEAD_BYTES);
-            self.reader = Some(Arc::new(FileStorage::new(file)));
-        }
-        self.reader.clone()
+/// A reader closed its handle: the file's extent cache goes back to its usual budget (a
+/// kept file holds no more than any other).
+pub fn finish(of: &mut OpenFile) {
+    if std::mem::take(&mut of.stream.reserved) {
+        of.container.reserve_ahead(0);
     }
+    of.stream.next = 0;
+    of.stream.planned_to = 0;
 }
 
 /// Numbers the jobs, so a worker only ever clears its own mark (the file's state may have
 /// been closed and opened again meanwhile).
 static JOBS: AtomicU64 = AtomicU64::new(1);
 
+/// One extent to load ahead. However it ends — installed, failed, dropped with the queue,
+/// or its worker panicking — its mark is cleared and waiting READs are woken (`Drop`).
 struct Job {
     id: u64,
     inode: Arc<Inode>,
     reader: Arc<FileStorage>,
     plan: AheadPlan,
+    /// Its mark is to be cleared at drop (false while the caller of `after_read`, holding
+    /// the file's lock, still has it).
+    armed: bool,
+}
+
+impl Job {
+    /// Loads the extent without the file's lock, then installs it under the lock.
+    fn run(&self) {
+        let fetched = self.plan.fetch(&*self.reader);
+        if let Ok(Some(f)) = fetched {
+            let mut open = self.inode.file.open.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(of) = open.as_mut() {
+                of.container.install(f);
+            }
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut open = self.inode.file.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(of) = open.as_mut() {
+            of.stream.in_flight.retain(|&(id, _, _)| id != self.id);
+        }
+        drop(open);
+        self.inode.file.fetched.notify_all();
+    }
 }
 
 /// The read-ahead workers and their queue.
 pub struct ReadAhead {
     tx: SyncSender<Job>,
     rx: Mutex<Option<Receiver<Job>>>,
+    /// The workers run: until then (unit tests without a mount) nothing is planned.
+    started: AtomicBool,
 }
 
 impl Default for ReadAhead {
@@ -115,12 +151,13 @@ impl Default for ReadAhead {
         ReadAhead {
             tx,
             rx: Mutex::new(Some(rx)),
+            started: AtomicBool::new(false),
         }
     }
 }
 
 impl ReadAhead {
-    /// Starts the workers (once; they end with the daemon).
+    /// Starts the workers (once; they end with the daemon). Until then nothing is planned.
     pub fn start(&self) -> std::io::Result<()> {
         let Some(rx) = self.rx.lock().unwrap().take() else {
             return Ok(());
@@ -132,51 +169,82 @@ impl ReadAhead {
                 .name(format!("squeezefs-ahead-{i}"))
                 .spawn(move || loop {
                     // The queue's lock is held only to take a job.
-                    let job = rx.lock().unwrap().recv();
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     match job {
-                        Ok(job) => run(job),
+                        // A panic (a decoder's) ends this job, not the worker: the job's
+                        // mark is cleared by its drop either way.
+                        Ok(job) => {
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
+                        }
                         Err(_) => return,
                     }
                 })?;
         }
+        self.started.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// After a READ of `len` bytes at `off` on `inode` (whose state is `open`, locked by
-    /// the caller): plans and queues the extents a sequential reader wants next.
+    /// After a READ of `len` bytes at `off` on `inode` (whose state is `of`, locked by the
+    /// caller): plans and queues the extents a sequential reader wants next.
     pub fn after_read(&self, inode: &Arc<Inode>, of: &mut OpenFile, off: u64, len: usize) {
+        if !self.started.load(Ordering::Acquire) {
+            return;
+        }
         let Some((from, to)) = of.stream.advance(off, len as u64) else {
             return;
         };
-        let plans = of.container.plan_ahead(from, to);
+        let mut plans = of.container.plan_ahead(from, to);
+        plans.truncate(PLAN_MAX);
+        of.stream.planned_to = match plans.last() {
+            Some(p) if plans.len() == PLAN_MAX => p.range().1,
+            _ => to,
+        };
         if plans.is_empty() {
             return;
         }
-        let Some(reader) = of.stream.reader(&mut of.container) else {
-            return;
+        // One descriptor for the jobs in flight of a file, closed with the last of them:
+        // none is kept for a file not being read ahead. None to be had (the open-file
+        // limit): no read-ahead.
+        let reader = match of.stream.reader.upgrade() {
+            Some(r) => r,
+            None => {
+                let Ok(file) = of.container.storage().file().try_clone() else {
+                    return;
+                };
+                let r = Arc::new(FileStorage::new(file));
+                of.stream.reader = Arc::downgrade(&r);
+                r
+            }
         };
+        if !of.stream.reserved {
+            of.container.reserve_ahead(AHEAD_BYTES);
+            of.stream.reserved = true;
+        }
         for plan in plans {
             let id = JOBS.fetch_add(1, Ordering::Relaxed);
             let (a, b) = plan.range();
+            of.stream.in_flight.push((id, a, b));
             let job = Job {
                 id,
                 inode: inode.clone(),
                 reader: reader.clone(),
                 plan,
+                armed: true,
             };
-            match self.tx.try_send(job) {
-                Ok(()) => of.stream.in_flight.push((id, a, b)),
-                // Busy: the READ loads the extent itself. Workers gone (never started, as in
-                // unit tests): the same.
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => return,
+            if let Err(e) = self.tx.try_send(job) {
+                // Busy: the READs load the rest themselves. The caller holds the file's
+                // lock, which an armed job's drop takes: its mark is cleared here instead.
+                let (TrySendError::Full(mut job) | TrySendError::Disconnected(mut job)) = e;
+                job.armed = false;
+                of.stream.in_flight.retain(|&(i, _, _)| i != id);
+                return;
             }
         }
     }
 
     /// Before a READ of `[off, off + len)`: waits, with the file's lock `open` released
     /// meanwhile, until no extent it needs is being loaded ahead (so the READ copies it
-    /// rather than loading it a second time). A worker always clears its mark; the bound
-    /// only caps a wait on a backing file that stopped answering.
+    /// rather than loading it a second time), [`WAIT_MAX`] at most.
     pub fn wait_for<'a>(
         &self,
         inode: &'a Inode,
@@ -185,31 +253,13 @@ impl ReadAhead {
         len: usize,
     ) -> MutexGuard<'a, Option<OpenFile>> {
         let end = off.saturating_add(len as u64);
+        let deadline = Instant::now() + WAIT_MAX;
         while open.as_ref().is_some_and(|of| of.stream.in_flight(off, end)) {
-            let (guard, timeout) = inode.file.fetched.wait_timeout(open, WAIT_MAX).unwrap();
-            open = guard;
-            if timeout.timed_out() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
-            }
+            };
+            open = inode.file.fetched.wait_timeout(open, left).unwrap().0;
         }
         open
     }
-}
-
-/// The longest a READ waits for an extent loaded ahead before loading it itself.
-const WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// Loads one planned extent without the file's lock, then, under it, installs it and clears
-/// its mark (whatever happened), and wakes the READs waiting for it.
-fn run(job: Job) {
-    let fetched = job.plan.fetch(&*job.reader);
-    let mut open = job.inode.file.open.lock().unwrap();
-    if let Some(of) = open.as_mut() {
-        of.stream.in_flight.retain(|&(id, _, _)| id != job.id);
-        if let Ok(Some(f)) = fetched {
-            of.container.install(f);
-        }
-    }
-    drop(open);
-    job.inode.file.fetched.notify_all();
 }

@@ -11,10 +11,12 @@
 //! 2. [`AheadPlan::fetch`] (no lock, any [`Storage`] open on the same backing file) reads
 //!    both halves, verifies and decodes the current copy: [`Fetched`].
 //! 3. [`Container::install`] (under the lock) caches it only when the container is the
-//!    same instance, its epoch has not moved, and the extent is still unknown. Every change
-//!    of an extent's bytes or halves (a write, a truncate, a punch, a property change) moves
-//!    the epoch or gives the extent an entry first, so bytes fetched before a change are
-//!    never installed after it.
+//!    same instance, its epoch has not moved, and the extent may still be loaded ahead
+//!    (`Packed::wants_ahead`, the test the plan passed). Every change of an extent's bytes
+//!    (a write, a truncate, a punch, a property change) moves the epoch or gives the extent
+//!    an entry first; a write-out changes only extents with entries, and the one that moves
+//!    a file into a pack (no change of epoch) makes `wants_ahead` false. So bytes fetched
+//!    before a change are never installed after it.
 //!
 //! A read-ahead is only a hint: a hole, a damaged copy or an I/O error installs nothing,
 //! and the reader then loads the extent itself, with the checksum errors counted and logged
@@ -23,7 +25,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cache::{probe_halves, Probed};
-use super::state::{DiskState, Mode};
+use super::state::{DiskState, Mode, Packed};
 use super::Container;
 use crate::encode::decode_payload;
 use crate::storage::Storage;
@@ -83,6 +85,19 @@ impl AheadPlan {
     }
 }
 
+impl Packed {
+    /// Whether extent `idx` may be loaded ahead now — when planned, and again when
+    /// installed: inside the file, held by the backing file's own halves (not a pack, an
+    /// inline superblock or a stale range: `flush_packed` moves a file into a pack without
+    /// a change of epoch), and nothing of it in memory (nothing dirty, nothing being written
+    /// out, not loaded by a READ meanwhile).
+    fn wants_ahead(&self, idx: u64) -> bool {
+        let own_halves =
+            !self.sb_inline && self.loc.is_none() && !self.loc_unloaded && self.loc_pending.is_none();
+        own_halves && idx < self.extent_count() && !self.exts.contains_key(&idx) && !self.is_stale(idx)
+    }
+}
+
 impl<S: Storage> Container<S> {
     /// The extents starting in `[from, to)` (bytes) that a sequential reader will want
     /// next and that are not in memory (see the module's documentation). Empty for a plain
@@ -92,13 +107,10 @@ impl<S: Storage> Container<S> {
         let Mode::Packed(p) = &self.mode else {
             return Vec::new();
         };
-        if p.sb_inline || p.loc.is_some() || p.loc_unloaded || p.loc_pending.is_some() {
-            return Vec::new();
-        }
         let first = from.div_ceil(1 << p.shift);
         let end = to.div_ceil(1 << p.shift).min(p.extent_count());
         (first..end)
-            .filter(|&idx| !p.exts.contains_key(&idx) && !p.is_stale(idx))
+            .filter(|&idx| p.wants_ahead(idx))
             .map(|idx| AheadPlan {
                 instance: p.instance,
                 epoch: p.epoch,
@@ -110,10 +122,12 @@ impl<S: Storage> Container<S> {
     }
 
     /// Lets the extent cache hold `bytes` more, for the extents a reader is read ahead by
-    /// (they must not push out each other before the reader gets to them).
+    /// (they must not push out each other before the reader gets to them); 0 goes back to
+    /// the usual budget, trimming now.
     pub fn reserve_ahead(&mut self, bytes: u64) {
         if let Mode::Packed(p) = &mut self.mode {
             p.cache_extents = super::cache::CACHE_EXTENTS + bytes.div_ceil(1 << p.shift) as usize;
+            p.trim_cache();
         }
     }
 
@@ -128,8 +142,8 @@ impl<S: Storage> Container<S> {
         let current = plan.instance == p.instance
             && plan.epoch == p.epoch
             && plan.shift == p.shift
-            && !p.exts.contains_key(&plan.idx)
-            && plan.valid == p.logical_len(plan.idx);
+            && plan.valid == p.logical_len(plan.idx)
+            && p.wants_ahead(plan.idx);
         p.stats.ahead(current);
         if !current {
             return false;

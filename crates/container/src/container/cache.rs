@@ -11,8 +11,8 @@ use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, T
 use crate::storage::Storage;
 use crate::{Error, Result};
 
-/// Clean decompressed extents kept per open file (more while it is read ahead:
-/// [`Container::reserve_ahead`]).
+/// Clean decompressed extents kept per open file (more while a reader is read ahead:
+/// [`Container::reserve_ahead`], until its handle closes).
 pub(super) const CACHE_EXTENTS: usize = 8;
 
 /// What reading both halves of an extent found: its disk state, the verified copy to use

@@ -22,7 +22,7 @@ use log::{error, warn};
 use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 
 use crate::inode::{Inode, Inodes};
-use crate::readahead::ReadAhead;
+use crate::readahead::{self, ReadAhead};
 use crate::sys;
 use commit::{Committer, Ticketed};
 use state::{OpenFile, Times};
@@ -141,7 +141,8 @@ impl Files {
     /// Sizes the commit batch to the open-file limit (a queued file holds one fd).
     /// Also the kept containers: each holds two fds too. Under a limit of 256: 64 cached
     /// inode fds (`Inodes::fit_fd_cache`), two commit batches of 16 files (64 fds) and 16
-    /// kept containers (32 fds) leave room for packs, the log and `/dev/fuse`.
+    /// kept containers (32 fds) leave room for packs, the log, `/dev/fuse` and the
+    /// read-ahead (one fd per file whose extents are being loaded ahead).
     pub fn fit_fd_limit(&self, limit: u64) {
         self.committer.fit_fd_limit(limit);
         self.idle.max.store(
@@ -402,6 +403,9 @@ impl Files {
     /// The close of a handle [`Files::open_lazy`] made.
     pub fn release_lazy(&self, inode: &Arc<Inode>) {
         inode.file.lazy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+            readahead::finish(of);
+        }
     }
 
     /// A read: through the file's state, or, with none (a lazy handle's first READ, rule

@@ -8,17 +8,17 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use super::attrs::SetAttr;
 use super::open_create::FH_LAZY;
 use super::reply::{self, Xattr};
 use super::virtual_file::{is_stats_name, route, Node};
-use super::{readdir, SqueezeFs, TTL};
+use super::{flags, readdir, SqueezeFs, TTL};
 use crate::requests::Kind;
 
 impl Filesystem for SqueezeFs {
@@ -346,6 +346,25 @@ impl Filesystem for SqueezeFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         reply::empty(reply, self.do_removexattr(ino, name))
+    }
+
+    #[allow(clippy::too_many_arguments)] // fuser's signature
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let r = match route(ino) {
+            Node::Stats => Err(Errno::ENOTTY),
+            Node::Backing(ino) => flags::Ioctl::parse(cmd, in_data).and_then(|op| self.do_ioctl(ino, op)),
+        };
+        reply::ioctl(reply, r)
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

@@ -22,6 +22,7 @@ mod allocate_seek;
 mod attrs;
 mod dir_ops;
 mod dispatch;
+mod flags;
 mod names;
 mod open_create;
 mod properties;

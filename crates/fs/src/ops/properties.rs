@@ -87,6 +87,18 @@ impl SqueezeFs {
             Some(Ok(v)) => Some(v),
             None => None,
         };
+        self.set_prop_value(inode, p, v, flags)
+    }
+
+    /// [`SqueezeFs::set_prop`] with the value parsed (`None`: remove it).
+    pub(super) fn set_prop_value(
+        &self,
+        inode: &Arc<Inode>,
+        p: Prop,
+        v: Option<Value>,
+        flags: i32,
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
         if !inode.is_dir && !inode.is_reg {
             // Like user.* xattrs on the host: not on symlinks and special files.
             return Err(Errno::EPERM);

@@ -68,6 +68,13 @@ pub(super) fn data(reply: ReplyData, r: Result<Vec<u8>, Errno>) {
     }
 }
 
+pub(super) fn ioctl(reply: fuser::ReplyIoctl, r: Result<Vec<u8>, Errno>) {
+    match r {
+        Ok(d) => reply.ioctl(0, &d),
+        Err(e) => reply.error(e),
+    }
+}
+
 pub(super) fn opened(reply: ReplyOpen, r: Result<(u64, FopenFlags), Errno>) {
     match r {
         Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
