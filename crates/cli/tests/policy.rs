@@ -418,3 +418,78 @@ fn the_live_stats_file_is_hidden_read_only_and_current() {
     let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
     assert!(log.contains("f0") && log.contains("extent 1"), "{log}");
 }
+
+/// `chattr +c` / `+m` / `lsattr`, as a user on their own mount: `c` gives the file (or
+/// directory) the mount's codec as its compression property, `m` the property `none`,
+/// clearing the flag removes it, a directory's flag is inherited by files made in it, and any
+/// other flag is refused (EOPNOTSUPP), never dropped in silence.
+#[test]
+fn chattr_c_and_m_set_the_compression_property_and_lsattr_shows_them() {
+    let dir = scratch("chattr");
+    common::open_to_others(&dir);
+    let m = Mount::as_user(&dir, "compress=zstd:1", "tests");
+    let run = |cmd: String| {
+        let out = common::as_tests(&["sh", "-c", &cmd]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (f, d) = (
+        m.path("f").display().to_string(),
+        m.path("d").display().to_string(),
+    );
+    let flags = |p: &str| {
+        let (ok, out) = run(format!("lsattr -d {p}"));
+        assert!(ok, "lsattr {p}: {out}");
+        out.split_whitespace().next().unwrap_or_default().to_string()
+    };
+    let prop = |p: &str| {
+        let (ok, out) = run(format!(
+            "getfattr --absolute-names --only-values -n user.squeezefs.compression {p}"
+        ));
+        ok.then(|| out.trim().to_string())
+    };
+    assert!(run(format!("echo hello > {f} && mkdir {d}")).0);
+    assert!(!flags(&f).contains(['c', 'm']), "{}", flags(&f));
+    assert_eq!(prop(&f), None);
+
+    let (ok, out) = run(format!("chattr +c {f}"));
+    assert!(ok, "chattr +c: {out}");
+    assert!(flags(&f).contains('c'), "{}", flags(&f));
+    assert_eq!(prop(&f).as_deref(), Some("zstd:1"));
+    // c and m together are refused, as btrfs does; m alone replaces c.
+    assert!(!run(format!("chattr +m {f}")).0, "c and m together");
+    let (ok, out) = run(format!("chattr -c +m {f}"));
+    assert!(ok, "chattr -c +m: {out}");
+    assert!(
+        flags(&f).contains('m') && !flags(&f).contains('c'),
+        "{}",
+        flags(&f)
+    );
+    assert_eq!(prop(&f).as_deref(), Some("none"));
+    assert!(run(format!("chattr -m {f}")).0);
+    assert!(!flags(&f).contains(['c', 'm']), "{}", flags(&f));
+    assert_eq!(prop(&f), None);
+
+    // A directory's flag is inherited like its property.
+    assert!(run(format!("chattr +c {d}")).0);
+    assert!(flags(&d).contains('c'));
+    assert!(run(format!("echo new > {d}/g")).0);
+    assert!(flags(&format!("{d}/g")).contains('c'));
+    assert_eq!(prop(&format!("{d}/g")).as_deref(), Some("zstd:1"));
+
+    // Flags squeezefs does not keep: refused, and nothing changes.
+    for other in ["+A", "+d", "+S"] {
+        let (ok, out) = run(format!("chattr {other} {f}"));
+        assert!(
+            !ok && out.contains("Operation not supported"),
+            "chattr {other}: {out}"
+        );
+        assert!(!flags(&f).contains(['A', 'd', 'S']), "{}", flags(&f));
+    }
+    assert!(run(format!("cat {f}")).1.contains("hello"));
+    m.unmount();
+    common::check_clean(&dir.join("backing"), "after chattr");
+    fs::remove_dir_all(&dir).unwrap();
+}
