@@ -658,3 +658,107 @@ fn pjdfstest_posix_suite() {
     m.unmount();
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The same without root, as users without CAP_DAC_READ_SEARCH have it (no reopening by
+/// handle): a user extracts with tar a tree of more than ten times the daemon's open-file
+/// limit, reads it all back, renames directories and removes the other name of a hard link
+/// while the kernel still knows every inode (inodes are reopened by name, `inode.rs`), and
+/// renames race with creates inside the renamed directories.
+#[test]
+fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
+    common::require_root("prepares the user `tests` and its mount (CI runs as root)");
+    const LIMIT: u64 = 256;
+    let dir = scratch("fdlimit-user");
+    common::open_to_others(&dir);
+    // The source tree and its tar, readable by the user.
+    let src = dir.join("src");
+    let content = |d: usize, f: usize| format!("dir {d} file {f}\n").repeat(1 + f % 300);
+    for d in 0..8 {
+        fs::create_dir_all(src.join(format!("tree/d{d}"))).unwrap();
+        for f in 0..400 {
+            fs::write(src.join(format!("tree/d{d}/f{f}")), content(d, f)).unwrap();
+        }
+    }
+    let tar = dir.join("tree.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&tar)
+        .arg("tree")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for p in [&src, &tar] {
+        assert!(Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(p)
+            .status()
+            .unwrap()
+            .success());
+    }
+    let m = Mount::as_user_limited(&dir, "", "tests", Some(LIMIT));
+    let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
+    assert!(
+        log.contains("reopened by name"),
+        "the test must run without file handles: {log}"
+    );
+    let mnt = m.mnt.display().to_string();
+    let sh = |script: String| {
+        let out = common::as_tests(&["sh", "-c", &script]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{script}: {text}");
+        text
+    };
+    // 3,200 files and 9 directories against 256 fds, all of them known to the kernel.
+    sh(format!(
+        "tar -C {mnt} -xf {} && diff -r {}/tree {mnt}/tree",
+        tar.display(),
+        src.display()
+    ));
+    let n = sh(format!("find {mnt}/tree -type f | wc -l"));
+    assert_eq!(n.trim(), "3200");
+    // Renames move inodes the kernel holds: they are reopened under their new names.
+    sh(format!(
+        "mv {mnt}/tree/d0 {mnt}/tree/d0x && mv {mnt}/tree/d1/f7 {mnt}/tree/d2/moved && \
+         ln {mnt}/tree/d3/f5 {mnt}/tree/d3/link && rm {mnt}/tree/d3/link && \
+         cat {mnt}/tree/d4/* {mnt}/tree/d5/* {mnt}/tree/d6/* >/dev/null && \
+         cmp {mnt}/tree/d3/f5 {src}/tree/d3/f5 && cmp {mnt}/tree/d0x/f399 {src}/tree/d0/f399 && \
+         cmp {mnt}/tree/d2/moved {src}/tree/d1/f7 && chmod 600 {mnt}/tree/d0x/f3",
+        src = src.display()
+    ));
+    // Renames racing with creates inside the renamed directories.
+    let made = sh(format!(
+        "mkdir {mnt}/a {mnt}/b; \
+         (i=0; while [ $i -lt 400 ]; do mv {mnt}/a {mnt}/t; mv {mnt}/b {mnt}/a; mv {mnt}/t {mnt}/b; i=$((i+1)); done) & \
+         n=0; i=0; while [ $i -lt 500 ]; do for d in a b; do \
+           if {{ echo x > {mnt}/$d/f$i-$d; }} 2>/dev/null; then n=$((n+1)); fi; done; i=$((i+1)); done; \
+         wait; echo $n"
+    ));
+    let made: usize = made
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|_| panic!("{made}"));
+    assert!(made > 0);
+    m.unmount();
+    let backing = dir.join("backing");
+    let inside: usize = ["a", "b", "t"]
+        .iter()
+        .filter_map(|d| fs::read_dir(backing.join(d)).ok())
+        .map(|rd| rd.count())
+        .sum();
+    assert_eq!(inside, made, "every file created landed in a renamed directory");
+    common::check_clean(&backing, "after the non-root tree");
+    let m = Mount::new(&dir, "");
+    assert_eq!(
+        fs::read_to_string(m.path("tree/d0x/f399")).unwrap(),
+        content(0, 399)
+    );
+    assert_eq!(fs::metadata(m.path("tree/d0x/f3")).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(fs::read_dir(m.path("tree/d1")).unwrap().count(), 399);
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -8,14 +8,26 @@
 //! number cannot be used as is (on another filesystem mounted inside BACKING, number 1 or
 //! numbers from [`REMAP_BASE`] up) get numbers from [`REMAP_BASE`] up instead.
 //!
-//! Each inode is reached through an `O_PATH` fd. When the daemon may open files by handle
-//! (root: CAP_DAC_READ_SEARCH), an inode keeps its kernel file handle and its fd is only
-//! cached: at most [`FD_CACHE`] such fds are held, the oldest closed first and reopened
-//! with `open_by_handle_at` when needed again (as virtiofsd does), so a tree of any size
-//! fits under the open-file limit. Otherwise (or for an inode on another filesystem
-//! mounted inside the backing directory) the fd is held for as long as the inode is known.
+//! Each inode is reached through an `O_PATH` fd, and its fd is only cached: at most
+//! [`FD_CACHE`] such fds are held (a quarter of the open-file limit when that is smaller),
+//! the oldest closed first and reopened when needed again, so a tree of any size fits under
+//! the open-file limit. How an inode is reopened:
+//! * **By handle** when the daemon may (root: CAP_DAC_READ_SEARCH): it keeps its kernel file
+//!   handle and comes back with `open_by_handle_at` (as virtiofsd does).
+//! * **By name** otherwise (path mode, as libfuse's passthrough without handles): it keeps
+//!   its parent inode and the name it was last seen under, and comes back with `openat` in
+//!   its parent's fd (reopened the same way), checked to be the same (device, inode). Every
+//!   change of names goes through this daemon (BACKING is ours alone), and the renames
+//!   update what they move under the namespace lock ([`Inodes::renamed`]), which reopening
+//!   by name takes for reading; a hard link is reopened by whichever name it was last seen
+//!   under. An inode whose name goes (unlinked, or replaced by a rename) keeps its fd
+//!   until it is forgotten, as an inode with no way back does.
+//!
+//! An inode on another filesystem mounted inside the backing directory (handles do not
+//! reach it) is reopened by name too, or keeps its fd in handle mode.
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -42,6 +54,12 @@ impl AsFd for PathFd {
 pub struct Inode {
     /// The kernel's handle, when the fd can be dropped and reopened from it.
     handle: Option<Box<[u8]>>,
+    /// Path mode: its parent and the name it was last seen under, to reopen it by name
+    /// (`None`: no way back by name — the root, or a name that went).
+    loc: Mutex<Option<(Arc<Inode>, CString)>>,
+    /// Path mode: its file handle, not to open by (that needs CAP_DAC_READ_SEARCH) but to
+    /// tell it from a new file given its backing inode number once it is gone.
+    ident: Option<Box<[u8]>>,
     fd: Mutex<Option<Arc<OwnedFd>>>,
     pub key: (u64, u64),
     pub is_dir: bool,
@@ -110,6 +128,9 @@ pub struct Inodes {
     /// Inodes whose fd is cached, oldest first.
     cached: Mutex<VecDeque<Weak<Inode>>>,
     budget: AtomicUsize,
+    /// Path mode: held for writing while a rename or unlink changes names and the inodes'
+    /// recorded names with them, for reading while an inode is reopened by name.
+    names: RwLock<()>,
 }
 
 impl Inodes {
@@ -131,6 +152,8 @@ impl Inodes {
         let root = Arc::new(root);
         let root_inode = Arc::new(Inode {
             handle: None,
+            loc: Mutex::new(None),
+            ident: None,
             fd: Mutex::new(Some(root.clone())),
             key,
             is_dir: true,
@@ -154,6 +177,7 @@ impl Inodes {
             mount_id,
             cached: Mutex::new(VecDeque::new()),
             budget: AtomicUsize::new(FD_CACHE),
+            names: RwLock::new(()),
         }
     }
 
@@ -163,7 +187,7 @@ impl Inodes {
         self.budget.store(n, Ordering::Relaxed);
     }
 
-    /// Whether fds are cached and reopened by handle (false: one fd per known inode).
+    /// Whether inodes are reopened by handle (false: by name, path mode).
     pub fn uses_handles(&self) -> bool {
         self.mount_id.is_some()
     }
@@ -181,19 +205,60 @@ impl Inodes {
         self.t.read().unwrap().by_ino.get(&ino).cloned()
     }
 
-    /// The inode's `O_PATH` fd, reopened from its handle if it was closed.
+    /// The inode's `O_PATH` fd, reopened from its handle or by name if it was closed.
     pub fn fd(&self, inode: &Arc<Inode>) -> io::Result<PathFd> {
-        let mut slot = inode.fd.lock().unwrap();
-        if let Some(fd) = slot.as_ref() {
+        if let Some(fd) = inode.fd.lock().unwrap().as_ref() {
             return Ok(PathFd(fd.clone()));
         }
+        if let Some(handle) = &inode.handle {
+            let mut slot = inode.fd.lock().unwrap();
+            if let Some(fd) = slot.as_ref() {
+                return Ok(PathFd(fd.clone()));
+            }
+            let fd = Arc::new(sys::open_handle(&self.root_dir, handle)?);
+            *slot = Some(fd.clone());
+            drop(slot);
+            self.remember(inode);
+            return Ok(PathFd(fd));
+        }
+        let _names = self.names.read().unwrap();
+        self.reopen_by_name(inode).map(PathFd)
+    }
+
+    /// Path mode: the inode's fd, reopened in its parent's (reopened likewise) under the
+    /// name it was last seen under, if it was closed. The caller holds `names`.
+    fn reopen_by_name(&self, inode: &Arc<Inode>) -> io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = inode.fd.lock().unwrap().as_ref() {
+            return Ok(fd.clone());
+        }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
-        let handle = inode.handle.as_ref().ok_or_else(stale)?;
-        let fd = Arc::new(sys::open_handle(&self.root_dir, handle)?);
+        let (parent, name) = inode.loc.lock().unwrap().clone().ok_or_else(stale)?;
+        let dir = self.reopen_by_name(&parent)?;
+        let fd = sys::open_path(&*dir, &name)?;
+        let st = sys::fstat(&fd)?;
+        // Never another file under a name that went stale: the same (device, inode) and
+        // type, or ESTALE.
+        let fmt = st.st_mode & libc::S_IFMT;
+        if (st.st_dev, st.st_ino) != inode.key
+            || inode.is_dir != (fmt == libc::S_IFDIR)
+            || inode.is_reg != (fmt == libc::S_IFREG)
+        {
+            return Err(stale());
+        }
+        let mut slot = inode.fd.lock().unwrap();
+        if let Some(fd) = slot.as_ref() {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(fd);
         *slot = Some(fd.clone());
         drop(slot);
         self.remember(inode);
-        Ok(PathFd(fd))
+        Ok(fd)
+    }
+
+    /// Whether the inode's fd may be closed by the cache: it has a way back.
+    fn reopenable(&self, inode: &Inode) -> bool {
+        inode.handle.is_some() || (self.mount_id.is_none() && inode.loc.lock().unwrap().is_some())
     }
 
     /// Opens the inode's file for I/O with `flags`: by handle where possible (no path walk
@@ -219,7 +284,8 @@ impl Inodes {
             let Some(w) = q.pop_front() else { break };
             let Some(old) = w.upgrade() else { continue };
             let busy = old.file.open.try_lock().map_or(true, |o| o.is_some())
-                || old.file.lazy.load(Ordering::Relaxed) > 0;
+                || old.file.lazy.load(Ordering::Relaxed) > 0
+                || !self.reopenable(&old);
             if busy {
                 q.push_back(w);
                 continue;
@@ -228,9 +294,17 @@ impl Inodes {
         }
     }
 
-    /// Registers a looked-up file (one more lookup reference) and returns its number.
-    /// `fd` replaces a closed cached fd of a known file, or is dropped.
-    pub fn insert(&self, fd: OwnedFd, st: &libc::stat) -> (u64, Arc<Inode>) {
+    /// Registers a looked-up file, found as `name` in `parent` (one more lookup reference),
+    /// and returns its number. `fd` replaces a closed cached fd of a known file, or is
+    /// dropped; in path mode the name is the one it is reopened by from now on.
+    pub fn insert(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        parent: &Arc<Inode>,
+        name: &CStr,
+    ) -> (u64, Arc<Inode>) {
+        let at = (self.mount_id.is_none()).then(|| (parent.clone(), name.to_owned()));
         let key = (st.st_dev, st.st_ino);
         let mut t = self.t.write().unwrap();
         if let Some(&ino) = t.by_key.get(&key) {
@@ -241,12 +315,15 @@ impl Inodes {
                 // the old inode (until FORGET): it keeps its number; the new file gets
                 // one of its own below.
                 t.by_key.remove(&key);
-                return self.insert_new(t, fd, st);
+                return self.insert_new(t, fd, st, at);
             }
             *inode.lookups.lock().unwrap() += 1;
             drop(t);
+            if at.is_some() {
+                *inode.loc.lock().unwrap() = at;
+            }
             let mut slot = inode.fd.lock().unwrap();
-            let refill = slot.is_none() && inode.handle.is_some();
+            let refill = slot.is_none() && self.reopenable(&inode);
             if refill {
                 *slot = Some(Arc::new(fd));
             }
@@ -256,7 +333,7 @@ impl Inodes {
             }
             return (ino, inode);
         }
-        self.insert_new(t, fd, st)
+        self.insert_new(t, fd, st, at)
     }
 
     /// Whether `fd` (found under `inode`'s (device, inode) key) is the backing file `inode`
@@ -272,7 +349,10 @@ impl Inodes {
         if inode.fd.lock().unwrap().is_some() {
             return true;
         }
-        match (&inode.handle, sys::file_handle(fd)) {
+        match (
+            inode.handle.as_ref().or(inode.ident.as_ref()),
+            sys::file_handle(fd),
+        ) {
             (Some(old), Ok((_, new))) => *old == new,
             _ => true,
         }
@@ -284,6 +364,7 @@ impl Inodes {
         mut t: std::sync::RwLockWriteGuard<'_, Table>,
         fd: OwnedFd,
         st: &libc::stat,
+        at: Option<(Arc<Inode>, CString)>,
     ) -> (u64, Arc<Inode>) {
         let key = (st.st_dev, st.st_ino);
         let handle = match self.mount_id {
@@ -293,10 +374,16 @@ impl Inodes {
                 .map(|(_, h)| h),
             None => None,
         };
-        let cached = handle.is_some();
+        let cached = handle.is_some() || at.is_some();
+        let ident = match (&handle, &at) {
+            (None, Some(_)) => sys::file_handle(&fd).ok().map(|(_, h)| h),
+            _ => None,
+        };
         let fmt = st.st_mode & libc::S_IFMT;
         let inode = Arc::new(Inode {
             handle,
+            loc: Mutex::new(at),
+            ident,
             fd: Mutex::new(Some(Arc::new(fd))),
             key,
             is_dir: fmt == libc::S_IFDIR,
@@ -336,6 +423,56 @@ impl Inodes {
             }
             // Its fd closes when the last operation using it ends.
             *inode.fd.lock().unwrap() = None;
+        }
+    }
+
+    /// Path mode: holds the namespace lock for a change of names (a rename, an unlink, an
+    /// rmdir) and what [`Inodes::going`] and [`Inodes::renamed`] record with it. `None` in
+    /// handle mode (nothing is reopened by name).
+    pub fn change_names(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        self.mount_id.is_none().then(|| self.names.write().unwrap())
+    }
+
+    /// Path mode (with [`Inodes::change_names`] held): the known inode that `name` in `dir`
+    /// names now, with an fd of it.
+    pub fn named(&self, dir: impl AsFd, name: &CStr) -> Option<(Arc<Inode>, OwnedFd)> {
+        if self.mount_id.is_some() {
+            return None;
+        }
+        let fd = sys::open_path(dir, name).ok()?;
+        let st = sys::fstat(&fd).ok()?;
+        let t = self.t.read().unwrap();
+        let inode = t
+            .by_key
+            .get(&(st.st_dev, st.st_ino))
+            .and_then(|i| t.by_ino.get(i))
+            .cloned()?;
+        Some((inode, fd))
+    }
+
+    /// Path mode: `name` in `parent` is about to go (unlinked, or replaced by a rename);
+    /// `named` is what it names ([`Inodes::named`]). If that inode was recorded under this
+    /// name, it keeps its fd from now on and is no longer reopened by name (another name of
+    /// a hard link, or none: an unlinked file still open).
+    pub fn going(&self, named: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
+        let Some((inode, fd)) = named else { return };
+        let mut loc = inode.loc.lock().unwrap();
+        if loc
+            .as_ref()
+            .is_some_and(|(p, n)| Arc::ptr_eq(p, parent) && n.as_c_str() == name)
+        {
+            let mut slot = inode.fd.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(Arc::new(fd));
+            }
+            *loc = None;
+        }
+    }
+
+    /// Path mode: `moved` (from [`Inodes::named`] before a rename) is now `name` in `parent`.
+    pub fn renamed(&self, moved: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
+        if let Some((inode, _)) = moved {
+            *inode.loc.lock().unwrap() = Some((parent.clone(), name.to_owned()));
         }
     }
 
@@ -394,7 +531,8 @@ mod tests {
             (fd, st)
         };
         let (fd, st) = make("old");
-        let (old_ino, old) = inodes.insert(fd, &st);
+        let root = inodes.get(1).unwrap();
+        let (old_ino, old) = inodes.insert(fd, &st, &root, c"old");
         // The fd cache closed its fd; the file goes.
         *old.fd.lock().unwrap() = None;
         std::fs::remove_file(dir.join("old")).unwrap();
@@ -408,7 +546,7 @@ mod tests {
             }
         }
         let (fd, st2) = reused.expect("the backing filesystem never reused the inode number");
-        let (ino, inode) = inodes.insert(fd, &st2);
+        let (ino, inode) = inodes.insert(fd, &st2, &root, c"new");
         assert_ne!(ino, old_ino, "a new file must not be served as the removed one");
         assert!(!Arc::ptr_eq(&inode, &old));
         // The old inode stays for the kernel's references until FORGET, then goes alone.

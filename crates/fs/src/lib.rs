@@ -388,11 +388,8 @@ pub fn mount(
     let pack_gc = (cfg.pack_gc > 0).then(|| std::time::Duration::from_secs(cfg.pack_gc));
     let fs = SqueezeFs::new(&backing, opts, cfg.read_only, pack_gc)?;
     fs.fit_fd_limit(limit);
-    if !fs.uses_handles() && limit < 65536 {
-        log::warn!(
-            "open-file limit is {limit} and files cannot be reopened by handle (not root?): \
-             trees of more than about {limit} files may hit EMFILE (raise `ulimit -n`)"
-        );
+    if !fs.uses_handles() {
+        log::info!("files are reopened by name (no CAP_DAC_READ_SEARCH for file handles)");
     }
     let notifier = fs.notifier_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;

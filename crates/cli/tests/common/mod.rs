@@ -79,6 +79,11 @@ impl Mount {
     /// Mounts as the unprivileged `user` (through fusermount3, as such a user must):
     /// BACKING and MOUNTPOINT are given to that user first.
     pub fn as_user(dir: &Path, opts: &str, user: &str) -> Mount {
+        Mount::as_user_limited(dir, opts, user, None)
+    }
+
+    /// [`Mount::as_user`] with the daemon's open-file limit (soft and hard) set to `fd_limit`.
+    pub fn as_user_limited(dir: &Path, opts: &str, user: &str, fd_limit: Option<u64>) -> Mount {
         require_fuse();
         let mnt = dir.join("mnt");
         for d in [dir.join("backing"), mnt.clone()] {
@@ -102,6 +107,9 @@ impl Mount {
         .arg(&mnt);
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
+        }
+        if let Some(n) = fd_limit {
+            sys::limit_open_files(&mut cmd, n);
         }
         Mount::launch(dir, cmd)
     }

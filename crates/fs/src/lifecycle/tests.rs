@@ -44,7 +44,7 @@ impl Backing {
         drop(sys::create_rw(&dir, &c, 0o644).unwrap());
         let fd = sys::open_path(&dir, &c).unwrap();
         let st = sys::fstat(&fd).unwrap();
-        self.inodes.insert(fd, &st)
+        self.inodes.insert(fd, &st, &root, &c)
     }
 
     /// The file's content as a fresh reader of the backing file sees it.

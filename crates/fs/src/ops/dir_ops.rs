@@ -177,7 +177,11 @@ impl SqueezeFs {
     pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         self.check_writable()?;
         let at = self.at(parent, name)?;
+        let names = self.inodes.change_names();
+        let going = names.as_ref().and_then(|_| self.inodes.named(&at.dir, &at.name));
+        self.inodes.going(going, &at.parent, &at.name);
         sys::unlinkat(&at.dir, &at.name, flags)?;
+        drop(names);
         if let Some(r) = &self.reclaimer {
             r.note_removed();
         }
@@ -198,7 +202,27 @@ impl SqueezeFs {
         let to = self.at_new(newparent, newname)?;
         // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
+        // Path mode: the inodes that move get their new names with the rename, under the
+        // namespace lock; one whose name is replaced keeps its fd (`inode.rs`).
+        let names = self.inodes.change_names();
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let (moving, target) = match &names {
+            Some(_) => (
+                self.inodes.named(&from.dir, &from.name),
+                self.inodes.named(&to.dir, &to.name),
+            ),
+            None => (None, None),
+        };
+        let target = if exchange {
+            target
+        } else {
+            self.inodes.going(target, &to.parent, &to.name);
+            None
+        };
         sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
+        self.inodes.renamed(moving, &to.parent, &to.name);
+        self.inodes.renamed(target, &from.parent, &from.name);
+        drop(names);
         if let Some(r) = &self.reclaimer {
             r.note_moved(&to.dir, &to.name);
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {

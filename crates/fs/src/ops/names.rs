@@ -60,7 +60,7 @@ impl SqueezeFs {
         let at = self.at_in(parent.clone(), name)?;
         let fd = sys::open_path(&at.dir, &at.name)?;
         let st = sys::fstat(&fd)?;
-        let (ino, inode) = self.inodes.insert(fd, &st);
+        let (ino, inode) = self.inodes.insert(fd, &st, &at.parent, &at.name);
         Ok((ino, inode, st))
     }
 

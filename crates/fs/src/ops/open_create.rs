@@ -64,7 +64,7 @@ impl SqueezeFs {
                 return Err(e);
             }
         };
-        let (ino, inode) = self.inodes.insert(path, &st);
+        let (ino, inode) = self.inodes.insert(path, &st, &at.parent, &at.name);
         inode.no_caps.store(true, Ordering::Relaxed);
         let mut container = Container::open(FileStorage::new(file), self.opts())
             .map_err(|e| self.files.error(&inode, "create", e))?;
