@@ -661,7 +661,9 @@ fn pjdfstest_posix_suite() {
 
 /// The same without root, as users without CAP_DAC_READ_SEARCH have it (no reopening by
 /// handle): a user extracts with tar a tree of more than ten times the daemon's open-file
-/// limit, reads it all back, renames directories and removes the other name of a hard link
+/// limit (read-only and mode-0 files and a symlink `tar` makes through a placeholder
+/// included: their data must survive, though the mode denies the daemon its own files),
+/// reads it all back, renames directories and removes the other name of a hard link
 /// while the kernel still knows every inode (inodes are reopened by name, `inode.rs`), and
 /// renames race with creates inside the renamed directories.
 #[test]
@@ -679,6 +681,14 @@ fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
             fs::write(src.join(format!("tree/d{d}/f{f}")), content(d, f)).unwrap();
         }
     }
+    // Modes that deny the owner (a read-only file like git's objects; mode 0), and a
+    // symlink `tar` extracts through a mode-0 placeholder file (its target has "..").
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(src.join("tree/d7/ro"), b"read-only data").unwrap();
+    fs::set_permissions(src.join("tree/d7/ro"), fs::Permissions::from_mode(0o444)).unwrap();
+    fs::write(src.join("tree/d7/none"), b"no access").unwrap();
+    fs::set_permissions(src.join("tree/d7/none"), fs::Permissions::from_mode(0o000)).unwrap();
+    std::os::unix::fs::symlink("../d6/f1", src.join("tree/d7/up")).unwrap();
     let tar = dir.join("tree.tar");
     let st = Command::new("tar")
         .arg("-C")
@@ -710,14 +720,16 @@ fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
         assert!(out.status.success(), "{script}: {text}");
         text
     };
-    // 3,200 files and 9 directories against 256 fds, all of them known to the kernel.
+    // 3,202 files and 9 directories against 256 fds, all of them known to the kernel.
     sh(format!(
-        "tar -C {mnt} -xf {} && diff -r {}/tree {mnt}/tree",
+        "tar -C {mnt} -xf {} && diff -r -x none {}/tree {mnt}/tree && \
+         test \"$(stat -c %a:%s {mnt}/tree/d7/none)\" = 0:9 && \
+         test \"$(readlink {mnt}/tree/d7/up)\" = ../d6/f1",
         tar.display(),
         src.display()
     ));
     let n = sh(format!("find {mnt}/tree -type f | wc -l"));
-    assert_eq!(n.trim(), "3200");
+    assert_eq!(n.trim(), "3202");
     // Renames move inodes the kernel holds: they are reopened under their new names.
     sh(format!(
         "mv {mnt}/tree/d0 {mnt}/tree/d0x && mv {mnt}/tree/d1/f7 {mnt}/tree/d2/moved && \
@@ -759,6 +771,10 @@ fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
     );
     assert_eq!(fs::metadata(m.path("tree/d0x/f3")).unwrap().mode() & 0o777, 0o600);
     assert_eq!(fs::read_dir(m.path("tree/d1")).unwrap().count(), 399);
+    assert_eq!(fs::read(m.path("tree/d7/ro")).unwrap(), b"read-only data");
+    assert_eq!(fs::read(m.path("tree/d7/none")).unwrap(), b"no access");
+    assert_eq!(fs::metadata(m.path("tree/d7/ro")).unwrap().mode() & 0o777, 0o444);
+    assert_eq!(fs::metadata(m.path("tree/d7/none")).unwrap().mode() & 0o777, 0);
     m.unmount();
     fs::remove_dir_all(&dir).unwrap();
 }

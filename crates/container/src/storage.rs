@@ -102,6 +102,38 @@ impl FileStorage {
     }
 }
 
+impl FileStorage {
+    /// Runs the xattr call `f`; if the file's mode denies it to its owner and that owner is
+    /// this process (a daemon without root, whose files all are its own), runs it again
+    /// with owner read and write added for the call, then puts the mode back.
+    ///
+    /// The kernel checks a `user.*` xattr against the mode at every call, whatever the fd
+    /// was opened for, so without this a daemon without CAP_DAC_OVERRIDE could not record
+    /// where a read-only file's bytes are (mode 0444: git objects, `cp -p`, a `tar`
+    /// placeholder made with mode 0) and its data was lost at the commit. The mode is put
+    /// back only if nothing changed it meanwhile (a chmod through the mount wins).
+    fn as_owner<T>(&self, f: impl Fn() -> io::Result<T>) -> io::Result<T> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        match f() {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                let md = self.file.metadata()?;
+                let mode = md.mode() & 0o7777;
+                if md.uid() != sys::euid() || mode & 0o600 == 0o600 {
+                    return Err(e);
+                }
+                let granted = mode | 0o600;
+                self.file.set_permissions(std::fs::Permissions::from_mode(granted))?;
+                let r = f();
+                if self.file.metadata()?.mode() & 0o7777 == granted {
+                    self.file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+                }
+                r
+            }
+            r => r,
+        }
+    }
+}
+
 impl Storage for FileStorage {
     fn identity(&self) -> io::Result<Option<(u64, u64)>> {
         use std::os::unix::fs::MetadataExt;
@@ -148,15 +180,15 @@ impl Storage for FileStorage {
     }
 
     fn get_xattr(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        sys::get_xattr(self.file.as_fd(), name)
+        self.as_owner(|| sys::get_xattr(self.file.as_fd(), name))
     }
 
     fn set_xattr(&self, name: &str, value: &[u8]) -> io::Result<()> {
-        sys::set_xattr(self.file.as_fd(), name, value)
+        self.as_owner(|| sys::set_xattr(self.file.as_fd(), name, value))
     }
 
     fn remove_xattr(&self, name: &str) -> io::Result<()> {
-        match sys::remove_xattr(self.file.as_fd(), name) {
+        match self.as_owner(|| sys::remove_xattr(self.file.as_fd(), name)) {
             Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(()),
             r => r,
         }
@@ -286,6 +318,11 @@ mod sys {
         }
         // SAFETY: `r` is a new fd returned to us by the kernel, owned by nobody else.
         Ok(unsafe { std::fs::File::from_raw_fd(r as i32) })
+    }
+
+    pub(super) fn euid() -> u32 {
+        // SAFETY: geteuid cannot fail and touches no memory.
+        unsafe { libc::geteuid() }
     }
 
     pub(super) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -269,7 +269,31 @@ impl Inodes {
                 return Ok(std::fs::File::from(fd));
             }
         }
-        sys::reopen(self.fd(inode)?, flags)
+        let fd = self.fd(inode)?;
+        match sys::reopen(&fd, flags) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => Self::reopen_as_owner(&fd, flags).ok_or(e),
+            r => r,
+        }
+    }
+
+    /// A daemon without root opening one of its own files whose mode denies its owner
+    /// (`tar` makes placeholders with mode 0; a file may be chmod 0 or 0200): opened with
+    /// owner read and write added for the open, then the mode put back if nothing changed
+    /// it meanwhile. The open fd keeps working whatever the mode. `None`: not ours, or
+    /// still refused.
+    fn reopen_as_owner(fd: &PathFd, flags: i32) -> Option<std::fs::File> {
+        let st = sys::fstat(fd).ok()?;
+        let mode = st.st_mode & 0o7777;
+        if st.st_uid != sys::euid() || mode & 0o600 == 0o600 {
+            return None;
+        }
+        let granted = mode | 0o600;
+        sys::chmod(fd, granted).ok()?;
+        let file = sys::reopen(fd, flags);
+        if sys::fstat(fd).is_ok_and(|now| now.st_mode & 0o7777 == granted) {
+            let _ = sys::chmod(fd, mode);
+        }
+        file.ok()
     }
 
     /// Notes a newly cached fd; closes the oldest cached fds beyond the budget. An open

@@ -153,6 +153,16 @@ fn corrupt_sb(reasons: &[String]) -> Error {
 }
 
 impl<S: Storage> Container<S> {
+    /// A new, empty container for a file just made (`O_EXCL`): nothing is read from
+    /// `storage` (whose mode may not even let its owner read it: `tar` makes placeholders
+    /// with mode 0). Its superblock is written at the first flush.
+    pub fn create(storage: S, opts: &Options) -> Container<S> {
+        Container {
+            storage,
+            mode: Mode::Packed(Box::new(Packed::new(opts.extent_shift, opts, 0))),
+        }
+    }
+
     /// Opens the container in `storage`. An empty file becomes an empty container (its
     /// superblock is written at the first flush); a file without the magic is plain.
     pub fn open(storage: S, opts: &Options) -> Result<Container<S>> {

@@ -66,8 +66,7 @@ impl SqueezeFs {
         };
         let (ino, inode) = self.inodes.insert(path, &st, &at.parent, &at.name);
         inode.no_caps.store(true, Ordering::Relaxed);
-        let mut container = Container::open(FileStorage::new(file), self.opts())
-            .map_err(|e| self.files.error(&inode, "create", e))?;
+        let mut container = Container::create(FileStorage::new(file), self.opts());
         // A new file inherits its directory's properties.
         let dp = self.dir_props(&at.parent);
         if dp.codec.is_some() {
