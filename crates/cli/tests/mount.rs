@@ -739,6 +739,14 @@ fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
          cmp {mnt}/tree/d2/moved {src}/tree/d1/f7 && chmod 600 {mnt}/tree/d0x/f3",
         src = src.display()
     ));
+    // A name replaced by a rename, again and again, while another process stats both names.
+    sh(format!(
+        "mkdir {mnt}/r; \
+         (i=0; while [ $i -lt 200 ]; do echo $i > {mnt}/r/x; mv {mnt}/r/x {mnt}/r/y; \
+            cat {mnt}/r/y >/dev/null || exit 1; i=$((i+1)); done) & \
+         j=0; while [ $j -lt 400 ]; do stat {mnt}/r/x {mnt}/r/y >/dev/null 2>&1; j=$((j+1)); done; \
+         wait $! && test \"$(cat {mnt}/r/y)\" = 199"
+    ));
     // Renames racing with creates inside the renamed directories.
     let made = sh(format!(
         "mkdir {mnt}/a {mnt}/b; \

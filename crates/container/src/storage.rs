@@ -122,7 +122,8 @@ impl FileStorage {
                     return Err(e);
                 }
                 let granted = mode | 0o600;
-                self.file.set_permissions(std::fs::Permissions::from_mode(granted))?;
+                self.file
+                    .set_permissions(std::fs::Permissions::from_mode(granted))?;
                 let r = f();
                 if self.file.metadata()?.mode() & 0o7777 == granted {
                     self.file.set_permissions(std::fs::Permissions::from_mode(mode))?;

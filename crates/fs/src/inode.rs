@@ -16,12 +16,17 @@
 //!   handle and comes back with `open_by_handle_at` (as virtiofsd does).
 //! * **By name** otherwise (path mode, as libfuse's passthrough without handles): it keeps
 //!   its parent inode and the name it was last seen under, and comes back with `openat` in
-//!   its parent's fd (reopened the same way), checked to be the same (device, inode). Every
-//!   change of names goes through this daemon (BACKING is ours alone), and the renames
-//!   update what they move under the namespace lock ([`Inodes::renamed`]), which reopening
-//!   by name takes for reading; a hard link is reopened by whichever name it was last seen
-//!   under. An inode whose name goes (unlinked, or replaced by a rename) keeps its fd
-//!   until it is forgotten, as an inode with no way back does.
+//!   its parent's fd (reopened the same way), checked to be the same file: (device, inode),
+//!   type and file handle (`name_to_handle_at` needs no privilege; only opening by it
+//!   does). Every change of names goes through this daemon (BACKING is ours alone): renames
+//!   and unlinks hold the namespace lock for writing and update what they move
+//!   ([`Inodes::renamed`]); lookups and creates hold it for reading while they record a name
+//!   ([`Inodes::naming`]), and so does reopening by name. A hard link is reopened by the
+//!   name it was last seen under; when that name goes (unlinked, or replaced by a rename)
+//!   the inode keeps its fd outside the cache's budget until a lookup names it again or it
+//!   is forgotten (an unlinked file still open, a link whose other name the kernel holds).
+//!
+//! Lock order: the namespace lock, then the table, then an inode's `loc`, then its `fd`.
 //!
 //! An inode on another filesystem mounted inside the backing directory (handles do not
 //! reach it) is reopened by name too, or keeps its fd in handle mode.
@@ -37,8 +42,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use crate::lifecycle::state::FileState;
 use crate::sys;
 
-/// Most `O_PATH` fds kept open for inodes that can be reopened by handle (lowered to a
-/// quarter of the open-file limit when that is smaller).
+/// Most `O_PATH` fds kept open for inodes that can be reopened (by handle or by name;
+/// lowered to a quarter of the open-file limit when that is smaller).
 pub const FD_CACHE: usize = 4096;
 
 /// An `O_PATH` fd borrowed for one operation.
@@ -233,15 +238,25 @@ impl Inodes {
         }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
         let (parent, name) = inode.loc.lock().unwrap().clone().ok_or_else(stale)?;
+        // The parent as the table knows it now: if the kernel forgot it and looked it up
+        // again, renames went to the new object.
+        let parent = self.current(&parent);
         let dir = self.reopen_by_name(&parent)?;
         let fd = sys::open_path(&*dir, &name)?;
         let st = sys::fstat(&fd)?;
-        // Never another file under a name that went stale: the same (device, inode) and
-        // type, or ESTALE.
+        // Never another file under a name that went stale: the same (device, inode), type
+        // and file handle (which carries the inode's generation), or ESTALE.
         let fmt = st.st_mode & libc::S_IFMT;
+        let handle_differs = || {
+            inode
+                .ident
+                .as_ref()
+                .is_some_and(|id| sys::file_handle(&fd).map_or(true, |(_, h)| h != *id))
+        };
         if (st.st_dev, st.st_ino) != inode.key
             || inode.is_dir != (fmt == libc::S_IFDIR)
             || inode.is_reg != (fmt == libc::S_IFREG)
+            || handle_differs()
         {
             return Err(stale());
         }
@@ -254,6 +269,17 @@ impl Inodes {
         drop(slot);
         self.remember(inode);
         Ok(fd)
+    }
+
+    /// The table's object for `inode`'s backing file (`inode` itself unless it was forgotten
+    /// and looked up again).
+    fn current(&self, inode: &Arc<Inode>) -> Arc<Inode> {
+        let t = self.t.read().unwrap();
+        t.by_key
+            .get(&inode.key)
+            .and_then(|n| t.by_ino.get(n))
+            .cloned()
+            .unwrap_or_else(|| inode.clone())
     }
 
     /// Whether the inode's fd may be closed by the cache: it has a way back.
@@ -343,16 +369,20 @@ impl Inodes {
             }
             *inode.lookups.lock().unwrap() += 1;
             drop(t);
-            if at.is_some() {
-                *inode.loc.lock().unwrap() = at;
-            }
+            // A pinned inode (its recorded name went) named again: its fd may be cached.
+            let named_again = match at {
+                Some(at) => inode.loc.lock().unwrap().replace(at).is_none(),
+                None => false,
+            };
+            // Lock order: `loc` before `fd` (`reopenable` takes `loc`).
+            let reopenable = self.reopenable(&inode);
             let mut slot = inode.fd.lock().unwrap();
-            let refill = slot.is_none() && self.reopenable(&inode);
+            let refill = slot.is_none() && reopenable;
             if refill {
                 *slot = Some(Arc::new(fd));
             }
             drop(slot);
-            if refill {
+            if refill || named_again {
                 self.remember(&inode);
             }
             return (ino, inode);
@@ -474,16 +504,17 @@ impl Inodes {
         Some((inode, fd))
     }
 
-    /// Path mode: `name` in `parent` is about to go (unlinked, or replaced by a rename);
-    /// `named` is what it names ([`Inodes::named`]). If that inode was recorded under this
-    /// name, it keeps its fd from now on and is no longer reopened by name (another name of
-    /// a hard link, or none: an unlinked file still open).
+    /// Path mode: `name` in `parent` went (unlinked, or replaced by a rename: called after
+    /// the call succeeded, with [`Inodes::change_names`] still held); `named` is what it
+    /// named ([`Inodes::named`], before). If that inode was recorded under this name, it
+    /// keeps its fd from now on and is no longer reopened by name (another name of a hard
+    /// link, or none: an unlinked file still open), until a lookup names it again.
     pub fn going(&self, named: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
         let Some((inode, fd)) = named else { return };
         let mut loc = inode.loc.lock().unwrap();
         if loc
             .as_ref()
-            .is_some_and(|(p, n)| Arc::ptr_eq(p, parent) && n.as_c_str() == name)
+            .is_some_and(|(p, n)| p.key == parent.key && n.as_c_str() == name)
         {
             let mut slot = inode.fd.lock().unwrap();
             if slot.is_none() {
@@ -496,8 +527,24 @@ impl Inodes {
     /// Path mode: `moved` (from [`Inodes::named`] before a rename) is now `name` in `parent`.
     pub fn renamed(&self, moved: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
         if let Some((inode, _)) = moved {
-            *inode.loc.lock().unwrap() = Some((parent.clone(), name.to_owned()));
+            let pinned = inode
+                .loc
+                .lock()
+                .unwrap()
+                .replace((parent.clone(), name.to_owned()))
+                .is_none();
+            if pinned && inode.fd.lock().unwrap().is_some() {
+                self.remember(&inode);
+            }
         }
+    }
+
+    /// Path mode: holds the namespace lock for reading while a lookup or create finds a
+    /// name and records it ([`Inodes::insert`]), so no rename or unlink comes in between
+    /// (the recorded name would be one that just went). Not while calling
+    /// [`Inodes::fd`], which takes it itself. `None` in handle mode.
+    pub fn naming(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        self.mount_id.is_none().then(|| self.names.read().unwrap())
     }
 
     /// The inode number `readdir` reports for an entry with backing `d_ino` in a directory

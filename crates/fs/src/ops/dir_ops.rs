@@ -179,8 +179,8 @@ impl SqueezeFs {
         let at = self.at(parent, name)?;
         let names = self.inodes.change_names();
         let going = names.as_ref().and_then(|_| self.inodes.named(&at.dir, &at.name));
-        self.inodes.going(going, &at.parent, &at.name);
         sys::unlinkat(&at.dir, &at.name, flags)?;
+        self.inodes.going(going, &at.parent, &at.name);
         drop(names);
         if let Some(r) = &self.reclaimer {
             r.note_removed();
@@ -213,15 +213,13 @@ impl SqueezeFs {
             ),
             None => (None, None),
         };
-        let target = if exchange {
-            target
+        sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
+        if exchange {
+            self.inodes.renamed(target, &from.parent, &from.name);
         } else {
             self.inodes.going(target, &to.parent, &to.name);
-            None
-        };
-        sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
+        }
         self.inodes.renamed(moving, &to.parent, &to.name);
-        self.inodes.renamed(target, &from.parent, &from.name);
         drop(names);
         if let Some(r) = &self.reclaimer {
             r.note_moved(&to.dir, &to.name);

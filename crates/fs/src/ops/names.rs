@@ -58,9 +58,11 @@ impl SqueezeFs {
     /// with the backing file's `stat`.
     fn register(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, Arc<Inode>, libc::stat), Errno> {
         let at = self.at_in(parent.clone(), name)?;
+        let naming = self.inodes.naming();
         let fd = sys::open_path(&at.dir, &at.name)?;
         let st = sys::fstat(&fd)?;
         let (ino, inode) = self.inodes.insert(fd, &st, &at.parent, &at.name);
+        drop(naming);
         Ok((ino, inode, st))
     }
 

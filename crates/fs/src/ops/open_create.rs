@@ -64,7 +64,9 @@ impl SqueezeFs {
                 return Err(e);
             }
         };
+        let naming = self.inodes.naming();
         let (ino, inode) = self.inodes.insert(path, &st, &at.parent, &at.name);
+        drop(naming);
         inode.no_caps.store(true, Ordering::Relaxed);
         let mut container = Container::create(FileStorage::new(file), self.opts());
         // A new file inherits its directory's properties.
