@@ -1,5 +1,5 @@
 //! Walking a directory tree without following symlinks (shared by `check`, `stats` and
-//! `property set -r`), leaving out squeezefs's own directories.
+//! `property set -r`), leaving out squeezefs's own directories and lock file.
 
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,14 @@ pub fn is_pack_dir(path: &Path) -> bool {
             rd.flatten()
                 .all(|e| e.file_name().to_str().and_then(parse_name).is_some())
         })
+}
+
+/// A backing directory's lock file (`.squeezefs-lock`, empty): not a file of the tree.
+fn is_lock_file(path: &Path, meta: &Metadata) -> bool {
+    meta.len() == 0
+        && path
+            .file_name()
+            .is_some_and(|n| n == squeezefs_fs::lock::LOCK_FILE)
 }
 
 /// Paths and their metadata.
@@ -57,7 +65,7 @@ pub fn entries_and_packs(root: &Path) -> Result<(Entries, Vec<PathBuf>), String>
                     continue;
                 }
                 stack.push(path.clone());
-            } else if !meta.is_file() {
+            } else if !meta.is_file() || is_lock_file(&path, &meta) {
                 continue;
             }
             out.push((path, meta));

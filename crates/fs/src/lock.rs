@@ -1,17 +1,76 @@
-//! One daemon (or `squeezefs check --repair`) per backing directory: an exclusive `flock` on
-//! the backing directory itself. Nothing is written into the directory, and the kernel drops
-//! the lock when its holder dies, so a daemon killed with SIGKILL never blocks the next mount.
-//! When the lock is taken, `/proc/locks` tells which process holds it.
+//! One daemon (or `squeezefs check --repair`) per backing directory, on this machine and
+//! across the clients of a network filesystem:
+//! * an exclusive `flock` on the backing directory itself, which the local kernel enforces
+//!   (`/proc/locks` then tells which process holds it);
+//! * an exclusive `flock` on the regular file [`LOCK_FILE`] in it, which a network
+//!   filesystem's server enforces across its clients. Measured on GlusterFS 10.3 (a
+//!   replica-2 volume, two FUSE clients): a `flock` on a directory is not seen by the other
+//!   client; a `flock`, a POSIX or OFD `fcntl` lock on a regular file and an `O_EXCL` create
+//!   are refused there, and the lock goes when its holder dies (kill -9) or when its client
+//!   does. docs/RELIABILITY.md has the matrix for GlusterFS, CephFS and NFS.
+//!
+//! Both are dropped by the kernel (or the server) when the holder dies, so a daemon killed
+//! with SIGKILL never blocks the next mount. A backing directory where the lock file cannot
+//! be made (read-only) has the directory lock alone.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Holds the lock while alive.
+/// The lock file in a backing directory's root: empty, hidden from the mount, left out by
+/// the tools that walk a backing tree.
+pub const LOCK_FILE: &str = ".squeezefs-lock";
+
+/// Holds the lock while alive. (The file's lock goes first, then the directory's: a local
+/// waiter that gets the directory then finds the file free.)
 #[derive(Debug)]
 pub struct BackingLock {
+    _file: Option<File>,
     _dir: File,
+}
+
+/// Takes the lock file's `flock` (after the directory's). `Ok(None)`: no lock file could be
+/// made (a read-only backing directory); an error when another holder has it.
+fn lock_file(backing: &Path) -> io::Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = backing.join(LOCK_FILE);
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES)) => {
+            log::info!("{}: {e}; locking the backing directory alone", path.display());
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("lock file {}: {e}", path.display()),
+            ))
+        }
+    };
+    match crate::sys::try_lock_exclusive(&f) {
+        Ok(true) => Ok(Some(f)),
+        Ok(false) => Err(io::Error::other(format!(
+            "backing directory {} is in use by a squeezefs elsewhere: its lock file {} is held, \
+             and no process on this machine holds the directory — another machine (a client of \
+             the same network filesystem) serves it. One squeezefs per backing directory: \
+             unmount it there first (a holder that died releases the lock by itself)",
+            backing.display(),
+            path.display()
+        ))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("cannot lock {}: {e}", path.display()),
+        )),
+    }
 }
 
 /// The pid holding an flock on the file with (`dev`, `ino`), from `/proc/locks`.
@@ -55,7 +114,12 @@ pub fn lock(backing: &Path) -> io::Result<BackingLock> {
     let dir = File::open(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
     match crate::sys::try_lock_exclusive(&dir) {
-        Ok(true) => return Ok(BackingLock { _dir: dir }),
+        Ok(true) => {
+            return Ok(BackingLock {
+                _file: lock_file(backing)?,
+                _dir: dir,
+            })
+        }
         Ok(false) => {}
         Err(e) => {
             return Err(io::Error::new(

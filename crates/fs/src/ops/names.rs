@@ -21,10 +21,13 @@ pub(super) struct At {
     pub name: CString,
 }
 
-/// Whether `name` in directory `parent` is the dictionary or the pack directory: hidden
-/// from the mount, and no entry may be made under its name.
+/// Whether `name` in directory `parent` is the dictionary or the pack directory, or the
+/// backing lock file: hidden from the mount, and no entry may be made under its name.
 pub(super) fn is_dict_dir(parent: u64, name: &[u8]) -> bool {
-    parent == 1 && (name == dicts::DIR_NAME.as_bytes() || name == pack::dir::DIR_NAME.as_bytes())
+    parent == 1
+        && (name == dicts::DIR_NAME.as_bytes()
+            || name == pack::dir::DIR_NAME.as_bytes()
+            || name == crate::lock::LOCK_FILE.as_bytes())
 }
 
 impl SqueezeFs {
