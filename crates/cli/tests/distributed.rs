@@ -13,75 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::gluster::{sh, Gluster};
 use common::{is_mounted, scratch};
-
-/// A GlusterFS volume of two bricks, its two clients at `c1` and `c2`; torn down when
-/// dropped.
-struct Gluster {
-    ns: String,
-    work: PathBuf,
-    volume: String,
-}
-
-fn sh(script: &str) -> (bool, String) {
-    let out = Command::new("sh").args(["-c", script]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
-
-impl Gluster {
-    fn start(work: &Path) -> Gluster {
-        common::require_root("runs glusterd in a network namespace of its own (CI runs as root)");
-        for tool in ["glusterd", "gluster", "glusterfs", "ip", "nsenter"] {
-            let (ok, _) = sh(&format!("command -v {tool}"));
-            assert!(
-                ok,
-                "{tool} is missing: scripts/test-deps installs glusterfs-server, glusterfs-client"
-            );
-        }
-        let id = std::process::id();
-        let g = Gluster {
-            ns: format!("sqzgl{id}"),
-            work: work.to_path_buf(),
-            volume: format!("sqz{id}"),
-        };
-        let w = work.display();
-        let (ns, v) = (&g.ns, &g.volume);
-        let (ok, out) = sh(&format!(
-            "set -e; ip netns add {ns}; ip netns exec {ns} ip link set lo up; \
-             ip netns exec {ns} ip addr add 10.77.0.1/32 dev lo; \
-             mkdir -p {w}/b1 {w}/b2 {w}/c1 {w}/c2; \
-             nsenter --net=/run/netns/{ns} glusterd -p {w}/glusterd.pid --log-file={w}/glusterd.log; \
-             i=0; until nsenter --net=/run/netns/{ns} gluster --mode=script volume list >/dev/null 2>&1; do \
-               i=$((i+1)); [ $i -lt 100 ] || exit 1; sleep 0.1; done; \
-             nsenter --net=/run/netns/{ns} gluster --mode=script volume create {v} replica 2 \
-               10.77.0.1:{w}/b1 10.77.0.1:{w}/b2 force; \
-             nsenter --net=/run/netns/{ns} gluster --mode=script volume start {v}; \
-             nsenter --net=/run/netns/{ns} mount -t glusterfs 10.77.0.1:/{v} {w}/c1; \
-             nsenter --net=/run/netns/{ns} mount -t glusterfs 10.77.0.1:/{v} {w}/c2"
-        ));
-        assert!(ok, "setting up GlusterFS: {out}");
-        g
-    }
-
-    fn client(&self, n: u8) -> PathBuf {
-        self.work.join(format!("c{n}"))
-    }
-}
-
-impl Drop for Gluster {
-    fn drop(&mut self) {
-        let (w, ns, v) = (self.work.display(), &self.ns, &self.volume);
-        sh(&format!(
-            "umount -l {w}/c1 {w}/c2; \
-             nsenter --net=/run/netns/{ns} gluster --mode=script volume stop {v} force; \
-             nsenter --net=/run/netns/{ns} gluster --mode=script volume delete {v}; \
-             pkill -f '[g]lusterfsd.*{v}'; pkill -f '[g]lusterfs .*volfile-id=/{v} '; \
-             kill $(cat {w}/glusterd.pid); sleep 0.5; \
-             ip netns del {ns}"
-        ));
-    }
-}
 
 /// A squeezefs daemon serving `mnt`, unmounted and ended when dropped (a failing test
 /// must not leave it holding files on the volume).
@@ -177,6 +110,71 @@ fn a_backing_directory_on_glusterfs_is_served_by_one_client_at_a_time() {
     assert_eq!(fs::read(m1.join("g")).unwrap(), b"and client 2");
     first.unmount();
     common::check_clean(&b1, "the backing directory on GlusterFS");
+    drop(g);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A squeezefs mount whose backing directory is on GlusterFS: a real tree round-trips
+/// through a remount (and reads the same through the other client's view of the volume
+/// after the first unmounts), fsx runs with every operation, and `check` is clean.
+#[test]
+fn a_tree_and_fsx_on_a_glusterfs_backing() {
+    let dir = scratch("gluster-tree");
+    let g = Gluster::start(&dir.join("gl"));
+    let (b1, b2) = (g.client(1).join("data"), g.client(2).join("data"));
+    fs::create_dir(&b1).unwrap();
+    let m = dir.join("m");
+    let d = mount(&b1, &m, &dir.join("m.log")).expect("mounts");
+    let tree = common::real_tree(&m.join("tree"));
+    assert!(tree.len() > 50);
+    d.unmount();
+    // Through the other client: the same bytes.
+    let d = mount(&b2, &m, &dir.join("m.log")).expect("mounts through the other client");
+    for (rel, data) in &tree {
+        assert!(
+            fs::read(m.join("tree").join(rel)).unwrap() == *data,
+            "{}",
+            rel.display()
+        );
+    }
+    // fsx, every operation (tests/fsx.toml), SQUEEZEFS_FSX_GLUSTER_OPS in all over two seeds.
+    let total: u64 = std::env::var("SQUEEZEFS_FSX_GLUSTER_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40_000);
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fsx.toml");
+    let runs: Vec<_> = (0..2u64)
+        .map(|k| {
+            let logs = dir.join(format!("fsx-{k}"));
+            fs::create_dir_all(&logs).unwrap();
+            Command::new("fsx")
+                .arg("-f")
+                .arg(&cfg)
+                .args([
+                    "-N",
+                    &(total / 2).to_string(),
+                    "-S",
+                    &(20261124 + k).to_string(),
+                    "-P",
+                ])
+                .arg(&logs)
+                .arg(m.join(format!("fsx-{k}.data")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("fsx is missing: cargo install fsx (scripts/test-deps does)")
+        })
+        .collect();
+    for (k, run) in runs.into_iter().enumerate() {
+        let out = run.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("All operations completed A-OK"),
+            "fsx seed {k} on GlusterFS failed:\n{text}"
+        );
+    }
+    d.unmount();
+    common::check_clean(&b2, "a tree and fsx on GlusterFS");
     drop(g);
     let _ = fs::remove_dir_all(&dir);
 }

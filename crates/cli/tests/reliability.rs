@@ -219,12 +219,35 @@ fn kill_9_cycles_lose_nothing_that_was_fsynced_in_packs() {
     kill_9_cycles("kill9-pack", "compress=zstd:1,pack,nopack_reclaim", 40);
 }
 
+/// The same on a backing directory on GlusterFS (a replica-2 volume in a network namespace
+/// of the test's own, `common::gluster`): `SQUEEZEFS_KILL_CYCLES_GLUSTER` cycles (default 30).
+#[test]
+fn kill_9_cycles_lose_nothing_that_was_fsynced_on_glusterfs() {
+    let dir = scratch("kill9-gluster");
+    let g = common::gluster::Gluster::start(&dir.join("gl"));
+    let data = g.client(1).join("data");
+    fs::create_dir(&data).unwrap();
+    let _ = fs::remove_dir_all(dir.join("backing"));
+    std::os::unix::fs::symlink(&data, dir.join("backing")).unwrap();
+    let cycles = std::env::var("SQUEEZEFS_KILL_CYCLES_GLUSTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    kill_9_cycles_in(&dir, "compress=zstd:1,pack,nopack_reclaim", cycles);
+    drop(g);
+}
+
 fn kill_9_cycles(name: &str, opts: &str, default_cycles: u64) {
     let cycles: u64 = std::env::var("SQUEEZEFS_KILL_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default_cycles);
-    let dir = scratch(name);
+    kill_9_cycles_in(&scratch(name), opts, cycles);
+}
+
+/// `cycles` kill -9 cycles on `dir/backing` (made by the caller, or a directory made here).
+fn kill_9_cycles_in(dir: &std::path::Path, opts: &str, cycles: u64) {
+    let dir = dir.to_path_buf();
     let model: Shared = std::sync::Arc::new(std::sync::Mutex::new(Model {
         files: vec![None; NAMES],
         ..Model::default()

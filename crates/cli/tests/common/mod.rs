@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use squeezefs_fs::mountinfo;
 
+pub mod gluster;
 #[allow(unsafe_code)]
 pub mod sys;
 
