@@ -142,37 +142,7 @@ fn a_tree_and_fsx_on_a_glusterfs_backing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40_000);
-    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fsx.toml");
-    let runs: Vec<_> = (0..2u64)
-        .map(|k| {
-            let logs = dir.join(format!("fsx-{k}"));
-            fs::create_dir_all(&logs).unwrap();
-            Command::new("fsx")
-                .arg("-f")
-                .arg(&cfg)
-                .args([
-                    "-N",
-                    &(total / 2).to_string(),
-                    "-S",
-                    &(20261124 + k).to_string(),
-                    "-P",
-                ])
-                .arg(&logs)
-                .arg(m.join(format!("fsx-{k}.data")))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("fsx is missing: cargo install fsx (scripts/test-deps does)")
-        })
-        .collect();
-    for (k, run) in runs.into_iter().enumerate() {
-        let out = run.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && text.contains("All operations completed A-OK"),
-            "fsx seed {k} on GlusterFS failed:\n{text}"
-        );
-    }
+    common::run_fsx(&m, &dir, total, &[20261124, 20261125]);
     d.unmount();
     common::check_clean(&b2, "a tree and fsx on GlusterFS");
     drop(g);

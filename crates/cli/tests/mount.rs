@@ -587,38 +587,8 @@ fn fsx_a_million_operations_over_four_seeds() {
         .unwrap_or(1_000_000);
     let dir = scratch("fsx");
     let m = Mount::new(&dir, "");
-    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fsx.toml");
     let started = Instant::now();
-    let runs: Vec<_> = (0..4u64)
-        .map(|k| {
-            let logs = dir.join(format!("fsx-{k}"));
-            fs::create_dir_all(&logs).unwrap();
-            Command::new("fsx")
-                .arg("-f")
-                .arg(&cfg)
-                .args([
-                    "-N",
-                    &(total / 4).to_string(),
-                    "-S",
-                    &(20261121 + k).to_string(),
-                    "-P",
-                ])
-                .arg(&logs)
-                .arg(m.path(&format!("fsx-{k}.data")))
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("fsx is missing: cargo install fsx (scripts/test does)")
-        })
-        .collect();
-    for (k, run) in runs.into_iter().enumerate() {
-        let out = run.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && text.contains("All operations completed A-OK"),
-            "fsx seed {k} failed:\n{text}"
-        );
-    }
+    common::run_fsx(&m.mnt, &dir, total, &[20261121, 20261122, 20261123, 20261124]);
     eprintln!(
         "fsx: {total} operations over 4 seeds in {:.0} s, all A-OK",
         started.elapsed().as_secs_f64()

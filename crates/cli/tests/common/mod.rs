@@ -427,3 +427,44 @@ pub fn allocated(root: &Path) -> u64 {
         .map(|(_, m)| m.blocks() * 512)
         .sum()
 }
+
+/// fsx (crates.io) with every operation enabled (tests/fsx.toml), `total` operations split
+/// over one run per seed, all at once, each on its own file `fsx-K.data` in `mnt` (logs in
+/// `logs/fsx-K`); panics with fsx's output unless every run ends A-OK.
+pub fn run_fsx(mnt: &Path, logs: &Path, total: u64, seeds: &[u64]) {
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fsx.toml");
+    let runs: Vec<_> = seeds
+        .iter()
+        .enumerate()
+        .map(|(k, seed)| {
+            let log = logs.join(format!("fsx-{k}"));
+            fs::create_dir_all(&log).unwrap();
+            Command::new("fsx")
+                .arg("-f")
+                .arg(&cfg)
+                .args([
+                    "-N",
+                    &(total / seeds.len() as u64).to_string(),
+                    "-S",
+                    &seed.to_string(),
+                    "-P",
+                ])
+                .arg(&log)
+                .arg(mnt.join(format!("fsx-{k}.data")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("fsx is missing: cargo install fsx (scripts/test-deps does)")
+        })
+        .collect();
+    for (k, run) in runs.into_iter().enumerate() {
+        let out = run.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("All operations completed A-OK"),
+            "fsx seed {} failed in {}:\n{text}",
+            seeds[k],
+            mnt.display()
+        );
+    }
+}
