@@ -110,6 +110,11 @@ impl Table {
         self.next - 1
     }
 
+    /// The known inode of backing file `key`.
+    fn inode_of(&self, key: (u64, u64)) -> Option<Arc<Inode>> {
+        self.by_key.get(&key).and_then(|n| self.by_ino.get(n)).cloned()
+    }
+
     /// The number `readdir` reports for entry `d_ino` of a directory on device `dev`: the
     /// number a lookup gives (or gave) it.
     fn entry_number(&self, dev: u64, d_ino: u64) -> u64 {
@@ -274,11 +279,10 @@ impl Inodes {
     /// The table's object for `inode`'s backing file (`inode` itself unless it was forgotten
     /// and looked up again).
     fn current(&self, inode: &Arc<Inode>) -> Arc<Inode> {
-        let t = self.t.read().unwrap();
-        t.by_key
-            .get(&inode.key)
-            .and_then(|n| t.by_ino.get(n))
-            .cloned()
+        self.t
+            .read()
+            .unwrap()
+            .inode_of(inode.key)
             .unwrap_or_else(|| inode.clone())
     }
 
@@ -495,12 +499,7 @@ impl Inodes {
         }
         let fd = sys::open_path(dir, name).ok()?;
         let st = sys::fstat(&fd).ok()?;
-        let t = self.t.read().unwrap();
-        let inode = t
-            .by_key
-            .get(&(st.st_dev, st.st_ino))
-            .and_then(|i| t.by_ino.get(i))
-            .cloned()?;
+        let inode = self.t.read().unwrap().inode_of((st.st_dev, st.st_ino))?;
         Some((inode, fd))
     }
 

@@ -178,7 +178,7 @@ impl SqueezeFs {
         self.check_writable()?;
         let at = self.at(parent, name)?;
         let names = self.inodes.change_names();
-        let going = names.as_ref().and_then(|_| self.inodes.named(&at.dir, &at.name));
+        let going = self.inodes.named(&at.dir, &at.name);
         sys::unlinkat(&at.dir, &at.name, flags)?;
         self.inodes.going(going, &at.parent, &at.name);
         drop(names);
@@ -206,13 +206,10 @@ impl SqueezeFs {
         // namespace lock; one whose name is replaced keeps its fd (`inode.rs`).
         let names = self.inodes.change_names();
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
-        let (moving, target) = match &names {
-            Some(_) => (
-                self.inodes.named(&from.dir, &from.name),
-                self.inodes.named(&to.dir, &to.name),
-            ),
-            None => (None, None),
-        };
+        let (moving, target) = (
+            self.inodes.named(&from.dir, &from.name),
+            self.inodes.named(&to.dir, &to.name),
+        );
         sys::renameat2(&from.dir, &from.name, &to.dir, &to.name, flags.bits())?;
         if exchange {
             self.inodes.renamed(target, &from.parent, &from.name);
