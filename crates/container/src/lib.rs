@@ -22,7 +22,7 @@ pub mod usage;
 
 pub use container::{AheadPlan, Container, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
 pub use stats::Stats;
-pub use storage::{read_full, FileStorage, Storage};
+pub use storage::{read_full, with_owner_access, FileStorage, Storage};
 
 use std::io;
 

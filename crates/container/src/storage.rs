@@ -102,34 +102,47 @@ impl FileStorage {
     }
 }
 
+/// Runs `f` on a file of this process whose mode denies its owner (stat: its owner and
+/// mode), with owner read and write added for the call (`chmod`), then puts the mode back
+/// if nothing changed it meanwhile (a chmod through the mount wins). `Ok(None)`: nothing
+/// to add — not this process's file (a daemon without root owns all of its own), or its
+/// owner has read and write already — so the refusal stands.
+///
+/// The kernel checks a `user.*` xattr against the mode at every call, whatever the fd was
+/// opened for, and an open against the mode: without this a daemon without
+/// CAP_DAC_OVERRIDE could not record where a read-only file's bytes are (mode 0444: git
+/// objects, `cp -p`) and lost its data at the commit, nor open a mode-0 file (`tar`'s
+/// placeholders for symlinks).
+pub fn with_owner_access<T>(
+    stat: impl Fn() -> io::Result<(u32, u32)>,
+    chmod: impl Fn(u32) -> io::Result<()>,
+    f: impl FnOnce() -> io::Result<T>,
+) -> io::Result<Option<T>> {
+    let (uid, mode) = stat()?;
+    let mode = mode & 0o7777;
+    if uid != sys::euid() || mode & 0o600 == 0o600 {
+        return Ok(None);
+    }
+    let granted = mode | 0o600;
+    chmod(granted)?;
+    let r = f();
+    if stat()?.1 & 0o7777 == granted {
+        chmod(mode)?;
+    }
+    r.map(Some)
+}
+
 impl FileStorage {
-    /// Runs the xattr call `f`; if the file's mode denies it to its owner and that owner is
-    /// this process (a daemon without root, whose files all are its own), runs it again
-    /// with owner read and write added for the call, then puts the mode back.
-    ///
-    /// The kernel checks a `user.*` xattr against the mode at every call, whatever the fd
-    /// was opened for, so without this a daemon without CAP_DAC_OVERRIDE could not record
-    /// where a read-only file's bytes are (mode 0444: git objects, `cp -p`, a `tar`
-    /// placeholder made with mode 0) and its data was lost at the commit. The mode is put
-    /// back only if nothing changed it meanwhile (a chmod through the mount wins).
+    /// Runs the xattr call `f`, again with [`with_owner_access`] if the mode refused it.
     fn as_owner<T>(&self, f: impl Fn() -> io::Result<T>) -> io::Result<T> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         match f() {
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                let md = self.file.metadata()?;
-                let mode = md.mode() & 0o7777;
-                if md.uid() != sys::euid() || mode & 0o600 == 0o600 {
-                    return Err(e);
-                }
-                let granted = mode | 0o600;
-                self.file
-                    .set_permissions(std::fs::Permissions::from_mode(granted))?;
-                let r = f();
-                if self.file.metadata()?.mode() & 0o7777 == granted {
-                    self.file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-                }
-                r
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => with_owner_access(
+                || self.file.metadata().map(|m| (m.uid(), m.mode())),
+                |mode| self.file.set_permissions(std::fs::Permissions::from_mode(mode)),
+                f,
+            )?
+            .ok_or(e),
             r => r,
         }
     }

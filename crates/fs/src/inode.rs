@@ -307,23 +307,17 @@ impl Inodes {
     }
 
     /// A daemon without root opening one of its own files whose mode denies its owner
-    /// (`tar` makes placeholders with mode 0; a file may be chmod 0 or 0200): opened with
-    /// owner read and write added for the open, then the mode put back if nothing changed
-    /// it meanwhile. The open fd keeps working whatever the mode. `None`: not ours, or
-    /// still refused.
+    /// (`tar` makes placeholders with mode 0; a file may be chmod 0 or 0200), with
+    /// [`squeezefs_container::with_owner_access`]. The open fd keeps working whatever the
+    /// mode. `None`: not ours, or still refused.
     fn reopen_as_owner(fd: &PathFd, flags: i32) -> Option<std::fs::File> {
-        let st = sys::fstat(fd).ok()?;
-        let mode = st.st_mode & 0o7777;
-        if st.st_uid != sys::euid() || mode & 0o600 == 0o600 {
-            return None;
-        }
-        let granted = mode | 0o600;
-        sys::chmod(fd, granted).ok()?;
-        let file = sys::reopen(fd, flags);
-        if sys::fstat(fd).is_ok_and(|now| now.st_mode & 0o7777 == granted) {
-            let _ = sys::chmod(fd, mode);
-        }
-        file.ok()
+        squeezefs_container::with_owner_access(
+            || sys::fstat(fd).map(|st| (st.st_uid, st.st_mode)),
+            |mode| sys::chmod(fd, mode),
+            || sys::reopen(fd, flags),
+        )
+        .ok()
+        .flatten()
     }
 
     /// Notes a newly cached fd; closes the oldest cached fds beyond the budget. An open
