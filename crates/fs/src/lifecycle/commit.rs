@@ -50,6 +50,8 @@ struct Queue {
     items: Vec<Queued>,
     since: Option<Instant>,
     stop: bool,
+    /// The commit thread is committing a batch it took (`Committer::commit_now` waits).
+    committing: bool,
 }
 
 pub struct Committer {
@@ -60,6 +62,8 @@ pub struct Committer {
     cv: Condvar,
     /// Signalled when the commit thread takes a batch: closers waiting for room go on.
     room: Condvar,
+    /// Signalled when the commit thread has committed the batch it took.
+    committed: Condvar,
     max_pending: AtomicUsize,
     /// Commits done and syncs issued (for tests and statistics).
     pub commits: AtomicUsize,
@@ -73,6 +77,7 @@ impl Committer {
             packs,
             cv: Condvar::new(),
             room: Condvar::new(),
+            committed: Condvar::new(),
             max_pending: AtomicUsize::new(1024),
             commits: AtomicUsize::new(0),
             syncs: AtomicUsize::new(0),
@@ -125,18 +130,26 @@ impl Committer {
                     return;
                 }
                 q.since = None;
+                q.committing = true;
                 self.room.notify_all();
                 std::mem::take(&mut q.items)
             };
+            // Cleared however the batch ends (a panic too), so `commit_now` never hangs.
+            let _done = Committed(self);
             self.commit(inodes, batch);
         }
     }
 
     /// Commits everything queued now, in the calling thread (before the statistics file
     /// is rendered, so `squeezefs stats` on a mount sees every closed file as closed).
+    /// A batch the commit thread took is waited for first: its files are not settled
+    /// until it ends, and what it queues again is then committed here.
     pub fn commit_now(&self, inodes: &Inodes) {
         let batch = {
             let mut q = self.q.lock().unwrap();
+            while q.committing {
+                q = self.committed.wait(q).unwrap();
+            }
             q.since = None;
             self.room.notify_all();
             std::mem::take(&mut q.items)
@@ -254,6 +267,17 @@ impl Committer {
             q.since.get_or_insert_with(Instant::now);
             q.items.extend(again);
         }
+    }
+}
+
+/// Marks the commit thread's batch as ended when dropped.
+struct Committed<'a>(&'a Committer);
+
+impl Drop for Committed<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.q.lock().unwrap_or_else(|e| e.into_inner());
+        q.committing = false;
+        self.0.committed.notify_all();
     }
 }
 
