@@ -486,8 +486,10 @@ impl Files {
     /// Commits every queued file now, in the calling thread (before the statistics file
     /// is rendered, so it sees every closed file as closed). The kernel sends RELEASE
     /// without waiting (rule 10), so a file closed just before may still be in its
-    /// write-out on another thread: its RELEASE was read from the queue before this
-    /// request (FIFO), and is waited for (at most 2 s) so it is committed with the rest.
+    /// write-out on another thread: a RELEASE read from the queue before this request is
+    /// waited for (at most 2 s) so it is committed with the rest. RELEASE is a background
+    /// request, so one the kernel still holds (its background queue full) can arrive after
+    /// this request: that file is committed by the next batch, within [`commit::INTERVAL`].
     pub fn commit_now(&self) {
         let start = std::time::Instant::now();
         while self.releasing.load(std::sync::atomic::Ordering::Acquire) > 0
