@@ -243,6 +243,62 @@ pub fn open_beneath(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result
     sys::open_beneath(dir.as_fd(), rel, flags)
 }
 
+/// [`open_beneath`] for a regular file, and when the file's mode refuses its owner and the
+/// caller is that owner (a squeezefs without root and a mode-0 placeholder of `tar`, a
+/// `chmod 0` file), again with [`with_owner_access`]: the file is found with `O_PATH` (no
+/// access needed), then reopened through `/proc/self/fd`. Without this a mount's pack
+/// rounds stopped at such a file, and `check` reported it as damaged.
+pub fn open_beneath_as_owner(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
+    match open_beneath(dir, rel, flags) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            let found = open_beneath(dir, rel, libc::O_PATH | libc::O_NOFOLLOW)?;
+            reopen_as_owner(&found, flags & !libc::O_NOFOLLOW)?.ok_or(e)
+        }
+        r => r,
+    }
+}
+
+/// Opens the file at `path` for reading (and writing with `write`), as [`open_beneath_as_owner`]
+/// does when its mode refuses its owner.
+pub fn open_as_owner(path: &std::path::Path, write: bool) -> io::Result<File> {
+    match std::fs::OpenOptions::new().read(true).write(write).open(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let found = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(path)?;
+            let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
+            reopen_as_owner(&found, flags)?.ok_or(e)
+        }
+        r => r,
+    }
+}
+
+/// Reopens the regular file `found` (an `O_PATH` fd) with `flags` under
+/// [`with_owner_access`]; `None` when that has nothing to add.
+fn reopen_as_owner(found: &File, flags: i32) -> io::Result<Option<File>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    if !found.metadata()?.is_file() {
+        return Ok(None);
+    }
+    // The fd's magic link names the file it was opened on, whatever is renamed meanwhile.
+    let proc = format!("/proc/self/fd/{}", found.as_raw_fd());
+    with_owner_access(
+        || found.metadata().map(|m| (m.uid(), m.mode())),
+        |mode| std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode)),
+        || {
+            let acc = flags & libc::O_ACCMODE;
+            std::fs::OpenOptions::new()
+                .read(acc != libc::O_WRONLY)
+                .write(acc != libc::O_RDONLY)
+                .custom_flags(flags & !libc::O_ACCMODE)
+                .open(&proc)
+        },
+    )
+}
+
 /// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
 /// (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
 /// location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
@@ -310,8 +366,14 @@ mod sys {
         use std::os::unix::ffi::OsStrExt;
         let p = CString::new(rel.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // (`openat2` refuses `O_PATH` with any flag but these.)
+        let extra = if flags & libc::O_PATH != 0 {
+            libc::O_CLOEXEC
+        } else {
+            libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK
+        };
         let how = OpenHow {
-            flags: (flags | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64,
+            flags: (flags | extra) as u64,
             mode: 0,
             resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
         };

@@ -109,10 +109,8 @@ pub fn main(args: Args) -> Result<u8, String> {
     for (path, len) in &list {
         let rel = path.strip_prefix(&root).unwrap_or(path).display().to_string();
         pb.set_message(rel.clone());
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .write(args.repair)
-            .open(path);
+        // A mode-0 file of the user's own (a squeezefs without root keeps them) is read too.
+        let opened = squeezefs_container::open_as_owner(path, args.repair);
         let report = opened.map_err(|e| e.to_string()).and_then(|f| {
             let st = FileStorage::new(f);
             let r = check::check(&st, Some(&packs)).map_err(|e| e.to_string())?;

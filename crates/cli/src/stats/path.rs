@@ -266,7 +266,8 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
         .map(|(path, blocks)| {
             let root = root_of(path);
             let r = (|| {
-                let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let f = squeezefs_container::open_as_owner(path, false)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
                 let packs = root.map(|i| &roots[i].packs);
                 let u = usage(&FileStorage::new(f), packs).map_err(|e| format!("{}: {e}", path.display()))?;
                 let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
@@ -558,7 +559,8 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
 /// --dict-gain`.
 fn gain(backing: &Path, codec: CodecSpec) -> Result<(u64, u64), String> {
     use squeezefs_container::{Container, Options};
-    let f = std::fs::File::open(backing).map_err(|e| format!("{}: {e}", backing.display()))?;
+    let f = squeezefs_container::open_as_owner(backing, false)
+        .map_err(|e| format!("{}: {e}", backing.display()))?;
     let mut c = Container::open(FileStorage::new(f), &Options::default())
         .map_err(|e| format!("{}: {e}", backing.display()))?;
     let Some(extent) = c.extent_size() else {

@@ -17,7 +17,7 @@ use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, LiveFile, Reclaimed, Settle};
 use super::record::{record_state, RecordState};
 use super::Packs;
-use crate::storage::{open_beneath, FileStorage};
+use crate::storage::{open_beneath, open_beneath_as_owner, FileStorage};
 
 /// The records of a backing directory, as a walk found them.
 #[derive(Debug, Default)]
@@ -78,7 +78,7 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
             if !kind.is_file() {
                 continue;
             }
-            let f = match open_beneath(&top, &name, libc::O_RDONLY | libc::O_NOFOLLOW) {
+            let f = match open_beneath_as_owner(&top, &name, libc::O_RDONLY | libc::O_NOFOLLOW) {
                 Ok(f) => f,
                 Err(e) if vanished(&e) => continue,
                 Err(e) => return Err(e),
@@ -195,7 +195,7 @@ pub fn reclaim_files(
 ) -> crate::Result<Reclaimed> {
     let top = File::open(root)?;
     let open = |f: &LiveFile| -> crate::Result<FileStorage> {
-        let file = open_beneath(&top, Path::new(&f.name), libc::O_RDWR | libc::O_NOFOLLOW)?;
+        let file = open_beneath_as_owner(&top, Path::new(&f.name), libc::O_RDWR | libc::O_NOFOLLOW)?;
         if !file.metadata()?.is_file() {
             return Err(crate::Error::Invalid("not a regular file any more".into()));
         }
