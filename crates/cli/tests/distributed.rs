@@ -9,70 +9,17 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use common::gluster::{sh, Gluster};
-use common::{is_mounted, scratch};
+use common::gluster::Gluster;
+use common::{scratch, Mount};
 
-/// A squeezefs daemon serving `mnt`, unmounted and ended when dropped (a failing test
-/// must not leave it holding files on the volume).
-struct Daemon {
-    mnt: PathBuf,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    /// Unmounts and checks the daemon exits cleanly.
-    fn unmount(mut self) {
-        common::unmount(&self.mnt);
-        assert!(self.child.take().unwrap().wait().unwrap().success());
-    }
-
-    /// Kills the daemon (SIGKILL) and clears its dead mount.
-    fn kill(mut self) {
-        let mut c = self.child.take().unwrap();
-        c.kill().unwrap();
-        c.wait().unwrap();
-        sh(&format!("umount -l {}", self.mnt.display()));
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            sh(&format!("fusermount3 -uz {}", self.mnt.display()));
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// `squeezefs mount BACKING MNT` in the foreground: the daemon once mounted, or what it
-/// said when it exited.
-fn mount(backing: &Path, mnt: &Path, log: &Path) -> Result<Daemon, String> {
-    fs::create_dir_all(mnt).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
-        .arg("mount")
-        .arg(backing)
-        .arg(mnt)
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !is_mounted(mnt) {
-        if child.try_wait().unwrap().is_some() {
-            return Err(fs::read_to_string(log).unwrap());
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "mount did not appear");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Daemon {
-        mnt: mnt.to_path_buf(),
-        child: Some(child),
-    })
+/// `squeezefs mount BACKING MNT` in the foreground: the mount, or what the daemon said
+/// when it exited (a failing test unmounts and ends it on drop, so it holds no files on
+/// the volume).
+fn mount(backing: &Path, mnt: &Path, log: &Path) -> Result<Mount, String> {
+    Mount::try_spawn_at(backing, mnt, log)
 }
 
 /// One squeezefs per backing directory across the clients of a distributed filesystem: a
@@ -102,8 +49,8 @@ fn a_backing_directory_on_glusterfs_is_served_by_one_client_at_a_time() {
     let second = mount(&b2, &m2, &dir.join("m2.log")).expect("mounts once the first is gone");
     assert_eq!(fs::read(m2.join("f")).unwrap(), b"written through client 1");
     fs::write(m2.join("g"), b"and client 2").unwrap();
-    std::thread::sleep(Duration::from_secs(3)); // past the group commit
-                                                // A holder killed with SIGKILL releases the lock by itself.
+    // Past the group commit; then a holder killed with SIGKILL releases the lock by itself.
+    std::thread::sleep(Duration::from_secs(3));
     second.kill();
     let first = mount(&b1, &m1, &dir.join("m1.log")).expect("mounts after the other daemon died");
     assert_eq!(fs::read(m1.join("f")).unwrap(), b"written through client 1");

@@ -116,25 +116,36 @@ impl Mount {
     }
 
     /// Starts the daemon `cmd` and waits for its mount at `DIR/mnt` (log: `DIR/daemon.log`).
-    fn launch(dir: &Path, mut cmd: Command) -> Mount {
-        let mnt = dir.join("mnt");
-        let log = fs::File::create(dir.join("daemon.log")).unwrap();
-        let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
+    fn launch(dir: &Path, cmd: Command) -> Mount {
+        let log = dir.join("daemon.log");
+        Mount::try_launch(cmd, &dir.join("mnt"), &log).unwrap_or_else(|said| panic!("squeezefs exited: {said}"))
+    }
+
+    /// `squeezefs mount BACKING MNT` in the foreground (log: `log`): the mount, or what the
+    /// daemon said when it exited instead (a refusal a test expects).
+    pub fn try_spawn_at(backing: &Path, mnt: &Path, log: &Path) -> Result<Mount, String> {
+        require_fuse();
+        fs::create_dir_all(mnt).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_squeezefs"));
+        cmd.arg("mount").arg(backing).arg(mnt);
+        Mount::try_launch(cmd, mnt, log)
+    }
+
+    fn try_launch(mut cmd: Command, mnt: &Path, log: &Path) -> Result<Mount, String> {
+        let err = fs::File::create(log).unwrap();
+        let mut child = cmd.stdout(Stdio::null()).stderr(err).spawn().unwrap();
         let start = Instant::now();
-        while !is_mounted(&mnt) {
+        while !is_mounted(mnt) {
             if let Some(st) = child.try_wait().unwrap() {
-                panic!(
-                    "squeezefs exited with {st}: {}",
-                    fs::read_to_string(dir.join("daemon.log")).unwrap()
-                );
+                return Err(format!("{st}: {}", fs::read_to_string(log).unwrap()));
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
+            assert!(start.elapsed() < Duration::from_secs(30), "mount did not appear");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Mount {
-            mnt,
+        Ok(Mount {
+            mnt: mnt.to_path_buf(),
             child: Some(child),
-        }
+        })
     }
 
     pub fn path(&self, p: &str) -> PathBuf {
@@ -146,6 +157,15 @@ impl Mount {
         unmount(&self.mnt);
         let st = self.child.take().unwrap().wait().unwrap();
         assert!(st.success(), "daemon exited with {st}");
+    }
+
+    /// Kills the daemon (SIGKILL), as a crash would, and clears its dead mount.
+    pub fn kill(mut self) {
+        let mut c = self.child.take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+        let st = Command::new("umount").arg("-l").arg(&self.mnt).status().unwrap();
+        assert!(st.success(), "umount -l {}", self.mnt.display());
     }
 }
 
