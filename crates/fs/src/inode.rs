@@ -250,19 +250,8 @@ impl Inodes {
         let fd = sys::open_path(&*dir, &name)?;
         let st = sys::fstat(&fd)?;
         // Never another file under a name that went stale: the same (device, inode), type
-        // and file handle (which carries the inode's generation), or ESTALE.
-        let fmt = st.st_mode & libc::S_IFMT;
-        let handle_differs = || {
-            inode
-                .ident
-                .as_ref()
-                .is_some_and(|id| sys::file_handle(&fd).map_or(true, |(_, h)| h != *id))
-        };
-        if (st.st_dev, st.st_ino) != inode.key
-            || inode.is_dir != (fmt == libc::S_IFDIR)
-            || inode.is_reg != (fmt == libc::S_IFREG)
-            || handle_differs()
-        {
+        // and file handle, or ESTALE (a handle that cannot be read counts as another).
+        if (st.st_dev, st.st_ino) != inode.key || !Self::same_object(inode, &fd, &st, false) {
             return Err(stale());
         }
         let mut slot = inode.fd.lock().unwrap();
@@ -394,19 +383,29 @@ impl Inodes {
     /// number may now name another file: the type, then the file handle (which carries the
     /// inode's generation) tell.
     fn still_the_same(inode: &Inode, fd: &OwnedFd, st: &libc::stat) -> bool {
+        if inode.fd.lock().unwrap().is_some() {
+            let fmt = st.st_mode & libc::S_IFMT;
+            return inode.is_dir == (fmt == libc::S_IFDIR) && inode.is_reg == (fmt == libc::S_IFREG);
+        }
+        Self::same_object(inode, fd, st, true)
+    }
+
+    /// Whether `fd` (of which `st` is the `fstat`), found under `inode`'s (device, inode),
+    /// is the object `inode` stands for: the same type and, when `inode` recorded one, the
+    /// same file handle (which carries the inode's generation, so a number reused for a new
+    /// file tells). `lenient`: a handle that cannot be read now counts as the same.
+    fn same_object(inode: &Inode, fd: &OwnedFd, st: &libc::stat, lenient: bool) -> bool {
         let fmt = st.st_mode & libc::S_IFMT;
         if inode.is_dir != (fmt == libc::S_IFDIR) || inode.is_reg != (fmt == libc::S_IFREG) {
             return false;
-        }
-        if inode.fd.lock().unwrap().is_some() {
-            return true;
         }
         match (
             inode.handle.as_ref().or(inode.ident.as_ref()),
             sys::file_handle(fd),
         ) {
             (Some(old), Ok((_, new))) => *old == new,
-            _ => true,
+            (Some(_), Err(_)) => lenient,
+            (None, _) => true,
         }
     }
 

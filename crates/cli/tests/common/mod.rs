@@ -118,7 +118,8 @@ impl Mount {
     /// Starts the daemon `cmd` and waits for its mount at `DIR/mnt` (log: `DIR/daemon.log`).
     fn launch(dir: &Path, cmd: Command) -> Mount {
         let log = dir.join("daemon.log");
-        Mount::try_launch(cmd, &dir.join("mnt"), &log).unwrap_or_else(|said| panic!("squeezefs exited: {said}"))
+        Mount::try_launch(cmd, &dir.join("mnt"), &log)
+            .unwrap_or_else(|said| panic!("squeezefs exited: {said}"))
     }
 
     /// `squeezefs mount BACKING MNT` in the foreground (log: `log`): the mount, or what the
