@@ -304,6 +304,9 @@ fn main() -> ExitCode {
         };
     }
     let cli = Cli::parse_from(args);
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        sys::default_sigpipe();
+    }
     match cli.cmd {
         Cmd::Mount { target, daemon } => {
             daemon::mount(target.backing, target.mountpoint, &target.options, daemon)

@@ -1,5 +1,5 @@
 //! The system calls the `squeezefs` binary makes that neither std nor nix wraps safely:
-//! `fork`, the path-based xattr calls and `mallinfo2`. Each wrapper takes Rust types
+//! `fork`, the path-based xattr calls, `mallinfo2` and SIGPIPE's disposition. Each wrapper takes Rust types
 //! (`&Path`, `&CStr`, slices) and returns `io::Result`, the error being the call's errno
 //! (`io::Error::last_os_error()`), as before. This is the only module of the binary allowed
 //! `unsafe` (main.rs denies it elsewhere).
@@ -72,4 +72,15 @@ pub fn heap_in_use() -> u64 {
     // SAFETY: mallinfo2 takes no arguments and returns a struct by value (glibc ≥ 2.33).
     let m = unsafe { libc::mallinfo2() };
     (m.uordblks + m.hblkhd) as u64
+}
+
+/// Gives SIGPIPE its default action back (the Rust runtime starts every program with it
+/// ignored, so a write to a closed pipe returns EPIPE and `println!` panics with "failed
+/// printing to stdout"). A report piped into `head` then ends the command quietly, as it
+/// ends any Unix tool. Not for the daemon: one whose log pipe closes must keep serving.
+pub fn default_sigpipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler, so no code runs in signal context; called from
+    // main before any thread starts, so nothing races the change of disposition.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }

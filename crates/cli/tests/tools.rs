@@ -453,3 +453,39 @@ fn a_sampled_estimate_is_within_its_error_of_a_real_compress() {
         "estimate {ratio:.3} ± {pm:.3}, compress gave {actual:.3}"
     );
 }
+
+/// A report piped into a reader that stops early (`| head`) ends the command as it ends
+/// any Unix tool: quietly, by SIGPIPE; it was a panic ("failed printing to stdout").
+#[test]
+fn a_report_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("closed-pipe");
+    for i in 0..50 {
+        fs::write(dir.join("backing").join(format!("f{i}")), vec![b'x'; 100 * i]).unwrap();
+    }
+    for args in [&["stats"][..], &["stats", "--json"], &["property", "get"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // the reader is gone before the first line
+        let target = if args[0] == "property" {
+            dir.join("backing/f1")
+        } else {
+            dir.join("backing")
+        };
+        let out = Command::new(env!("CARGO_BIN_EXE_squeezefs"))
+            .args(args)
+            .arg(&target)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
