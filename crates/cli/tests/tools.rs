@@ -219,6 +219,7 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
         .collect();
     fs::write(m.path("t/big.txt"), &big).unwrap();
     fs::hard_link(m.path("t/big.txt"), m.path("big-link")).unwrap();
+    fs::write(m.path("t/empty"), b"").unwrap();
     let ino = fs::metadata(m.path("t/big.txt")).unwrap().ino();
     let s0 = squeezefs_json(&[os("stats"), m.path("t").as_os_str()]);
     assert!(types(&s0).contains(&"lz4:1".into()), "{s0}");
@@ -243,6 +244,9 @@ fn compress_on_a_mount_recompresses_in_place_and_changes_extent_size_by_copy() {
     assert_eq!(fs::metadata(m.path("big-link")).unwrap().nlink(), 2);
     // The file now has the codec as its property, so later writes use it too.
     let p = getfattr(&m.path("t/big.txt"), "user.squeezefs.compression");
+    assert_eq!(p.as_deref(), Some(&b"zstd:5"[..]));
+    // An empty file too (nothing to rewrite; it was skipped without its property).
+    let p = getfattr(&m.path("t/empty"), "user.squeezefs.compression");
     assert_eq!(p.as_deref(), Some(&b"zstd:5"[..]));
 
     // Another extent size: copied and renamed over; the hard-linked file is left alone.

@@ -416,6 +416,13 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     }
 }
 
+/// Gives a file on a mount `codec` as its compression property (nothing rewritten).
+pub(super) fn set_codec(path: &Path, codec: CodecSpec) -> Result<(), String> {
+    let f = File::open(path).map_err(|e| err(path, e))?;
+    sys::xattr_set(&f, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
+        .map_err(|e| err(path, format!("setting its compression property: {e}")))
+}
+
 /// A file on a mount, through the daemon.
 pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
@@ -441,8 +448,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                     .map_err(|e| err(&job.path, format!("setting its dictionary {d}: {e}")))?;
             }
             if args.codec.is_some() {
-                sys::xattr_set(&f, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
-                    .map_err(|e| err(&job.path, format!("setting its compression property: {e}")))?;
+                set_codec(&job.path, codec)?;
             }
             // In pieces, so the progress bar moves on big files.
             const STEP: u64 = 64 << 20;

@@ -299,7 +299,12 @@ pub fn main(args: Args) -> Result<u8, String> {
                 pb.set_message(format!("{}{}", ratio_so_far.lock().unwrap(), job.path.display()));
                 let disk_before = blocks(&job.backing);
                 let r = if job.size == 0 {
-                    Ok(Done::Skipped)
+                    // Nothing to rewrite; on a mount an empty file still gets `--codec` as
+                    // its property, so what is written to it later uses it.
+                    match (asked.codec, *on_mount) {
+                        (Some(codec), true) => file::set_codec(&job.path, codec).map(|()| Done::Skipped),
+                        _ => Ok(Done::Skipped),
+                    }
                 } else if *on_mount {
                     mounted(&asked, job, &pb)
                 } else {
