@@ -32,7 +32,10 @@ pub enum DictCmd {
                       DIR (a directory on a squeezefs mount), stores it in the backing directory \
                       (.squeezefs-dicts/ID.zdict, checksummed), and sets the `dictionary` \
                       property on DIR and every directory below it: small zstd extents and \
-                      inline files written there from then on are compressed with it. Files \
+                      inline files written there from then on are compressed with it. On a \
+                      mount that packs (the default), files of at most one extent go to its \
+                      packs instead, which take less than a container per file with the \
+                      dictionary: there it serves the extents of larger files. Files \
                       already written keep what they have (`squeezefs compress` rewrites them). \
                       Every 8th file is held out of training; the report compares, on those, the \
                       space taken with and without the dictionary. Dictionaries help files of a \
@@ -261,7 +264,8 @@ fn train(
             println!("no property set (--no-set): squeezefs property set DIR dictionary {id}");
         } else {
             println!(
-                "set as the dictionary of {} and {} directories below it: new small files there use it",
+                "set as the dictionary of {} and {} directories below it: new files there use it \
+                 (on a mount that packs, files of at most one extent are packed instead)",
                 dir.display(),
                 dirs_set - 1
             );

@@ -193,3 +193,74 @@ fn a_trained_dictionary_shrinks_new_and_recompressed_small_files_and_survives_a_
         "{log}"
     );
 }
+
+/// On a mount that packs (the default), a directory with a dictionary packs its small files
+/// like any other: a solid block beats the dictionary, and a container per file with it
+/// took more (README, "Dictionaries"). Each file keeps the property in its location record
+/// (version 2) across a remount, and a file that outgrows its pack uses the dictionary.
+#[test]
+fn on_a_packing_mount_a_dictionary_directory_packs_its_small_files_and_they_keep_the_property() {
+    let d = scratch("dict-packed");
+    let all = copyright_files();
+    let (seen, unseen): (Vec<_>, Vec<_>) = all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let seen: Vec<&(String, Vec<u8>)> = seen.into_iter().map(|(_, f)| f).collect();
+    let unseen: Vec<&(String, Vec<u8>)> = unseen.into_iter().map(|(_, f)| f).collect();
+    let m = Mount::new(&d, "compress=zstd:3");
+    put(&m.path("docs/learn"), &seen);
+    let t = squeezefs_json(&[os("dict"), os("train"), m.path("docs").as_os_str()]);
+    let id = t["id"].as_u64().unwrap().to_string();
+    put(&m.path("docs/new"), &unseen);
+    put(&m.path("control"), &unseen);
+    let with = squeezefs_json(&[os("stats"), m.path("docs/new").as_os_str()]);
+    let without = squeezefs_json(&[os("stats"), m.path("control").as_os_str()]);
+    assert!(types(&with).iter().all(|t| t.starts_with("packed")), "{with}");
+    println!(
+        "FIGURES packed with a dictionary property {} B, without {} B",
+        disk(&with),
+        disk(&without)
+    );
+    assert!(
+        disk(&with) <= disk(&without) + 8192,
+        "with {with}\nwithout {without}"
+    );
+    let (name, data) = unseen[0];
+    let one = m.path("docs/new").join(name);
+    assert_eq!(
+        getfattr(&one, "user.squeezefs.dictionary").unwrap(),
+        id.as_bytes()
+    );
+    // A record with the property is version 2; one without stays version 1.
+    let rec = getfattr(&d.join("backing/docs/new").join(name), "user.sqzfs").unwrap();
+    assert_eq!(rec[0], 2);
+    let rec = getfattr(&d.join("backing/control").join(name), "user.sqzfs").unwrap();
+    assert_eq!(rec[0], 1);
+    m.unmount();
+
+    let m = Mount::new(&d, "compress=zstd:3");
+    same(&m.path("docs/new"), &unseen);
+    assert_eq!(
+        getfattr(&one, "user.squeezefs.dictionary").unwrap(),
+        id.as_bytes()
+    );
+    // Past one extent (128 KiB) the file leaves its pack, a container using the dictionary.
+    let grown: Vec<u8> = data
+        .iter()
+        .chain(all.iter().flat_map(|(_, d)| d))
+        .copied()
+        .take(300 << 10)
+        .collect();
+    fs::write(&one, &grown).unwrap();
+    let s = squeezefs_json(&[os("stats"), one.as_os_str()]);
+    assert!(types(&s).iter().any(|t| t.ends_with("+dict")), "{s}");
+    m.unmount();
+    let m = Mount::new(&d, "compress=zstd:3");
+    assert!(fs::read(&one).unwrap() == grown);
+    assert_eq!(
+        getfattr(&one, "user.squeezefs.dictionary").unwrap(),
+        id.as_bytes()
+    );
+    m.unmount();
+    let c = squeezefs_json(&[os("check"), d.join("backing").as_os_str()]);
+    assert_eq!(c["damaged_files"], 0, "{c}");
+    fs::remove_dir_all(&d).unwrap();
+}

@@ -350,20 +350,32 @@ proptest! {
         let opts = options(codec, shift, packs.as_ref());
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
+        // The file's own properties, kept by superblocks and location records alike (a
+        // packed file keeps its dictionary property in a version 2 record).
+        let (mut dict, mut codec_prop) = (None, None);
         let mut ahead = Ahead::default();
         for op in &ops {
             let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
             apply_model(&mut model, op);
+            match op {
+                Op::SetDict(on) => dict = on.then(test_dict),
+                Op::SetCodec(i) => codec_prop = PROP_CODECS.get(*i as usize).map(|s| s.parse::<CodecSpec>().unwrap()),
+                _ => {}
+            }
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len), "read after {:?}", op);
             }
             prop_assert_eq!(c.size().unwrap(), model.len() as u64);
+            prop_assert_eq!(c.dictionary_property(), dict, "dictionary after {:?}", op);
+            prop_assert_eq!(c.compression_property(), codec_prop, "codec after {:?}", op);
         }
         // Whole file, then after a final reopen.
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         c.flush().unwrap();
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         prop_assert_eq!(c.size().unwrap(), model.len() as u64);
+        prop_assert_eq!(c.dictionary_property(), dict);
+        prop_assert_eq!(c.compression_property(), codec_prop);
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         // SEEK_DATA / SEEK_HOLE agree with the model: never call data a hole.
         let mut pos = 0u64;

@@ -333,11 +333,8 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             // The logical size: the backing file's (`job.size`) is larger when the current
             // copy of an extent is its second half.
             let logical = c.size().map_err(|e| err(&job.backing, e))?;
-            let wants_pack = job.packing(args)
-                && !c.is_packed()
-                && logical <= 1 << shift
-                && c.dictionary_property().is_none()
-                && !wants_dict;
+            // (A dictionary property does not keep a file out of a pack: its record keeps it.)
+            let wants_pack = job.packing(args) && !c.is_packed() && logical <= 1 << shift;
             let has_codec = match c.location() {
                 Some(l) => l.codec == codec,
                 None => already(&job.backing, codec, job.default_codec),
@@ -434,11 +431,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let wants_dict = file_dict.is_none() && dir_dict.is_some();
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            let wants_pack = job.packing(args)
-                && job.size <= 1 << shift
-                && file_dict.is_none()
-                && !wants_dict
-                && !is_packed(&job.backing);
+            let wants_pack = job.packing(args) && job.size <= 1 << shift && !is_packed(&job.backing);
             if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_pack {
                 return Ok(Done::Skipped);
             }

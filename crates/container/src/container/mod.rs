@@ -327,6 +327,9 @@ impl<S: Storage> Container<S> {
             p.codec_prop = true;
         }
         p.shift_prop = l.props & PROP_EXTENT_SIZE != 0;
+        if l.props & PROP_DICTIONARY != 0 {
+            p.dict = Some(l.dict_id);
+        }
         p.sb_gen = l.generation.max(sb_gen.unwrap_or(0));
         p.sb_dirty = false;
         p.stale_from = Some(0);

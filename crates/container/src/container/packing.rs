@@ -14,9 +14,9 @@
 //!   ([`Packs::durable`]) before the record naming them is set; the record is set before
 //!   the container bytes it replaces are cut, and those are cut only once the record is
 //!   durable (`fsync`, or the group commit's `syncfs`).
-//! * **Out of a pack** (the file grew past one extent, or took a dictionary): the backing
-//!   file is cut to zero (once the record is durable: it is the file meanwhile), the
-//!   container is written as a new one whose superblock outranks the record, and the record
+//! * **Out of a pack** (the file grew past one extent, or is written on a mount that does
+//!   not pack): the backing file is cut to zero (once the record is durable: it is the file
+//!   meanwhile), the container is written as a new one whose superblock outranks the record, and the record
 //!   is removed once that superblock is durable.
 //! * A record is one `setxattr`: atomic. Losing an unsynced one in a crash brings back the
 //!   file's previous state (still complete on disk), never a mix.
@@ -38,12 +38,12 @@ pub(super) enum PendingLoc {
 }
 
 impl Packed {
-    /// The file goes to a pack at its next write-out: packs are writable here, it fits one
-    /// extent and uses no dictionary (a solid block is its own dictionary).
+    /// The file goes to a pack at its next write-out: packs are writable here and it fits
+    /// one extent. A dictionary property does not keep it out: a solid block of many small
+    /// files is its own dictionary and beats one (README, "Dictionaries"); the record keeps
+    /// the property for when the file outgrows its pack.
     pub(super) fn packs_it(&self) -> bool {
-        self.packs.as_ref().is_some_and(|p| p.writable())
-            && self.size <= self.extent_len() as u64
-            && self.dict.is_none()
+        self.packs.as_ref().is_some_and(|p| p.writable()) && self.size <= self.extent_len() as u64
     }
 
     /// The packs (present whenever the file has a record: opening refuses it otherwise).
@@ -170,6 +170,9 @@ impl Packed {
         if self.shift_prop {
             props |= crate::format::PROP_EXTENT_SIZE;
         }
+        if self.dict.is_some() {
+            props |= crate::format::PROP_DICTIONARY;
+        }
         let rec = Location {
             props,
             codec: self.codec,
@@ -180,6 +183,7 @@ impl Packed {
             len,
             generation: self.sb_gen + 1,
             content_sum: sum,
+            dict_id: self.dict.unwrap_or(0),
         };
         {
             let _records = self.packs()?.records().read().unwrap();

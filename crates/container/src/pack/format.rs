@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{
     decode_codec_shift, u16_at, u32_at, u64_at, FormatError, MAX_EXTENT_SHIFT, PROP_COMPRESSION,
-    PROP_EXTENT_SIZE,
+    PROP_DICTIONARY, PROP_EXTENT_SIZE,
 };
 
 /// The format a mount writes when it packs small files: containers as in
@@ -21,10 +21,16 @@ pub const PACKS_FORMAT_VERSION: u16 = 4;
 pub const LOCATION_XATTR: &str = "user.sqzfs";
 /// Bytes of a location record.
 pub const LOCATION_LEN: usize = 56;
-/// Location record version this code reads and writes.
-pub const LOCATION_VERSION: u8 = 1;
-/// Property bits a location record may carry (a file with a dictionary is never packed).
-pub const LOCATION_PROPS: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
+/// The newest location record version this code reads and writes: 2 carries a dictionary
+/// property (`PROP_DICTIONARY`, its id in bytes 28..32); written only for a file with one,
+/// so every other record stays version 1, which squeezefs since format 4 reads.
+pub const LOCATION_VERSION: u8 = 2;
+/// The first location record version (no dictionary property); still written and read.
+pub const LOCATION_VERSION_1: u8 = 1;
+/// Property bits a version 1 location record may carry.
+pub const LOCATION_PROPS_V1: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
+/// Property bits a version 2 location record may carry.
+pub const LOCATION_PROPS: u8 = LOCATION_PROPS_V1 | PROP_DICTIONARY;
 
 /// First bytes of a pack file.
 pub const PACK_MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'P', b'A', b'C', b'K'];
@@ -161,8 +167,8 @@ impl BlockHeader {
 /// (no bytes anywhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
-    /// `PROP_COMPRESSION` / `PROP_EXTENT_SIZE`: which of `codec` / `extent_shift` are the
-    /// file's own properties (as in a superblock).
+    /// `PROP_COMPRESSION` / `PROP_EXTENT_SIZE` / `PROP_DICTIONARY`: which of `codec` /
+    /// `extent_shift` / `dict_id` are the file's own properties (as in a superblock).
     pub props: u8,
     /// The file's codec (its property, or the mount's when last written).
     pub codec: CodecSpec,
@@ -178,12 +184,20 @@ pub struct Location {
     pub generation: u64,
     /// XXH3-64 of the file's bytes.
     pub content_sum: u64,
+    /// The file's dictionary property when `props` has `PROP_DICTIONARY`, else 0. Only kept
+    /// for when the file leaves its pack: a packed file's bytes are compressed with its
+    /// block, which is its own dictionary.
+    pub dict_id: u32,
 }
 
 impl Location {
     pub fn encode(&self) -> [u8; LOCATION_LEN] {
         let mut b = [0u8; LOCATION_LEN];
-        b[0] = LOCATION_VERSION;
+        b[0] = if self.props & PROP_DICTIONARY != 0 {
+            LOCATION_VERSION
+        } else {
+            LOCATION_VERSION_1
+        };
         b[1] = self.props;
         b[2] = self.codec.alg.id();
         b[3] = self.extent_shift;
@@ -193,7 +207,8 @@ impl Location {
         b[12..16].copy_from_slice(&self.offset.to_le_bytes());
         b[16..24].copy_from_slice(&self.block.to_le_bytes());
         b[24..28].copy_from_slice(&self.len.to_le_bytes());
-        // 28..32 reserved, 0
+        // 28..32 the dictionary (version 2); reserved, 0, in version 1
+        b[28..32].copy_from_slice(&self.dict_id.to_le_bytes());
         b[32..40].copy_from_slice(&self.generation.to_le_bytes());
         b[40..48].copy_from_slice(&self.content_sum.to_le_bytes());
         let sum = xxh3_64(&b[..48]);
@@ -208,8 +223,9 @@ impl Location {
         if b.is_empty() {
             return Err(FormatError::Field("empty location record"));
         }
-        if b[0] != LOCATION_VERSION {
-            return Err(FormatError::Version(b[0] as u16));
+        let version = b[0];
+        if version != LOCATION_VERSION_1 && version != LOCATION_VERSION {
+            return Err(FormatError::Version(version as u16));
         }
         if b.len() != LOCATION_LEN {
             return Err(FormatError::Field("location record length"));
@@ -222,8 +238,24 @@ impl Location {
             return Err(FormatError::Flags(flags as u32));
         }
         let props = b[1];
-        if props & !LOCATION_PROPS != 0 {
-            return Err(FormatError::Props(props & !LOCATION_PROPS));
+        let allowed = if version == LOCATION_VERSION_1 {
+            LOCATION_PROPS_V1
+        } else {
+            LOCATION_PROPS
+        };
+        if props & !allowed != 0 {
+            return Err(FormatError::Props(props & !allowed));
+        }
+        // Version 1 leaves bytes 28..32 reserved and unchecked (beyond the record's sum).
+        let dict_id = if version == LOCATION_VERSION_1 {
+            0
+        } else {
+            u32_at(b, 28)
+        };
+        if (props & PROP_DICTIONARY != 0) != (dict_id != 0) {
+            return Err(FormatError::Field(
+                "dictionary id without its property, or the reverse",
+            ));
         }
         let (codec, extent_shift) = decode_codec_shift(b[3], b[2], [b[4], b[5]])?;
         let l = Location {
@@ -236,6 +268,7 @@ impl Location {
             len: u32_at(b, 24),
             generation: u64_at(b, 32),
             content_sum: u64_at(b, 40),
+            dict_id,
         };
         if l.len as u64 > 1u64 << extent_shift {
             return Err(FormatError::Field("packed file longer than its extent"));
@@ -268,6 +301,7 @@ mod tests {
             len: 5000,
             generation: 9,
             content_sum: 0xdead_beef,
+            dict_id: 0,
         }
     }
 
@@ -281,9 +315,56 @@ mod tests {
             assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
         }
         assert!(Location::decode(&b[..40]).is_err());
+        assert_eq!(b[0], 1, "a record without a dictionary stays version 1");
         let mut newer = b;
-        newer[0] = 2;
-        assert_eq!(Location::decode(&newer), Err(FormatError::Version(2)));
+        newer[0] = 3;
+        assert_eq!(Location::decode(&newer), Err(FormatError::Version(3)));
+    }
+
+    #[test]
+    fn a_dictionary_makes_a_version_2_record_that_round_trips() {
+        let d = Location {
+            props: PROP_COMPRESSION | PROP_DICTIONARY,
+            dict_id: 0x1234_5678,
+            ..loc()
+        };
+        let b = d.encode();
+        assert_eq!(b[0], 2);
+        assert_eq!(Location::decode(&b).unwrap(), d);
+        for i in 0..LOCATION_LEN * 8 {
+            let mut c = b;
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
+        }
+        // (Records resealed as a writer would, to reach the checks behind the checksum.)
+        let seal = |mut c: [u8; LOCATION_LEN]| {
+            let sum = xxh3_64(&c[..48]);
+            c[48..56].copy_from_slice(&sum.to_le_bytes());
+            c
+        };
+        // Version 1 knows no dictionary: a newer squeezefs's record, not damage.
+        let mut v1 = b;
+        v1[0] = 1;
+        assert_eq!(
+            Location::decode(&seal(v1)),
+            Err(FormatError::Props(PROP_DICTIONARY))
+        );
+        // Version 1 ignores its reserved bytes, version 2 checks them against the property.
+        let mut v1 = loc().encode();
+        v1[28] = 7;
+        assert_eq!(Location::decode(&seal(v1)).unwrap(), loc());
+        let mut no_id = b;
+        no_id[28..32].fill(0);
+        assert!(matches!(
+            Location::decode(&seal(no_id)),
+            Err(FormatError::Field(_))
+        ));
+        let mut no_prop = b;
+        no_prop[1] = PROP_COMPRESSION;
+        assert!(matches!(
+            Location::decode(&seal(no_prop)),
+            Err(FormatError::Field(_))
+        ));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub(crate) fn loc(slot: &Slot, p: Placed) -> Location {
         len: slot.len,
         generation: 1,
         content_sum: slot.sum,
+        dict_id: 0,
     }
 }
 
