@@ -408,3 +408,83 @@ fn an_unmount_that_worked_logs_nothing_alarming() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A rootless container: the user `tests` in a user and mount namespace of its own
+/// (`unshare -Urm`, as podman and bubblewrap make), root there without any capability on
+/// the host. squeezefs mounts there without fusermount3, finds that file handles cannot be
+/// opened (CAP_DAC_READ_SEARCH in a user namespace does not reach the host's inodes) and
+/// reopens files by name; a tree with a mode-0 file and a chown to root-in-the-namespace
+/// round-trips, and the host sees the data after a remount, `check` clean.
+#[test]
+fn a_rootless_container_mounts_and_round_trips_a_tree() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    require_fuse();
+    let dir = scratch("userns");
+    common::open_to_others(&dir);
+    let src = dir.join("src");
+    for d in 0..4 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for f in 0..50 {
+            let body = format!("dir {d} file {f}\n").repeat(1 + f * 40);
+            fs::write(src.join(format!("d{d}/f{f}")), body).unwrap();
+        }
+    }
+    std::os::unix::fs::symlink("../d1/f1", src.join("d0/link")).unwrap();
+    // The user's own files: root's would be unmapped (nobody) in the namespace.
+    let st = Command::new("chown")
+        .args(["-R", "tests:"])
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::create_dir_all(dir.join("logs")).unwrap();
+    for d in ["backing", "mnt", "logs"] {
+        let st = Command::new("chown")
+            .arg("tests:")
+            .arg(dir.join(d))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let (b, m, log) = (dir.join("backing"), dir.join("mnt"), dir.join("logs/daemon.log"));
+    let script = format!(
+        "set -e; test \"$(id -u)\" = 0; \
+         {bin} mount {b} {m} >/dev/null 2>{log} & pid=$!; \
+         trap 'umount -l {m} 2>/dev/null || true; kill $pid 2>/dev/null || true' EXIT; \
+         i=0; until grep -q ' {m} ' /proc/self/mountinfo; do i=$((i+1)); test $i -lt 300; sleep 0.05; done; \
+         cp -a {src}/. {m}/; echo secret > {m}/none; chmod 0 {m}/none; chown 0:0 {m}/d2/f3; \
+         diff -r {src} {m}/ -x none; test \"$(cat {m}/none)\" = secret; \
+         umount {m}; wait $pid",
+        bin = env!("CARGO_BIN_EXE_squeezefs"),
+        b = b.display(),
+        m = m.display(),
+        log = log.display(),
+        src = src.display(),
+    );
+    let out = common::as_tests(&["unshare", "-Urm", "sh", "-c", &script]);
+    let log_text = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{}{}\n{log_text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(log_text.contains("reopened by name"), "{log_text}");
+    // The host: what the namespace's root owned is the user's; everything is there.
+    let (uid, _) = common::tests_ids();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(b.join("d2/f3")).unwrap().uid(), uid);
+    common::check_clean(&b, "after the rootless container");
+    let mount = common::Mount::new(&dir, "");
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(&mount.mnt)
+        .args(["-x", "none"])
+        .output()
+        .unwrap();
+    assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stdout));
+    assert_eq!(fs::read(mount.path("none")).unwrap(), b"secret\n");
+    mount.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+}
