@@ -234,6 +234,9 @@ fn on_a_packing_mount_a_dictionary_directory_packs_its_small_files_and_they_keep
     assert_eq!(rec[0], 2);
     let rec = getfattr(&d.join("backing/control").join(name), "user.sqzfs").unwrap();
     assert_eq!(rec[0], 1);
+    // `dict list` counts them as its users (their extents will use it): it must stay.
+    let listed = squeezefs_json(&[os("dict"), os("list"), m.mnt.as_os_str()]);
+    assert_eq!(listed[0]["files"], unseen.len() as u64, "{listed}");
     m.unmount();
 
     let m = Mount::new(&d, "compress=zstd:3");

@@ -223,6 +223,11 @@ fn packed(u: &mut Usage, packs: Option<&Packs>, loc: Location, leftover: u64) ->
     u.codec = Some(loc.codec);
     u.leftover = leftover;
     u.packed = Some(loc);
+    if loc.props & crate::format::PROP_DICTIONARY != 0 {
+        // The property only (packed bytes never use it): the file's extents will once it
+        // leaves its pack, so the dictionary must stay.
+        u.dicts.insert(loc.dict_id);
+    }
     let Some(packs) = packs else { return Ok(()) };
     if loc.len == 0 {
         return Ok(()); // an empty file names no block

@@ -91,6 +91,9 @@ impl Totals {
     fn add(&mut self, u: &Usage, allocated: u64) {
         self.files += 1;
         self.referenced += u.size;
+        for id in &u.dicts {
+            *self.dict_users.entry(*id).or_default() += 1;
+        }
         if u.packed.is_some() {
             self.packed += 1;
             self.damaged_extents += u.damaged_extents;
@@ -113,9 +116,6 @@ impl Totals {
             return;
         }
         self.containers += 1;
-        for id in &u.dicts {
-            *self.dict_users.entry(*id).or_default() += 1;
-        }
         if u.parts.keys().any(|k| k.uses_dict()) {
             self.dict_files += 1;
             self.dict_referenced += u.size;

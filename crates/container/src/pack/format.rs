@@ -208,7 +208,10 @@ impl Location {
         b[16..24].copy_from_slice(&self.block.to_le_bytes());
         b[24..28].copy_from_slice(&self.len.to_le_bytes());
         // 28..32 the dictionary (version 2); reserved, 0, in version 1
-        b[28..32].copy_from_slice(&self.dict_id.to_le_bytes());
+        debug_assert_eq!(self.props & PROP_DICTIONARY != 0, self.dict_id != 0);
+        if b[0] == LOCATION_VERSION {
+            b[28..32].copy_from_slice(&self.dict_id.to_le_bytes());
+        }
         b[32..40].copy_from_slice(&self.generation.to_le_bytes());
         b[40..48].copy_from_slice(&self.content_sum.to_le_bytes());
         let sum = xxh3_64(&b[..48]);
