@@ -748,17 +748,20 @@ fn a_user_without_file_handles_extracts_a_tree_ten_times_the_fd_limit() {
     // with "Permission denied" before), and the user's own `check` reads that file.
     let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
     assert!(!log.contains("not reclaimed"), "{log}");
-    let out = common::as_tests(&[
-        env!("CARGO_BIN_EXE_squeezefs"),
-        "check",
-        &backing.display().to_string(),
-    ]);
-    assert!(
-        out.status.success(),
-        "check as the user: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let b = backing.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    for args in [
+        &[bin, "check", &b][..],
+        &[bin, "compress", &b, "--codec", "zstd:5"],
+    ] {
+        let out = common::as_tests(args);
+        assert!(
+            out.status.success(),
+            "{args:?} as the user: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let inside: usize = ["a", "b", "t"]
         .iter()
         .filter_map(|d| fs::read_dir(backing.join(d)).ok())

@@ -148,6 +148,11 @@ fn compress_turns_an_adopted_directory_into_containers_and_can_run_again() {
     ]);
     assert_eq!(r["converted"], files.len() as u64, "{r}");
     assert_eq!(r["failed"], 0);
+    // Asking the directories above whether a squeezefs serves them leaves nothing there.
+    assert!(
+        !d.join(".squeezefs-lock").exists(),
+        "a lock file made above BACKING"
+    );
     assert!(!stale.exists(), "leftover copy removed");
     assert!(r["disk_after"].as_u64().unwrap() < r["disk_before"].as_u64().unwrap());
 

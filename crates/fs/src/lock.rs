@@ -111,15 +111,48 @@ pub fn holder_of(backing: &Path) -> Option<u32> {
 
 /// Takes the lock on `backing`, or fails with a message naming the holder.
 pub fn lock(backing: &Path) -> io::Result<BackingLock> {
+    let dir = lock_dir(backing)?;
+    Ok(BackingLock {
+        _file: lock_file(backing)?,
+        _dir: dir,
+    })
+}
+
+/// Whether a squeezefs serves `dir`, taking nothing and creating nothing (`compress` asks
+/// of every ancestor of what it converts): an error of kind `WouldBlock`, naming the
+/// holder, when the directory's lock is held here or its lock file is held by anyone.
+pub fn probe(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    drop(lock_dir(dir)?);
+    let path = dir.join(LOCK_FILE);
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(_) => return Ok(()), // none (not a backing directory), or not ours to judge
+    };
+    match crate::sys::try_lock_exclusive(&f) {
+        Ok(false) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "backing directory {} is in use by a squeezefs: its lock file {} is held (on \
+                 another machine if no process here holds the directory)",
+                dir.display(),
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Takes the `flock` of the directory `backing` itself, or fails naming the holder.
+fn lock_dir(backing: &Path) -> io::Result<File> {
     let dir = File::open(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
     match crate::sys::try_lock_exclusive(&dir) {
-        Ok(true) => {
-            return Ok(BackingLock {
-                _file: lock_file(backing)?,
-                _dir: dir,
-            })
-        }
+        Ok(true) => return Ok(dir),
         Ok(false) => {}
         Err(e) => {
             return Err(io::Error::new(
@@ -196,6 +229,26 @@ mod tests {
         drop(first);
         let again = lock(&dir).unwrap();
         drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `probe` tells a served directory and creates nothing in one that is not (offline
+    /// `compress` asks of every ancestor: it made `/.squeezefs-lock`, `/tmp/.squeezefs-lock`).
+    #[test]
+    fn a_probe_finds_a_held_lock_and_leaves_no_file_behind() {
+        let dir = std::env::temp_dir().join(format!("squeezefs-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        probe(&dir).unwrap();
+        assert!(!dir.join(LOCK_FILE).exists(), "a probe made a lock file");
+        let held = lock(&dir).unwrap();
+        assert_eq!(probe(&dir).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        // Held by another machine: the lock file alone (its directory lock is not seen).
+        let other = File::open(dir.join(LOCK_FILE)).unwrap();
+        drop(held);
+        assert!(crate::sys::try_lock_exclusive(&other).unwrap());
+        assert_eq!(probe(&dir).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        drop(other);
+        probe(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

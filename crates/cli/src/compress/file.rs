@@ -15,7 +15,7 @@ use squeezefs_container::convert::copy_into;
 use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::Packs;
 use squeezefs_container::usage::{usage, Kind};
-use squeezefs_container::{Container, FileStorage, Options};
+use squeezefs_container::{open_as_owner, Container, FileStorage, Options};
 use squeezefs_fs::props::Prop;
 use squeezefs_fs::{props, sys};
 use std::sync::Arc;
@@ -118,7 +118,9 @@ impl Job {
 
 /// The logical size of a packed backing file (0 for any other empty one).
 pub(super) fn packed_len(backing: &Path) -> u64 {
-    let Ok(f) = File::open(backing) else { return 0 };
+    let Ok(f) = open_as_owner(backing, false) else {
+        return 0;
+    };
     match record_state(&FileStorage::new(f)) {
         Ok(RecordState::Current { loc, .. }) => loc.len as u64,
         _ => 0,
@@ -127,7 +129,7 @@ pub(super) fn packed_len(backing: &Path) -> u64 {
 
 /// Whether the backing file is packed now (its location record is current).
 fn is_packed(backing: &Path) -> bool {
-    File::open(backing).ok().is_some_and(|f| {
+    open_as_owner(backing, false).ok().is_some_and(|f| {
         matches!(
             record_state(&FileStorage::new(f)),
             Ok(RecordState::Current { .. })
@@ -248,7 +250,9 @@ pub(super) fn syncfs(path: &Path) -> Result<(), String> {
 /// or is inline or raw (whose codec and level are not recorded) in a file whose codec —
 /// its compression property, or `default` when it has none — is `codec`.
 fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
-    let Ok(f) = File::open(backing) else { return false };
+    let Ok(f) = open_as_owner(backing, false) else {
+        return false;
+    };
     let st = FileStorage::new(f);
     // A packed file: its record names the codec it was last written with.
     match record_state(&st) {
@@ -273,7 +277,7 @@ fn already(backing: &Path, codec: CodecSpec, default: CodecSpec) -> bool {
 
 /// Plain, or its extent shift when it is a container (or packed).
 fn layout(backing: &Path) -> Result<Option<u8>, String> {
-    let f = File::open(backing).map_err(|e| err(backing, e))?;
+    let f = open_as_owner(backing, false).map_err(|e| err(backing, e))?;
     let st = FileStorage::new(f);
     if let Ok(RecordState::Current { loc, .. }) = record_state(&st) {
         return Ok(Some(loc.extent_shift));
@@ -323,11 +327,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     };
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&job.backing)
-                .map_err(|e| err(&job.backing, e))?;
+            let f = open_as_owner(&job.backing, true).map_err(|e| err(&job.backing, e))?;
             let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
             let wants_dict = dir_dict.is_some() && c.dictionary_property().is_none();
             // The logical size: the backing file's (`job.size`) is larger when the current
@@ -353,7 +353,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             if wants_pack || c.is_packed() {
                 // The whole file (one extent) written again goes to the packs at write-back,
                 // committed with the batch so files share blocks.
-                let f = File::open(&job.backing).map_err(|e| err(&job.backing, e))?;
+                let f = open_as_owner(&job.backing, false).map_err(|e| err(&job.backing, e))?;
                 let md = f.metadata().map_err(|e| err(&job.backing, e))?;
                 let data = c.read(0, logical as usize).map_err(|e| err(&job.backing, e))?;
                 c.write(0, &data).map_err(|e| err(&job.backing, e))?;
@@ -369,7 +369,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     if job.splits_links(pb) {
         return Ok(Done::LeftAlone);
     }
-    let src_file = File::open(&job.backing).map_err(|e| err(&job.backing, e))?;
+    let src_file = open_as_owner(&job.backing, false).map_err(|e| err(&job.backing, e))?;
     let mut src = Container::open(
         FileStorage::new(src_file.try_clone().map_err(|e| e.to_string())?),
         &opts,
@@ -527,7 +527,7 @@ fn copy_data(src: &mut File, dst: &mut File, len: u64, pb: &indicatif::ProgressB
 /// Refuses a backing directory a daemon serves (its lock is held), naming the holder.
 pub(super) fn not_served(dir: &Path) -> Result<(), String> {
     for a in dir.ancestors() {
-        if let Err(e) = squeezefs_fs::lock::lock(a) {
+        if let Err(e) = squeezefs_fs::lock::probe(a) {
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 return Err(format!("{e}; run `squeezefs compress` on the mount instead"));
             }
