@@ -14,9 +14,10 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::check::check;
-use squeezefs_container::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
+use squeezefs_container::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_DICTIONARY};
 use squeezefs_container::pack::format::{
-    BLOCK_MAGIC, BLOCK_MAX, LOCATION_LEN, LOCATION_PROPS, LOCATION_VERSION, PACK_MAGIC, PACK_VERSION,
+    BLOCK_MAGIC, BLOCK_MAX, LOCATION_LEN, LOCATION_PROPS, LOCATION_PROPS_V1, LOCATION_VERSION,
+    LOCATION_VERSION_1, PACK_MAGIC, PACK_VERSION,
 };
 use squeezefs_container::pack::{
     BlockHeader, Location, MemPackDir, PackHeader, Packs, BLOCK_HEADER_LEN, LOCATION_XATTR, PACK_HEADER_LEN,
@@ -105,7 +106,7 @@ fn location(b: &[u8]) {
     let r = Location::decode(b);
     // The version byte is checked first, whatever the length (a newer record may be longer).
     if let Some(&v) = b.first() {
-        if v != LOCATION_VERSION {
+        if v != LOCATION_VERSION && v != LOCATION_VERSION_1 {
             assert_eq!(r, Err(FormatError::Version(v as u16)));
         }
     }
@@ -113,8 +114,12 @@ fn location(b: &[u8]) {
         return;
     };
     assert_eq!(b.len(), LOCATION_LEN);
+    let v1 = b[0] == LOCATION_VERSION_1;
     assert!((MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&l.extent_shift));
-    assert_eq!(l.props & !LOCATION_PROPS, 0);
+    assert_eq!(l.props & !if v1 { LOCATION_PROPS_V1 } else { LOCATION_PROPS }, 0);
+    // A dictionary id exactly with its property, which is there exactly in version 2.
+    assert_eq!(l.props & PROP_DICTIONARY != 0, l.dict_id != 0);
+    assert_eq!(l.props & PROP_DICTIONARY != 0, !v1);
     assert!(CodecSpec::new(l.codec.alg, l.codec.level).is_ok());
     assert!(
         u64::from(l.len) <= 1u64 << l.extent_shift,
@@ -134,11 +139,16 @@ fn location(b: &[u8]) {
     } else {
         assert!(l.block >= PACK_HEADER_LEN as u64, "block {}", l.block);
     }
-    // Bytes 28…31 are reserved, "not checked beyond record_sum": round trip except them.
+    // Version 1: bytes 28…31 are reserved, "not checked beyond record_sum": round trip
+    // except them. Version 2 carries the dictionary there: exact round trip.
     let enc = l.encode();
-    assert_eq!(enc[..], canonical(b, 28..32, 48)[..], "location re-encodes");
-    if b[28..32] == [0; 4] {
-        assert_eq!(enc[..], b[..], "location with zero reserved round-trips");
+    if v1 {
+        assert_eq!(enc[..], canonical(b, 28..32, 48)[..], "location re-encodes");
+        if b[28..32] == [0; 4] {
+            assert_eq!(enc[..], b[..], "location with zero reserved round-trips");
+        }
+    } else {
+        assert_eq!(enc[..], b[..], "a version 2 location round-trips");
     }
     assert_eq!(Location::decode(&enc), Ok(l));
 }
@@ -262,8 +272,17 @@ fuzz_target!(|data: &[u8]| {
     block_header(&bh, pack, offset);
     let mut lb = fixed(body, LOCATION_LEN, 48, None);
     if fix & 4 != 0 {
-        lb[0] = LOCATION_VERSION;
-        lb[1] &= LOCATION_PROPS;
+        // A version 1 record, or a version 2 one whose dictionary id agrees with its property.
+        if fix & 8 != 0 {
+            lb[0] = LOCATION_VERSION;
+            lb[1] = lb[1] & LOCATION_PROPS | PROP_DICTIONARY;
+            if lb[28..32] == [0; 4] {
+                lb[28] = 1;
+            }
+        } else {
+            lb[0] = LOCATION_VERSION_1;
+            lb[1] &= LOCATION_PROPS_V1;
+        }
         lb[6..8].fill(0);
         lb = fixed(&lb, LOCATION_LEN, 48, None);
     }

@@ -260,6 +260,12 @@ impl Location {
                 "dictionary id without its property, or the reverse",
             ));
         }
+        // Version 2 is written for a dictionary and only then (encode's rule).
+        if version == LOCATION_VERSION && props & PROP_DICTIONARY == 0 {
+            return Err(FormatError::Field(
+                "version 2 location record without a dictionary",
+            ));
+        }
         let (codec, extent_shift) = decode_codec_shift(b[3], b[2], [b[4], b[5]])?;
         let l = Location {
             props,
@@ -366,6 +372,13 @@ mod tests {
         no_prop[1] = PROP_COMPRESSION;
         assert!(matches!(
             Location::decode(&seal(no_prop)),
+            Err(FormatError::Field(_))
+        ));
+        // Version 2 without a dictionary at all: never written, so damage.
+        let mut none = no_prop;
+        none[28..32].fill(0);
+        assert!(matches!(
+            Location::decode(&seal(none)),
             Err(FormatError::Field(_))
         ));
     }
