@@ -95,10 +95,7 @@ impl<S: Storage> Container<S> {
                 p.pending = pending.then_some(p.epoch);
                 Ok(if pending {
                     WriteBack::Commit(Ticket(p.epoch))
-                } else if p.sb_other_dirty
-                    || p.location_unsettled()
-                    || p.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
-                {
+                } else if p.unsettled() {
                     WriteBack::Settle(Ticket(p.epoch))
                 } else {
                     WriteBack::Done
@@ -156,6 +153,13 @@ impl<S: Storage> Container<S> {
     /// Whether a superblock is waiting for [`Container::commit`].
     pub fn commit_pending(&self) -> bool {
         matches!(&self.mode, Mode::Packed(p) if p.pending.is_some())
+    }
+
+    /// Whether copies the written ones replaced wait for [`Container::settle`] (an older
+    /// superblock copy, old extent halves, a location record's leftovers): dropping the
+    /// container now would keep them on disk until the file is written again.
+    pub fn settle_pending(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.unsettled())
     }
 
     /// Drops every clean cached extent (memory of a file nobody has open).

@@ -269,4 +269,11 @@ impl Packed {
     pub(super) fn location_unsettled(&self) -> bool {
         self.backing_stale || self.loc_stale || (self.loc.is_some() && !self.loc_durable)
     }
+
+    /// Copies the written ones replaced are still on disk, waiting for a settle.
+    pub(super) fn unsettled(&self) -> bool {
+        self.sb_other_dirty
+            || self.location_unsettled()
+            || self.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
+    }
 }

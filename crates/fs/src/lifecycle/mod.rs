@@ -79,8 +79,13 @@ impl Kept {
                 busy.push_back((old_ino, w));
                 continue;
             };
+            // Not one the group commit still has to settle (a closed file whose write-back
+            // left an older copy): dropped here, it kept both copies until written again.
             if open.as_ref().is_some_and(|of| {
-                of.handles == 0 && !of.container.commit_pending() && of.container.dirty_bytes() == 0
+                of.handles == 0
+                    && !of.container.commit_pending()
+                    && !of.container.settle_pending()
+                    && of.container.dirty_bytes() == 0
             }) {
                 *open = None;
                 drop(open);
