@@ -155,11 +155,12 @@ impl<S: Storage> Container<S> {
         matches!(&self.mode, Mode::Packed(p) if p.pending.is_some())
     }
 
-    /// Whether copies the written ones replaced wait for [`Container::settle`] (an older
-    /// superblock copy, old extent halves, a location record's leftovers): dropping the
-    /// container now would keep them on disk until the file is written again.
+    /// Whether container copies the written ones replaced wait for [`Container::settle`]
+    /// (an older superblock copy, old extent halves): dropping the container now would keep
+    /// them on disk until the file is written again. (Not a packed file's record still to
+    /// be known durable, which every packed file opened has: nothing is kept by dropping it.)
     pub fn settle_pending(&self) -> bool {
-        matches!(&self.mode, Mode::Packed(p) if p.unsettled())
+        matches!(&self.mode, Mode::Packed(p) if p.copies_unsettled())
     }
 
     /// Drops every clean cached extent (memory of a file nobody has open).

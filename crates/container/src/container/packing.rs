@@ -270,10 +270,14 @@ impl Packed {
         self.backing_stale || self.loc_stale || (self.loc.is_some() && !self.loc_durable)
     }
 
-    /// Copies the written ones replaced are still on disk, waiting for a settle.
+    /// Something waits for a settle: replaced copies, or the location record's state.
     pub(super) fn unsettled(&self) -> bool {
-        self.sb_other_dirty
-            || self.location_unsettled()
-            || self.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
+        self.copies_unsettled() || self.location_unsettled()
+    }
+
+    /// Container copies the written ones replaced (the older superblock, old extent halves)
+    /// are still on disk, waiting for a settle.
+    pub(super) fn copies_unsettled(&self) -> bool {
+        self.sb_other_dirty || self.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
     }
 }

@@ -229,16 +229,19 @@ impl Files {
                 match of.container.write_back() {
                     Ok(WriteBack::Commit(t)) => {
                         of.container.drop_cache();
-                        queue = Some(t);
+                        queue = Some(Ticketed::Commit(t));
                     }
-                    Ok(_) => {}
+                    // Replaced copies to remove after a sync: the group commit does it
+                    // (kept containers are not closed while they wait: `Kept::trim`).
+                    Ok(WriteBack::Settle(t)) => queue = Some(Ticketed::Settle(t)),
+                    Ok(WriteBack::Done) => {}
                     Err(e) => flushed = Err(self.error(inode, "flush", e)),
                 }
             }
             self.keep_times(inode, of);
             drop(open);
             if let (Some(t), Some(ino)) = (queue, self.inodes.number(inode)) {
-                self.committer.push(ino, inode.clone(), Ticketed::Commit(t));
+                self.committer.push(ino, inode.clone(), t);
             }
             let r = r?;
             flushed?;
