@@ -10,9 +10,9 @@ use std::path::PathBuf;
 // (`squeezefs BACKING MOUNTPOINT -o OPTIONS`, parsed by `daemon::helper_form`).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct MountArgs {
-    /// Directory that holds the compressed files (created if missing).
+    /// Directory that holds the compressed files (must exist; `-o create` makes it).
     pub backing: PathBuf,
-    /// Where the uncompressed view appears.
+    /// Where the uncompressed view appears (a directory; `-o create` makes it).
     pub mountpoint: PathBuf,
     /// Mount options (see below).
     #[arg(short = 'o', value_name = "OPTIONS")]

@@ -148,16 +148,60 @@ pub fn mount(backing: PathBuf, mountpoint: PathBuf, options: &[String], daemon: 
             return ExitCode::from(2);
         }
     }
-    if !backing.exists() {
-        if let Err(e) = std::fs::create_dir_all(&backing) {
-            eprintln!(
-                "squeezefs: cannot create backing directory {}: {e}",
-                backing.display()
-            );
-            return ExitCode::FAILURE;
-        }
+    if let Err((msg, code)) = prepare_targets(&backing, &mountpoint, cfg.create) {
+        eprintln!("squeezefs: {msg}");
+        return ExitCode::from(code);
     }
     run(backing, mountpoint, cfg, daemon)
+}
+
+/// Checks BACKING and MOUNTPOINT before anything is mounted: each must be a directory, and
+/// a missing one is made only with `create` (a typo, or BACKING on a disk not mounted yet
+/// at boot, must not send data to the root filesystem). A MOUNTPOINT that is not empty is
+/// allowed, as FUSE 3 allows it, with a warning naming what the mount hides. The error is
+/// one line and the exit status (2: a usage error, nothing changed).
+fn prepare_targets(backing: &Path, mountpoint: &Path, create: bool) -> Result<(), (String, u8)> {
+    for (what, dir) in [("BACKING", backing), ("MOUNTPOINT", mountpoint)] {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err((format!("{what} {} is not a directory", dir.display()), 2)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| (format!("cannot create {what} {}: {e}", dir.display()), 1))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err((
+                    format!(
+                        "{what} {} does not exist; create it (mkdir) or pass -o create",
+                        dir.display()
+                    ),
+                    2,
+                ))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                return Err((
+                    format!(
+                        "{what} {}: {e} (a FUSE filesystem there died: `fusermount3 -u {}` first)",
+                        dir.display(),
+                        dir.display()
+                    ),
+                    1,
+                ))
+            }
+            Err(e) => return Err((format!("{what} {}: {e}", dir.display()), 1)),
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(mountpoint) {
+        let n = entries.count();
+        if n > 0 {
+            log::warn!(
+                "MOUNTPOINT {} is not empty: its {n} entr{} hidden while squeezefs is mounted there",
+                mountpoint.display(),
+                if n == 1 { "y is" } else { "ies are" }
+            );
+        }
+    }
+    Ok(())
 }
 
 fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) -> ExitCode {

@@ -15,14 +15,17 @@ fn is_dict_dir(path: &Path) -> bool {
         })
 }
 
-/// A backing directory's pack directory (`.squeezefs-packs` holding only `ID.pack` files):
-/// the packed files' bytes, not files of the tree.
+/// A backing directory's pack directory (`.squeezefs-packs` holding only `ID.pack` files,
+/// and perhaps a probe file a crash left): the packed files' bytes, not files of the tree.
 pub fn is_pack_dir(path: &Path) -> bool {
-    use squeezefs_container::pack::dir::{parse_name, DIR_NAME};
+    use squeezefs_container::pack::dir::{parse_name, DIR_NAME, PROBE_PREFIX};
     path.file_name().is_some_and(|n| n == DIR_NAME)
         && std::fs::read_dir(path).is_ok_and(|rd| {
-            rd.flatten()
-                .all(|e| e.file_name().to_str().and_then(parse_name).is_some())
+            rd.flatten().all(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| parse_name(n).is_some() || n.starts_with(PROBE_PREFIX))
+            })
         })
 }
 

@@ -22,7 +22,7 @@ pub mod usage;
 
 pub use container::{AheadPlan, Container, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
 pub use stats::Stats;
-pub use storage::{open_as_owner, read_full, with_owner_access, FileStorage, Storage};
+pub use storage::{keeping_times, open_as_owner, read_full, with_owner_access, FileStorage, Storage};
 
 use std::io;
 

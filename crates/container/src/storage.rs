@@ -118,18 +118,56 @@ pub fn with_owner_access<T>(
     chmod: impl Fn(u32) -> io::Result<()>,
     f: impl FnOnce() -> io::Result<T>,
 ) -> io::Result<Option<T>> {
+    with_owner_bits(0o600, stat, chmod, f)
+}
+
+/// [`with_owner_access`] for the owner bits `need`: read and write (0o600) for a file's
+/// data and xattrs, read and search (0o500) to list a directory, search (0o100) to look up
+/// a name in one.
+fn with_owner_bits<T>(
+    need: u32,
+    stat: impl Fn() -> io::Result<(u32, u32)>,
+    chmod: impl Fn(u32) -> io::Result<()>,
+    f: impl FnOnce() -> io::Result<T>,
+) -> io::Result<Option<T>> {
     let (uid, mode) = stat()?;
     let mode = mode & 0o7777;
-    if uid != sys::euid() || mode & 0o600 == 0o600 {
+    if uid != sys::euid() || mode & need == need {
         return Ok(None);
     }
-    let granted = mode | 0o600;
+    let granted = mode | need;
     chmod(granted)?;
     let r = f();
     if stat()?.1 & 0o7777 == granted {
         chmod(mode)?;
     }
     r.map(Some)
+}
+
+/// [`with_owner_bits`] on the file or directory `found` (any fd, `O_PATH` too): its mode
+/// is changed through the fd's magic link, which names it whatever is renamed meanwhile.
+fn as_owner_of<T>(found: &File, need: u32, f: impl FnOnce() -> io::Result<T>) -> io::Result<Option<T>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let proc = format!("/proc/self/fd/{}", found.as_raw_fd());
+    with_owner_bits(
+        need,
+        || found.metadata().map(|m| (m.uid(), m.mode())),
+        |mode| std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode)),
+        f,
+    )
+}
+
+/// Lists the directory `dir` (an fd opened on it), with owner read and search granted for
+/// the listing when its mode refuses them (a mode-0 directory of a squeezefs without root).
+pub fn list_dir_as_owner(dir: &File) -> io::Result<Vec<std::fs::DirEntry>> {
+    use std::os::fd::AsRawFd;
+    let list =
+        || std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?.collect::<io::Result<Vec<_>>>();
+    match list() {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => as_owner_of(dir, 0o500, list)?.ok_or(e),
+        r => r,
+    }
 }
 
 impl FileStorage {
@@ -243,17 +281,56 @@ pub fn open_beneath(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result
     sys::open_beneath(dir.as_fd(), rel, flags)
 }
 
-/// [`open_beneath`] for a regular file, and when the file's mode refuses its owner and the
-/// caller is that owner (a squeezefs without root and a mode-0 placeholder of `tar`, a
-/// `chmod 0` file), again with [`with_owner_access`]: the file is found with `O_PATH` (no
-/// access needed), then reopened through `/proc/self/fd`. Without this a mount's pack
-/// rounds stopped at such a file, and `check` reported it as damaged.
+/// [`open_beneath`], and when a mode on the way refuses the owner and the caller is that
+/// owner (a squeezefs without root and a mode-0 placeholder of `tar`, a `chmod 0` file or
+/// directory), again with [`with_owner_access`]'s rule: the path is followed one name at a
+/// time, a directory that refuses its owner the search gets it for the one lookup, and the
+/// file or directory at the end is found with `O_PATH` (no access needed), then reopened
+/// through `/proc/self/fd` with the access it needs. Without this a mount's pack rounds
+/// (and its unmount's) stopped at such a file or directory, and `check` reported it as
+/// damaged.
 pub fn open_beneath_as_owner(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
     match open_beneath(dir, rel, flags) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => match open_by_steps(dir, rel, flags) {
+            Err(e2) if e2.raw_os_error() == Some(libc::EACCES) => Err(e),
+            r => r,
+        },
+        r => r,
+    }
+}
+
+/// [`open_beneath_as_owner`]'s slow path: `rel` one name at a time.
+fn open_by_steps(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
+    use std::path::Component;
+    let refused = || io::Error::from_raw_os_error(libc::EACCES);
+    let names: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(refused)?;
+    let (last, parents) = names.split_last().ok_or_else(refused)?;
+    let mut at = dir.try_clone()?;
+    for name in parents {
+        at = lookup_as_owner(&at, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY)?;
+    }
+    match lookup_as_owner(&at, last, flags) {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            let found = open_beneath(dir, rel, libc::O_PATH | libc::O_NOFOLLOW)?;
+            let found = lookup_as_owner(&at, last, libc::O_PATH | libc::O_NOFOLLOW)?;
             reopen_as_owner(&found, flags & !libc::O_NOFOLLOW)?.ok_or(e)
         }
+        r => r,
+    }
+}
+
+/// `name` (one component) in the directory `dir` opened with `flags`, again with owner
+/// search granted on `dir` for the call when its mode refuses it.
+fn lookup_as_owner(dir: &File, name: &std::ffi::OsStr, flags: i32) -> io::Result<File> {
+    let open = || open_beneath(dir, std::path::Path::new(name), flags);
+    match open() {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => as_owner_of(dir, 0o100, open)?.ok_or(e),
         r => r,
     }
 }
@@ -279,24 +356,25 @@ pub fn open_as_owner(path: &std::path::Path, write: bool) -> io::Result<File> {
 /// [`with_owner_access`]; `None` when that has nothing to add.
 fn reopen_as_owner(found: &File, flags: i32) -> io::Result<Option<File>> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    if !found.metadata()?.is_file() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let m = found.metadata()?;
+    let acc = flags & libc::O_ACCMODE;
+    // A file: read and write; a directory (only ever opened to be read): read and search.
+    let need = if m.is_file() {
+        0o600
+    } else if m.is_dir() && acc == libc::O_RDONLY {
+        0o500
+    } else {
         return Ok(None);
-    }
-    // The fd's magic link names the file it was opened on, whatever is renamed meanwhile.
+    };
     let proc = format!("/proc/self/fd/{}", found.as_raw_fd());
-    with_owner_access(
-        || found.metadata().map(|m| (m.uid(), m.mode())),
-        |mode| std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode)),
-        || {
-            let acc = flags & libc::O_ACCMODE;
-            std::fs::OpenOptions::new()
-                .read(acc != libc::O_WRONLY)
-                .write(acc != libc::O_RDONLY)
-                .custom_flags(flags & !libc::O_ACCMODE)
-                .open(&proc)
-        },
-    )
+    as_owner_of(found, need, || {
+        std::fs::OpenOptions::new()
+            .read(acc != libc::O_WRONLY)
+            .write(acc != libc::O_RDONLY)
+            .custom_flags(flags & !libc::O_ACCMODE)
+            .open(&proc)
+    })
 }
 
 /// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
@@ -468,4 +546,25 @@ mod sys {
             Err(io::Error::last_os_error())
         }
     }
+}
+
+/// Runs `make`, which may add an entry of squeezefs's own (its lock file, its private
+/// directory) to the directory `dir`, and puts `dir`'s access and modification times back
+/// if that moved them. `dir` is a backing root, whose times are the mount root's: the
+/// user's, which a mount must not change. (Its ctime moves: no call can set that.)
+pub fn keeping_times<T>(dir: &std::path::Path, make: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let before = std::fs::metadata(dir).ok();
+    let r = make()?;
+    if let Some(before) = before {
+        let moved = std::fs::metadata(dir).is_ok_and(|now| now.modified().ok() != before.modified().ok());
+        if moved {
+            let times = std::fs::FileTimes::new()
+                .set_accessed(before.accessed()?)
+                .set_modified(before.modified()?);
+            if let Err(e) = File::open(dir).and_then(|d| d.set_times(times)) {
+                log::debug!("{}: times not put back: {e}", dir.display());
+            }
+        }
+    }
+    Ok(r)
 }

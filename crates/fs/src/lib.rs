@@ -61,9 +61,26 @@ pub struct MountConfig {
     /// packs above 25 % garbage every SECS seconds when files were packed, removed or
     /// renamed since the last round (see `reclaim.rs`).
     pub pack_gc: u64,
-    /// Options passed to the kernel as they are (e.g. `noatime`, `fsname=`).
+    /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
+    /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
+    pub create: bool,
+    /// The kernel's own options, passed to it as they are ([`KERNEL_OPTIONS`]).
     pub other: Vec<String>,
 }
+
+/// Options that are the kernel's (the VFS's mount flags, FUSE's `max_read`, the security
+/// module's labels): passed through. Any other name is refused before mounting, instead
+/// of by the kernel's FUSE option parser, whose EINVAL names nothing.
+pub const KERNEL_OPTIONS: &[&str] = &[
+    "noatime", "atime", "sync", "async", "dirsync", "nodev", "dev", "nosuid", "suid", "noexec", "exec",
+];
+
+/// The kernel's options that take a value (`max_read=N`, SELinux's `context=` family).
+pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", "defcontext", "rootcontext"];
+
+/// squeezefs's own option names, for the message that refuses an unknown one.
+const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]], compress-force=, extent_size=, pack, nopack, pack_cache=, \
+                           pack_gc=, pack_reclaim, nopack_reclaim, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -78,6 +95,7 @@ impl Default for MountConfig {
             pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
             pack_reclaim: true,
             pack_gc: DEFAULT_PACK_GC,
+            create: false,
             other: Vec::new(),
         }
     }
@@ -153,8 +171,15 @@ impl MountConfig {
                         .ok_or_else(|| format!("pack_gc={v}: seconds between reclaim rounds (0: off)"))?
                 }
                 ("rw", None) => self.read_only = false,
-                // mount(8) and fstab noise that means nothing to a FUSE filesystem.
-                ("defaults" | "auto" | "noauto" | "user" | "nouser" | "_netdev" | "nofail", None) => {}
+                ("create", None) => self.create = true,
+                // mount(8) and fstab noise that means nothing to a FUSE filesystem (mount(8)
+                // passes `user=NAME` to the helper of a `user` fstab line).
+                (
+                    "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "owner" | "group"
+                    | "_netdev" | "nofail",
+                    None,
+                )
+                | ("user", Some(_)) => {}
                 // relatime is what a new mount gets anyway (the kernel's default).
                 ("relatime", None) => {}
                 // Access-time and flush flags fuser cannot pass to mount(2): refused here,
@@ -180,12 +205,31 @@ impl MountConfig {
                     | "pack"
                     | "nopack"
                     | "pack_reclaim"
-                    | "nopack_reclaim",
+                    | "nopack_reclaim"
+                    | "create",
                     Some(_),
                 ) => {
                     return Err(format!("mount option `{opt}` is malformed"));
                 }
-                _ => self.other.push(opt.to_string()),
+                (k, None) if KERNEL_OPTIONS.contains(&k) => self.other.push(opt.to_string()),
+                (k, Some(v)) if KERNEL_VALUE_OPTIONS.contains(&k) && !v.is_empty() => {
+                    self.other.push(opt.to_string())
+                }
+                (k, Some(_)) if KERNEL_OPTIONS.contains(&k) => {
+                    return Err(format!("mount option `{k}` takes no value (`{opt}`)"));
+                }
+                (k, _) if KERNEL_VALUE_OPTIONS.contains(&k) => {
+                    return Err(format!("mount option `{k}` needs a value ({k}=…)"));
+                }
+                (k, _) => {
+                    let values: Vec<String> = KERNEL_VALUE_OPTIONS.iter().map(|k| format!("{k}=…")).collect();
+                    return Err(format!(
+                        "unknown mount option `{k}`: squeezefs knows {OWN_OPTIONS}; the kernel's are {}, {} \
+                         (`squeezefs mount --help` explains each)",
+                        KERNEL_OPTIONS.join(", "),
+                        values.join(", ")
+                    ));
+                }
             }
         }
         Ok(())
@@ -257,16 +301,21 @@ impl MountConfig {
     }
 }
 
-/// Refuses backing directories whose filesystem cannot punch holes: containers rely on it
-/// (their unused halves are holes, and so are all-zero extents).
-/// Runs `probe` on a new scratch file in `backing` (`.squeezefs-probe-WHAT-PID`), which is
-/// removed afterwards whatever happened.
+/// Runs `probe` on a new scratch file in squeezefs's private directory of `backing`
+/// (`.squeezefs-packs/.probe-WHAT-PID`, the directory made if missing), which is removed
+/// afterwards whatever happened. Nothing the mount shows is touched: the root's entries and
+/// times stay the user's.
 pub(crate) fn with_probe_file<T>(
     backing: &Path,
     what: &str,
     probe: impl FnOnce(std::fs::File) -> io::Result<T>,
 ) -> io::Result<T> {
-    let path = backing.join(format!(".squeezefs-probe-{what}-{}", std::process::id()));
+    use squeezefs_container::pack::dir::{FsPackDir, PROBE_PREFIX};
+    let private = FsPackDir::new(backing, true);
+    private.ensure()?;
+    let path = private
+        .path()
+        .join(format!("{PROBE_PREFIX}{what}-{}", std::process::id()));
     let result = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -277,6 +326,8 @@ pub(crate) fn with_probe_file<T>(
     result
 }
 
+/// Refuses backing directories whose filesystem cannot punch holes: containers rely on it
+/// (their unused halves are holes, and so are all-zero extents).
 pub fn check_backing(backing: &Path) -> io::Result<()> {
     let meta = std::fs::metadata(backing)
         .map_err(|e| io::Error::new(e.kind(), format!("backing directory {}: {e}", backing.display())))?;
@@ -444,12 +495,50 @@ mod tests {
         assert_eq!(parse_extent_size("131072").unwrap(), 17);
     }
 
+    /// An unknown name is refused here, naming what is known; the kernel's own options
+    /// pass through; `create` is ours.
+    #[test]
+    fn unknown_options_are_refused_and_the_kernels_pass() {
+        let mut c = MountConfig::default();
+        let e = c.apply_options("compress=lz4,bogus=1").unwrap_err();
+        assert!(e.starts_with("unknown mount option `bogus`"), "{e}");
+        assert!(
+            e.contains("compress-force=") && e.contains("noatime") && e.contains("--help"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
+        for bad in [
+            "fsname=x",
+            "auto_unmount",
+            "rootmode=40000",
+            "max_read",
+            "noatime=1",
+            "create=yes",
+        ] {
+            assert!(MountConfig::default().apply_options(bad).is_err(), "{bad}");
+        }
+        let mut c = MountConfig::default();
+        c.apply_options("create,nosuid,max_read=131072,context=system_u:object_r:tmp_t:s0,user=alice")
+            .unwrap();
+        assert!(c.create);
+        assert_eq!(
+            c.other,
+            ["nosuid", "max_read=131072", "context=system_u:object_r:tmp_t:s0"]
+        );
+    }
+
     #[test]
     fn hole_punching_backing_is_accepted() {
         let dir = std::env::temp_dir().join(format!("sqz-check-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         check_backing(&dir).unwrap();
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "probe file removed");
+        let private = dir.join(squeezefs_container::pack::dir::DIR_NAME);
+        assert_eq!(
+            std::fs::read_dir(&private).unwrap().count(),
+            0,
+            "probe file removed"
+        );
+        std::fs::remove_dir(&private).unwrap();
         std::fs::remove_dir(&dir).unwrap();
         assert!(check_backing(Path::new("/nonexistent/squeezefs")).is_err());
     }

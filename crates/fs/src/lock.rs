@@ -35,15 +35,18 @@ pub struct BackingLock {
 fn lock_file(backing: &Path) -> io::Result<Option<File>> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = backing.join(LOCK_FILE);
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-    {
+    // Made at the first mount: the root's times (the mount root's, the user's) stay.
+    let made = squeezefs_container::keeping_times(backing, || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+    });
+    let f = match made {
         Ok(f) => f,
         Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES)) => {
             log::info!("{}: {e}; locking the backing directory alone", path.display());

@@ -68,10 +68,11 @@ pub(super) fn offline_packs(
 
 /// What happened to one file.
 pub(super) enum Done {
-    Rewritten,
-    /// Rewritten into a pack (it was a container of its own).
-    Packed,
-    Converted,
+    /// Recompressed in place; `packed`: it is stored in a pack now (it was, or it was a
+    /// container of its own that went into one).
+    Rewritten { packed: bool },
+    /// A plain file or one of another extent size, copied into a new file; `packed` as above.
+    Converted { packed: bool },
     /// Already as asked (nothing to do), or empty.
     Skipped,
     /// Left as it is, with a warning (hard links).
@@ -79,9 +80,9 @@ pub(super) enum Done {
     /// Copied into this new container beside it, not yet durable: renamed over the file
     /// after the batch's syncs (offline, the copy is staged: committed between them).
     Copied(PathBuf, Option<Box<Staged>>),
-    /// Rewritten in place offline into the packs, committed with the batch; `true` when it
-    /// was a container before (packed now), `false` when it was packed already.
-    Staging(Box<Staged>, bool),
+    /// Rewritten in place offline into the packs (it was packed, or a container of its
+    /// own small enough), committed with the batch.
+    Staging(Box<Staged>),
 }
 
 /// One file to do: its path to act on (mount path or backing path) and its backing file.
@@ -128,7 +129,7 @@ pub(super) fn packed_len(backing: &Path) -> u64 {
 }
 
 /// Whether the backing file is packed now (its location record is current).
-fn is_packed(backing: &Path) -> bool {
+pub(super) fn is_packed(backing: &Path) -> bool {
     open_as_owner(backing, false).ok().is_some_and(|f| {
         matches!(
             record_state(&FileStorage::new(f)),
@@ -359,11 +360,11 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 c.write(0, &data).map_err(|e| err(&job.backing, e))?;
                 let staged = Staged::new(c, f, &md).map_err(|e| err(&job.backing, e))?;
                 pb.inc(job.size);
-                return Ok(Done::Staging(Box::new(staged), wants_pack));
+                return Ok(Done::Staging(Box::new(staged)));
             }
             c.rewrite(0..u64::MAX).map_err(|e| err(&job.backing, e))?;
             pb.inc(job.size);
-            return Ok(Done::Rewritten);
+            return Ok(Done::Rewritten { packed: false });
         }
     }
     if job.splits_links(pb) {
@@ -431,7 +432,8 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let wants_dict = file_dict.is_none() && dir_dict.is_some();
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
-            let wants_pack = job.packing(args) && job.size <= 1 << shift && !is_packed(&job.backing);
+            let was_packed = is_packed(&job.backing);
+            let wants_pack = job.packing(args) && job.size <= 1 << shift && !was_packed;
             if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_pack {
                 return Ok(Done::Skipped);
             }
@@ -453,7 +455,10 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 pb.inc(STEP.min(job.size - off));
                 off += STEP;
             }
-            return Ok(if wants_pack { Done::Packed } else { Done::Rewritten });
+            // A packed file rewritten on a mount that packs stays packed; on one that does
+            // not (nopack), it becomes a container of its own.
+            let packed = wants_pack || (was_packed && matches!(job.packs, Packing::Mount(true)));
+            return Ok(Done::Rewritten { packed });
         }
     }
     if job.splits_links(pb) {
@@ -490,7 +495,10 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         let _ = std::fs::remove_file(&tmp);
     }
     r.map_err(|e| err(&job.path, e))?;
-    Ok(Done::Converted)
+    // The copy was fsync'ed through the mount: if the daemon packed it, its record is there.
+    Ok(Done::Converted {
+        packed: is_packed(&job.backing),
+    })
 }
 
 /// Copies `len` bytes, skipping holes (SEEK_DATA/SEEK_HOLE), and sets the length.

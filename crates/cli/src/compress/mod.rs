@@ -47,12 +47,16 @@ pub struct Args {
 
 #[derive(Default)]
 struct Summary {
-    rewritten: u64,
-    /// Containers rewritten into packs.
+    /// Files written by this run, by where they are stored now: in packs...
     packed: u64,
+    /// ... or in containers of their own (`packed + containers = rewritten + converted`).
+    containers: u64,
+    /// Files written by this run, by how: recompressed in place...
+    rewritten: u64,
+    /// ... or copied (from plain files, or into another extent size).
+    converted: u64,
     /// Pack bytes reclaimed at the end.
     reclaimed: u64,
-    converted: u64,
     skipped: u64,
     left_alone: u64,
     failed: u64,
@@ -128,7 +132,7 @@ fn commit_batch(
                         Err(err(&tmp, e))
                     }
                 },
-                Ok(Done::Staging(mut st, newly)) => st.commit().map(|()| Done::Staging(st, newly)),
+                Ok(Done::Staging(mut st)) => st.commit().map(|()| Done::Staging(st)),
                 r => r,
             };
             (r, before)
@@ -320,7 +324,9 @@ pub fn main(args: Args) -> Result<u8, String> {
                 (Ok(Done::Copied(tmp, staged)), Ok(())) => staged
                     .map_or(Ok(()), |st| st.finish())
                     .and_then(|()| rename_over(&tmp, &job.backing))
-                    .map(|()| Done::Converted)
+                    .map(|()| Done::Converted {
+                        packed: file::is_packed(&job.backing),
+                    })
                     .map_err(|e| {
                         let _ = std::fs::remove_file(&tmp);
                         err(&job.backing, e)
@@ -329,9 +335,9 @@ pub fn main(args: Args) -> Result<u8, String> {
                     let _ = std::fs::remove_file(&tmp);
                     Err(e.clone())
                 }
-                (Ok(Done::Staging(st, newly)), Ok(())) => st
+                (Ok(Done::Staging(st)), Ok(())) => st
                     .finish()
-                    .map(|()| if newly { Done::Packed } else { Done::Rewritten })
+                    .map(|()| Done::Rewritten { packed: true })
                     .map_err(|e| err(&job.backing, e)),
                 (Ok(Done::Staging(..)), Err(e)) => Err(e.clone()),
                 (r, _) => r,
@@ -341,10 +347,18 @@ pub fn main(args: Args) -> Result<u8, String> {
                     s.bytes += job.size;
                     s.disk_before += disk_before;
                     s.disk_after += blocks(&job.backing);
+                    let packed = match d {
+                        Done::Rewritten { packed } | Done::Converted { packed } => Some(packed),
+                        _ => None,
+                    };
+                    match packed {
+                        Some(true) => s.packed += 1,
+                        Some(false) => s.containers += 1,
+                        None => {}
+                    }
                     match d {
-                        Done::Rewritten => s.rewritten += 1,
-                        Done::Packed => s.packed += 1,
-                        Done::Converted => {
+                        Done::Rewritten { .. } => s.rewritten += 1,
+                        Done::Converted { .. } => {
                             s.converted += 1;
                             if *on_mount {
                                 s.renamed_in
@@ -406,18 +420,20 @@ pub fn main(args: Args) -> Result<u8, String> {
     let ratio = s.bytes as f64 / s.disk_after.max(1) as f64;
     if args.json {
         let v = json!({
-            "files": jobs.len(), "rewritten": s.rewritten, "packed": s.packed, "reclaimed_bytes": s.reclaimed, "converted": s.converted,
+            "files": jobs.len(), "packed": s.packed, "containers": s.containers,
+            "rewritten": s.rewritten, "converted": s.converted, "reclaimed_bytes": s.reclaimed,
             "skipped": s.skipped, "left_alone": s.left_alone, "failed": s.failed, "bytes": s.bytes,
             "disk_before": s.disk_before, "disk_after": s.disk_after, "ratio": ratio, "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         println!(
-            "{} files: {} rewritten, {} packed, {} converted from plain files or extent sizes, {} already as asked or empty, \
-             {} left alone (hard links), {} failed",
+            "{} files: {} packed, {} in containers of their own ({} recompressed in place, {} converted from \
+             plain files or extent sizes), {} already as asked or empty, {} left alone (hard links), {} failed",
             jobs.len(),
-            s.rewritten,
             s.packed,
+            s.containers,
+            s.rewritten,
             s.converted,
             s.skipped,
             s.left_alone,

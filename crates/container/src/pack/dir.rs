@@ -49,10 +49,35 @@ impl FsPackDir {
         &self.path
     }
 
+    /// Makes the directory (mode 0700: only the daemon reads packs) if it is missing, its
+    /// entry durable. It is also squeezefs's private scratch directory (the mount's probes
+    /// run there, [`PROBE_PREFIX`]), so making it leaves the backing root's atime and mtime
+    /// as they were: the root is the mount's root, whose times are the user's.
+    pub fn ensure(&self) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let parent = self.path.parent().filter(|p| !p.as_os_str().is_empty());
+        let made = crate::storage::keeping_times(parent.unwrap_or(Path::new(".")), || {
+            match fs::DirBuilder::new().mode(0o700).create(&self.path) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(e),
+            }
+        })?;
+        if let (true, Some(parent)) = (made, parent) {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
     fn file(&self, id: u32) -> PathBuf {
         self.path.join(format!("{id}.pack"))
     }
 }
+
+/// How the names of the mount's probe files in the pack directory begin
+/// (`.probe-WHAT-PID`: scratch files, removed once probed; one a crash left behind is
+/// neither a pack nor a file of the tree).
+pub const PROBE_PREFIX: &str = ".probe-";
 
 /// The id in a pack's file name (`ID.pack`, `ID` decimal without leading zeros, non-zero).
 pub fn parse_name(name: &str) -> Option<u32> {
@@ -92,16 +117,8 @@ impl PackDir for FsPackDir {
     fn create(&self, id: u32) -> io::Result<Arc<dyn Storage>> {
         // Only the daemon reads and writes packs: they hold every packed file's bytes,
         // whatever the files' own modes (the daemon's umask may be 0).
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        match fs::DirBuilder::new().mode(0o700).create(&self.path) {
-            Ok(()) => {
-                if let Some(parent) = self.path.parent() {
-                    sync_dir(parent)?;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+        use std::os::unix::fs::OpenOptionsExt;
+        self.ensure()?;
         let f = OpenOptions::new()
             .read(true)
             .write(true)

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -17,7 +16,7 @@ use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, LiveFile, Reclaimed, Settle};
 use super::record::{record_state, RecordState};
 use super::Packs;
-use crate::storage::{open_beneath, open_beneath_as_owner, FileStorage};
+use crate::storage::{list_dir_as_owner, open_beneath_as_owner, FileStorage};
 
 /// The records of a backing directory, as a walk found them.
 #[derive(Debug, Default)]
@@ -34,7 +33,8 @@ pub struct Walked {
 /// Entries may come and go meanwhile (a mount's rounds): one that vanished, or turned into
 /// a symlink or something else than a file, is skipped (a mount logs the renames that could
 /// hide a file; see `squeezefs-fs` `reclaim.rs`). Every open is beneath the root
-/// ([`open_beneath`]) and a file's identity comes from the fd its record was read from.
+/// ([`open_beneath_as_owner`]: a mode-0 file or directory of the daemon's own user is read
+/// too) and a file's identity comes from the fd its record was read from.
 pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
     let top = File::open(root)?;
     let mut out = Walked::default();
@@ -44,23 +44,18 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
         let dir = if rel.as_os_str().is_empty() {
             top.try_clone()?
         } else {
-            match open_beneath(&top, &rel, libc::O_RDONLY | libc::O_DIRECTORY) {
+            match open_beneath_as_owner(&top, &rel, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW) {
                 Ok(d) => d,
                 Err(e) if vanished(&e) => continue,
                 Err(e) => return Err(e),
             }
         };
-        let entries = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
-            Ok(rd) => rd,
+        let entries = match list_dir_as_owner(&dir) {
+            Ok(list) => list,
             Err(e) if vanished(&e) => continue,
             Err(e) => return Err(e),
         };
         for entry in entries {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) if vanished(&e) => continue,
-                Err(e) => return Err(e),
-            };
             let name = rel.join(entry.file_name());
             let kind = match entry.file_type() {
                 Ok(k) => k,
