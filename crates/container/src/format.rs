@@ -344,6 +344,18 @@ impl ExtentHeader {
     }
 }
 
+/// How reports spell the codec and level a header records (an [`ExtentHeader`], a pack's
+/// block header): `zstd:3`, `zstd-fast:5`, `lz4:1`, `lzo`, `zlib:6`, `none` (level 0, or a
+/// codec without levels, is the codec's name alone). `stats` labels its kinds with it
+/// (`usage::Kind::label`), `check` its packs' blocks (`pack::audit`).
+pub fn codec_label(alg: Algorithm, level: i16) -> String {
+    match (alg, level) {
+        (Algorithm::None | Algorithm::Lzo, _) | (_, 0) => alg.name().into(),
+        (Algorithm::Zstd, l) if l < 0 => format!("zstd-fast:{}", -(l as i32)),
+        (a, l) => format!("{}:{l}", a.name()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use squeezefs_codec::Algorithm;
 
-use crate::format::{BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
+use crate::format::{codec_label, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
 use crate::layout::{
     current_superblock, newest_halves, read_halves, read_head, read_payload_start, superblock_copies, Half,
     Head, Tie,
@@ -65,9 +65,7 @@ impl Kind {
             Kind::Packed(a, l) => format!("packed {}", Kind::Extent(a, l).label()),
             Kind::DictInline => "inline+dict".into(),
             Kind::DictExtent(l) => format!("{}+dict", Kind::Extent(Algorithm::Zstd, l).label()),
-            Kind::Extent(a @ (Algorithm::None | Algorithm::Lzo), _) | Kind::Extent(a, 0) => a.name().into(),
-            Kind::Extent(Algorithm::Zstd, l) if l < 0 => format!("zstd-fast:{}", -(l as i32)),
-            Kind::Extent(a, l) => format!("{}:{l}", a.name()),
+            Kind::Extent(a, l) => codec_label(a, l),
         }
     }
 

@@ -14,6 +14,7 @@ use squeezefs_codec::decompress;
 
 use super::format::{BlockHeader, Location, PackHeader, BLOCK_HEADER_LEN, PACK_HEADER_LEN};
 use super::Packs;
+use crate::format::codec_label;
 use crate::storage::read_full;
 use crate::{Error, Result};
 
@@ -228,7 +229,7 @@ pub fn check_pack(packs: &Packs, id: u32, live: &LiveMap, verify: bool) -> Resul
         let label = if h.codec == squeezefs_codec::Algorithm::None {
             "none".to_string()
         } else {
-            crate::usage::Kind::Extent(h.codec, h.level as i16).label()
+            codec_label(h.codec, h.level as i16)
         };
         let c = r.codecs.entry(label).or_default();
         c.0 += stored;
