@@ -3,7 +3,7 @@
 //! superblocks. This file holds the public type, its opening and its write-back lifecycle;
 //! the rest is split by role:
 //!
-//! * `state.rs` — the in-memory state (`Packed`, per-extent
+//! * `state.rs` — the in-memory state (`Packed` and its `PendingLoc`, per-extent
 //!   `Ext`/`DiskState`) and its small queries.
 //! * `props.rs` — the file's settings and properties (codec, extent size, dictionary).
 //! * `data.rs` — read, write, set_size, punch_hole, SEEK_DATA/SEEK_HOLE, rewrite.

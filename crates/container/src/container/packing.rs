@@ -23,19 +23,11 @@
 
 use std::sync::Arc;
 
-use super::state::{Ext, Packed};
+use super::state::{Ext, Packed, PendingLoc};
 pub(super) use crate::pack::record::read_record as read_location;
-use crate::pack::{Location, Packs, Slot, LOCATION_XATTR};
+use crate::pack::{Location, Packs, LOCATION_XATTR};
 use crate::storage::Storage;
 use crate::{Error, Result};
-
-/// What a write-back handed to the packs, waiting for its record.
-#[derive(Debug, Clone)]
-pub(super) enum PendingLoc {
-    /// The file is empty: its record names no pack.
-    Empty,
-    Bytes(Arc<Slot>),
-}
 
 impl Packed {
     /// The file goes to a pack at its next write-out: packs are writable here and it fits

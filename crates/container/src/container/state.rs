@@ -1,17 +1,17 @@
 //! The state of one container in memory: per extent, its cached bytes and what is known about
 //! its two halves on disk ([`DiskState`]); per file, the superblock's bookkeeping, the
-//! compression settings and the change counter ([`Packed`]). Every other file of this module
-//! is behaviour over these types; they live apart so the fields and their invariants can be
-//! read in one place.
+//! compression settings and the change counter ([`Packed`]), with the bytes a write-back
+//! handed to the packs while their location record waits ([`PendingLoc`]). Every other file
+//! of this module is behaviour over these types; they live apart so the fields and their
+//! invariants can be read in one place.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use squeezefs_codec::CodecSpec;
 
-use super::packing::PendingLoc;
 use crate::format::ExtentHeader;
-use crate::pack::{Location, Packs};
+use crate::pack::{Location, Packs, Slot};
 use crate::stats::Stats;
 
 /// A verified copy of an extent: its header and payload.
@@ -197,6 +197,14 @@ pub(super) struct Packed {
     /// reclaim round leaves that pack alone (the file may have no name the walk could find:
     /// open, then unlinked).
     pub(super) pin: Option<crate::pack::Pin>,
+}
+
+/// What a write-back handed to the packs, waiting for its record.
+#[derive(Debug, Clone)]
+pub(super) enum PendingLoc {
+    /// The file is empty: its record names no pack.
+    Empty,
+    Bytes(Arc<Slot>),
 }
 
 #[derive(Debug)]
