@@ -22,13 +22,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use squeezefs_container::{AheadPlan, FileStorage};
 
 use crate::inode::Inode;
-use crate::lifecycle::state::OpenFile;
+use crate::lifecycle::state::{OpenFile, Stream};
 
 /// How far ahead of a sequential reader extents are loaded: eight 128 KiB extents (the
 /// file's extent cache grows by as much while it is read ahead).
@@ -43,21 +43,6 @@ const QUEUE: usize = 64;
 const PLAN_MAX: usize = QUEUE / AHEAD_WORKERS;
 /// The longest a READ waits for extents loaded ahead before loading them itself.
 const WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// Where an open file's reader is (per [`OpenFile`]).
-#[derive(Debug, Default)]
-pub struct Stream {
-    /// Where the last READ ended.
-    next: u64,
-    /// Byte offset up to which extents were planned.
-    planned_to: u64,
-    /// The extent cache was grown for this stream ([`Container::reserve_ahead`]).
-    reserved: bool,
-    /// The descriptor its jobs in flight share (gone with the last of them).
-    reader: Weak<FileStorage>,
-    /// Extents queued or being loaded: the job's number and the bytes the extent holds.
-    in_flight: Vec<(u64, u64, u64)>,
-}
 
 impl Stream {
     /// Records a READ of `len` bytes at `off`. When it continues the stream (the kernel may

@@ -1,6 +1,7 @@
 //! The state of a regular file's container, as every inode carries it, and the rules that
-//! govern it. Declared here, apart from the code that drives it (`lifecycle`), so the inode
-//! table can hold it without depending on the lifecycle (no module cycle).
+//! govern it. Declared here, apart from the code that drives it (`lifecycle`, and
+//! `readahead` for an open file's [`Stream`]), so the inode table can hold it without
+//! depending on either (no module cycle).
 //!
 //! # The states (of [`FileState::open`])
 //! - **Closed** — `None`. No container in memory; the logical size may be remembered in
@@ -85,11 +86,10 @@
 //! their read, and a READ waiting for one releases `open` while it waits.
 
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Mutex, Weak};
 
 use squeezefs_container::{Container, FileStorage};
 
-use crate::readahead::Stream;
 use crate::sys;
 
 /// The state all handles of one open (or kept, or queued) regular file share.
@@ -155,6 +155,22 @@ impl OpenFile {
         let [a, m] = self.times.timespecs();
         sys::utimens(self.container.storage().file(), a, m)
     }
+}
+
+/// Where an open file's reader is (per [`OpenFile`]). Declared here with the rest of the
+/// file's state; the read-ahead (`readahead.rs`) is the only code that reads or moves it.
+#[derive(Debug, Default)]
+pub struct Stream {
+    /// Where the last READ ended.
+    pub(crate) next: u64,
+    /// Byte offset up to which extents were planned.
+    pub(crate) planned_to: u64,
+    /// The extent cache was grown for this stream ([`Container::reserve_ahead`]).
+    pub(crate) reserved: bool,
+    /// The descriptor its jobs in flight share (gone with the last of them).
+    pub(crate) reader: Weak<FileStorage>,
+    /// Extents queued or being loaded: the job's number and the bytes the extent holds.
+    pub(crate) in_flight: Vec<(u64, u64, u64)>,
 }
 
 /// A regular file's lifecycle state, in its inode.
