@@ -11,12 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use log::error;
+use log::{error, warn};
 
 use squeezefs_container::pack::Packs;
 use squeezefs_container::{Ticket, WriteBack};
 
-use super::keep_times;
 use super::state::OpenFile;
 use crate::inode::{Inode, Inodes};
 
@@ -289,5 +288,17 @@ fn drop_if_closed(inodes: &Inodes, ino: u64, inode: &Arc<Inode>, mut open: Mutex
         *open = None;
         drop(open);
         inodes.forget(ino, 0);
+    }
+}
+
+/// [`Files::keep_times`](super::Files::keep_times) (rule 7 of [`state`](super::state), a
+/// failure logged with the file's name), callable without `Files`: the group commit puts
+/// the times back after its own calls.
+pub fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &OpenFile) {
+    if let Err(e) = of.keep_times() {
+        warn!(
+            "{}: cannot put back the times set on it: {e}",
+            inodes.describe(inode)
+        );
     }
 }

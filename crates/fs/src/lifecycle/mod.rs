@@ -24,7 +24,7 @@ use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 use crate::inode::{Inode, Inodes};
 use crate::readahead::{self, ReadAhead};
 use crate::sys;
-use commit::{Committer, Ticketed};
+use commit::{keep_times, Committer, Ticketed};
 use state::{OpenFile, Times};
 
 /// Most containers kept open without a handle after a lookup (fewer under a low
@@ -526,16 +526,6 @@ impl Files {
         if let Err(e) = self.inodes.syncfs() {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
         }
-    }
-}
-
-/// [`Files::keep_times`], for the group commit too.
-fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &OpenFile) {
-    if let Err(e) = of.keep_times() {
-        warn!(
-            "{}: cannot put back the times set on it: {e}",
-            inodes.describe(inode)
-        );
     }
 }
 
