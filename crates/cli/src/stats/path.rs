@@ -42,6 +42,9 @@ pub struct Totals {
     pub overhead: u64,
     /// Of which copies left by interrupted writes (`check --repair` removes them).
     pub leftover: u64,
+    /// Allocated bytes of the directories walked (each PATH that is one, and those below):
+    /// in the total, as `du` counts them, so `du` through the mount and `stats` agree.
+    pub directories: u64,
     pub referenced: u64,
     pub damaged_extents: u64,
     /// Files with extents or inline data compressed with a dictionary.
@@ -143,7 +146,7 @@ impl Totals {
     }
 
     pub fn disk(&self) -> u64 {
-        self.rows.values().map(|p| p.disk).sum::<u64>() + self.overhead
+        self.rows.values().map(|p| p.disk).sum::<u64>() + self.overhead + self.directories
     }
 
     pub fn uncompressed(&self) -> u64 {
@@ -193,6 +196,7 @@ fn note_root(roots: &mut Vec<(PathBuf, bool)>, path: &Path, whole: bool) {
 pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
     let mut list = Vec::new();
     let mut seen = HashSet::new();
+    let mut directories = 0u64;
     let mut found_roots: Vec<(PathBuf, bool)> = Vec::new();
     for p in paths {
         let loc = crate::locate::locate(p)?;
@@ -232,6 +236,14 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
                 {
                     note_root(&mut found_roots, a, false);
                 }
+            }
+        }
+        if md.is_dir() && seen.insert((md.dev(), md.ino())) {
+            directories += md.blocks() * 512;
+        }
+        for (_, m) in found.iter().filter(|(_, m)| m.is_dir()) {
+            if seen.insert((m.dev(), m.ino())) {
+                directories += m.blocks() * 512;
             }
         }
         found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
@@ -283,7 +295,10 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             (path.as_path(), root, r)
         })
         .collect();
-    let mut t = Totals::default();
+    let mut t = Totals {
+        directories,
+        ..Totals::default()
+    };
     for (path, root, r) in results {
         match r {
             Ok((u, blocks, gain)) => {
@@ -449,6 +464,9 @@ pub fn render(t: &Totals, secs: f64) -> String {
     if t.overhead > 0 {
         o += &format!("{:<w$} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
     }
+    if t.directories > 0 {
+        o += &format!("{:<w$} {:>5} {:>12}\n", "(directories)", "", human(t.directories));
+    }
     if let Some(p) = &t.packs {
         o += &format!(
             "Packs: {} holding {} of these files: {} ({} on disk{}); ",
@@ -532,6 +550,7 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "uncompressed": t.uncompressed(),
         "referenced": t.referenced,
         "metadata": t.overhead,
+        "directories": t.directories,
         "leftover": t.leftover,
         "damaged_extents": t.damaged_extents,
         "dict_files": t.dict_files,

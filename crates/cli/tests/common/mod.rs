@@ -449,6 +449,30 @@ pub fn allocated(root: &Path) -> u64 {
         .sum()
 }
 
+/// What the directories of a tree occupy (allocated blocks): `root` and every directory
+/// below it, but squeezefs's own at the root (packs, dictionaries), as `stats` and `du`
+/// count them.
+pub fn directories_allocated(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let own = [
+        squeezefs_container::pack::dir::DIR_NAME,
+        squeezefs_container::dicts::DIR_NAME,
+    ];
+    let mut total = fs::metadata(root).unwrap().blocks() * 512;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = fs::symlink_metadata(e.path()).unwrap();
+            if md.is_dir() && !(d == root && own.iter().any(|n| e.file_name() == *n)) {
+                total += md.blocks() * 512;
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
 /// fsx (crates.io) with every operation enabled (tests/fsx.toml), `total` operations split
 /// over one run per seed, all at once, each on its own file `fsx-K.data` in `mnt` (logs in
 /// `logs/fsx-K`); panics with fsx's output unless every run ends A-OK.

@@ -358,6 +358,29 @@ impl<S: Storage> Container<S> {
         }
     }
 
+    /// The bytes a packed file takes on disk: its share of its pack block, by the rule
+    /// `stats` counts it by ([`crate::pack::audit::stored_share`]). While its bytes wait in
+    /// an open block for the group commit (no block header yet), an estimate at the ratio
+    /// the mount's packs have stored so far ([`Packs::estimate_stored`]). `None` for a file
+    /// that is not packed: its backing file's blocks are what it takes.
+    pub fn packed_stored(&self) -> Option<u64> {
+        let Mode::Packed(p) = &self.mode else {
+            return None;
+        };
+        let packs = p.packs.as_ref()?;
+        match &p.loc_pending {
+            Some(state::PendingLoc::Bytes(slot)) => return Some(packs.estimate_stored(slot.len as u64)),
+            Some(state::PendingLoc::Empty) => return Some(0),
+            None => {}
+        }
+        let loc = self.location()?;
+        if loc.len == 0 {
+            return Some(0);
+        }
+        let h = packs.block_header(loc.pack, loc.block).ok()?;
+        Some(crate::pack::audit::stored_share(&h, loc.len as u64))
+    }
+
     pub fn storage(&self) -> &S {
         &self.storage
     }

@@ -627,6 +627,21 @@ impl Packs {
         Ok(bytes.to_vec())
     }
 
+    /// What `len` bytes of files are expected to take once stored in a block: at the ratio
+    /// of the blocks this [`Packs`] has written so far (header included), or `len` before
+    /// the first. For a file whose block is not written yet (`du` right after `cp`).
+    pub fn estimate_stored(&self, len: u64) -> u64 {
+        let c = &self.counters;
+        let (inp, stored) = (
+            c.bytes_in.load(Ordering::Relaxed),
+            c.bytes_stored.load(Ordering::Relaxed),
+        );
+        if inp == 0 {
+            return len;
+        }
+        (len as u128 * stored as u128 / inp as u128) as u64
+    }
+
     /// What to call pack `id` in messages (its path).
     pub fn describe(&self, id: u32) -> String {
         self.dir.describe(id)

@@ -16,7 +16,7 @@ use log::{error, warn};
 use squeezefs_container::pack::Packs;
 use squeezefs_container::{Ticket, WriteBack};
 
-use super::state::OpenFile;
+use super::state::{Closed, OpenFile};
 use crate::inode::{Inode, Inodes};
 
 /// How long a closed file may wait for its superblock.
@@ -284,7 +284,7 @@ impl Drop for Committed<'_> {
 fn drop_if_closed(inodes: &Inodes, ino: u64, inode: &Arc<Inode>, mut open: MutexGuard<'_, Option<OpenFile>>) {
     let Some(of) = open.as_ref() else { return };
     if of.handles == 0 {
-        *inode.file.size.lock().unwrap() = of.container.size().ok();
+        *inode.file.size.lock().unwrap() = Closed::of(&of.container);
         *open = None;
         drop(open);
         inodes.forget(ino, 0);

@@ -25,7 +25,7 @@ use crate::inode::{Inode, Inodes};
 use crate::readahead::{self, ReadAhead};
 use crate::sys;
 use commit::{keep_times, Committer, Ticketed};
-use state::{OpenFile, Times};
+use state::{Closed, OpenFile, Times};
 
 /// Most containers kept open without a handle after a lookup (fewer under a low
 /// open-file limit: [`Files::fit_fd_limit`]).
@@ -251,7 +251,7 @@ impl Files {
         let mut c = self.open_container(inode)?;
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
         c.flush().map_err(|e| self.error(inode, "flush", e))?;
-        *inode.file.size.lock().unwrap() = c.size().ok();
+        *inode.file.size.lock().unwrap() = Closed::of(&c);
         Ok(r)
     }
 
@@ -284,11 +284,23 @@ impl Files {
             let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
             return Ok((s, of.times));
         }
-        if let Some(s) = *inode.file.size.lock().unwrap() {
-            return Ok((s, Times::default()));
+        if let Some(c) = *inode.file.size.lock().unwrap() {
+            return Ok((c.size, Times::default()));
         }
         let s = self.with_kept(ino, inode, |c| c.size(), "size")?;
         Ok((s, Times::default()))
+    }
+
+    /// What a packed file takes on disk (`Container::packed_stored`), from its container
+    /// in memory or what its closed one said; `None` when it is not packed.
+    pub fn packed_stored(&self, ino: u64, inode: &Arc<Inode>) -> Result<Option<u64>, Errno> {
+        if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
+            return Ok(of.container.packed_stored());
+        }
+        if let Some(c) = *inode.file.size.lock().unwrap() {
+            return Ok(c.stored);
+        }
+        self.with_kept(ino, inode, |c| Ok(c.packed_stored()), "stored size")
     }
 
     /// `f` on a container opened now for a file with no state; its size is remembered and
@@ -302,7 +314,7 @@ impl Files {
     ) -> Result<T, Errno> {
         let mut c = self.open_container(inode)?;
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
-        *inode.file.size.lock().unwrap() = c.size().ok();
+        *inode.file.size.lock().unwrap() = Closed::of(&c);
         self.keep_idle(ino, inode, c);
         Ok(r)
     }
@@ -472,7 +484,7 @@ impl Files {
                 Ok(())
             }
             res => {
-                *inode.file.size.lock().unwrap() = of.container.size().ok();
+                *inode.file.size.lock().unwrap() = Closed::of(&of.container);
                 *open = None;
                 // RELEASE's answer reaches nobody: the error waits for the next fsync
                 // (rule 10).

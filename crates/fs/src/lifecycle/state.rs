@@ -177,8 +177,8 @@ pub struct Stream {
 #[derive(Default)]
 pub struct FileState {
     pub open: Mutex<Option<OpenFile>>,
-    /// Logical size of a closed container, remembered (we are the only writer).
-    pub size: Mutex<Option<u64>>,
+    /// What a closed container said of itself, remembered (we are the only writer).
+    pub size: Mutex<Option<Closed>>,
     /// An error of ours may have left the kernel's page cache holding bytes the file does
     /// not (data accepted by a WRITE whose write-out or commit then failed): the next open
     /// lets the kernel drop the cache instead of keeping it (FOPEN_KEEP_CACHE, rule 8).
@@ -194,6 +194,25 @@ pub struct FileState {
     /// READ that wants it waits for it rather than loading it a second time
     /// (`readahead.rs`).
     pub fetched: std::sync::Condvar,
+}
+
+/// A closed file's logical size, and what it takes in its pack if it is packed, kept for
+/// `stat` once its container is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed {
+    pub size: u64,
+    /// See [`Container::packed_stored`].
+    pub stored: Option<u64>,
+}
+
+impl Closed {
+    /// What `c` says now (`None` when its size cannot be read: asked again next time).
+    pub fn of<S: squeezefs_container::Storage>(c: &Container<S>) -> Option<Closed> {
+        Some(Closed {
+            size: c.size().ok()?,
+            stored: c.packed_stored(),
+        })
+    }
 }
 
 impl FileState {

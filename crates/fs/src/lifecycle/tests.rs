@@ -82,7 +82,10 @@ fn last_close_queues_the_file_until_the_group_commit() {
     b.files.commit_now();
     // Rule 3: committed and settled, then dropped (nobody has it open); size remembered.
     assert_eq!(state(&inode), None);
-    assert_eq!(*inode.file.size.lock().unwrap(), Some(data.len() as u64));
+    assert_eq!(
+        inode.file.size.lock().unwrap().map(|c| c.size),
+        Some(data.len() as u64)
+    );
     assert_eq!(b.on_disk("f"), data);
     assert_eq!(b.files.committer.commits.load(Ordering::Relaxed), 1);
     assert_eq!(b.files.committer.syncs.load(Ordering::Relaxed), 2);

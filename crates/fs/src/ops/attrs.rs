@@ -111,13 +111,20 @@ impl SqueezeFs {
         } else {
             4096
         };
-        Ok(stat_attr(ino, st, size, set, blksize, inode.is_reg))
+        // A packed file's backing file holds no block: what it takes is its share of its
+        // pack block (so `du` through the mount adds up to what `squeezefs stats` counts).
+        let stored = if inode.is_reg && size > 0 && st.st_blocks == 0 {
+            self.files.packed_stored(ino, inode).ok().flatten()
+        } else {
+            None
+        };
+        Ok(stat_attr(ino, st, size, set, blksize, inode.is_reg, stored))
     }
 
     /// The attributes of a file whose logical size could not be read: the backing file's
     /// own (a listing shows the entry; the `stat` after it gets the error).
     pub(super) fn backing_attr(&self, ino: u64, st: &libc::stat) -> FileAttr {
-        stat_attr(ino, st, st.st_size as u64, Default::default(), 4096, false)
+        stat_attr(ino, st, st.st_size as u64, Default::default(), 4096, false, None)
     }
 
     pub(super) fn do_getattr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
@@ -251,14 +258,16 @@ fn stat_attr(
     set: crate::lifecycle::state::Times,
     blksize: u64,
     is_reg: bool,
+    stored: Option<u64>,
 ) -> FileAttr {
     let (asec, ansec) = set.atime.unwrap_or((st.st_atime, st.st_atime_nsec));
     let (msec, mnsec) = set.mtime.unwrap_or((st.st_mtime, st.st_mtime_nsec));
-    // A packed file's backing file holds no block: it reports one 512-byte block, never
-    // zero, which `tar --sparse`, `cp` and xfstests read as "all holes, skip the data".
-    // (Its exact share of its pack is in `squeezefs stats`.)
+    // A packed file's backing file holds no block: it reports its share of its pack
+    // block (`stored`) in 512-byte units rounded to the nearest, so a tree's total is what
+    // `squeezefs stats` counts; and never zero, which `tar --sparse`, `cp` and xfstests
+    // read as "all holes, skip the data".
     let blocks = if is_reg && size > 0 && st.st_blocks == 0 {
-        1
+        stored.map_or(1, |b| (b.saturating_add(256) / 512).max(1))
     } else {
         st.st_blocks as u64
     };
