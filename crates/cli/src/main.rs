@@ -261,9 +261,10 @@ fn mount_help() -> String {
         create                      make BACKING and MOUNTPOINT if they do not exist (without it\n                              \
         a missing one is refused: a typo or a disk not mounted yet at boot\n                              \
         must not send data elsewhere; also valid in fstab)\n\n\
-        The kernel's own options pass through: noatime, atime, relatime, sync, async,\n\
-        dirsync, nodev, dev, nosuid, suid, noexec, exec, max_read=N, and the SELinux\n\
-        context=, fscontext=, defcontext=, rootcontext=. Any other name is refused.\n\n\
+        The kernel's own options pass through: noatime, atime, relatime, strictatime,\n\
+        nodiratime, diratime, sync, async, dirsync, nodev, dev, nosuid, suid, noexec, exec,\n\
+        max_read=N, and the SELinux context=, fscontext=, defcontext=, rootcontext=. Any\n\
+        other name is refused.\n\n\
         Per directory and per file: `squeezefs property set PATH compression zstd:9`.\n\
         Live counters (compression, packs, workspaces): `squeezefs stats --live MOUNTPOINT`.\n\n\
         Examples:\n  squeezefs mount ./backing ./mnt\n  \

@@ -333,6 +333,60 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
     umount(&mnt);
 }
 
+/// `nodiratime` and `strictatime` (xfstests generic/003 mounts with them) are per-mount
+/// flags fuser cannot pass to mount(2) (the kernel's FUSE option parser refuses them): the
+/// daemon sets them with mount_setattr(2) once the mount exists, so mountinfo shows them as
+/// for any filesystem, and the last access-time mode given wins. `lazytime` (the
+/// superblock's flag) is still refused, saying so.
+#[test]
+fn nodiratime_and_strictatime_are_set_on_the_new_mount() {
+    common::require_root("mount_setattr(2) on a FUSE mount needs root (CI runs as root)");
+    let d = scratch("atime-flags");
+    let flags = |m: &common::Mount| {
+        let o = squeezefs_mount(&m.mnt).expect("mounted").options;
+        o.split(',').map(str::to_string).collect::<Vec<_>>()
+    };
+    let m = common::Mount::new(&d, "nodiratime");
+    let f = flags(&m);
+    assert!(
+        f.contains(&"nodiratime".into()) && f.contains(&"relatime".into()),
+        "{f:?}"
+    );
+    fs::write(m.path("f"), b"kept").unwrap();
+    m.unmount();
+    // strictatime shows as neither relatime nor noatime; it overrides an earlier noatime.
+    let m = common::Mount::new(&d, "noatime,strictatime,nodiratime");
+    let f = flags(&m);
+    assert!(f.contains(&"nodiratime".into()), "{f:?}");
+    assert!(
+        !f.contains(&"relatime".into()) && !f.contains(&"noatime".into()),
+        "{f:?}"
+    );
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"kept");
+    m.unmount();
+    // And a later noatime overrides strictatime.
+    let m = common::Mount::new(&d, "strictatime,noatime");
+    let f = flags(&m);
+    assert!(
+        f.contains(&"noatime".into()) && !f.contains(&"nodiratime".into()),
+        "{f:?}"
+    );
+    m.unmount();
+    let out = squeezefs(&[
+        os("mount"),
+        d.join("backing").as_os_str(),
+        d.join("mnt").as_os_str(),
+        os("-o"),
+        os("lazytime"),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("`lazytime` is not supported"),
+        "{e}"
+    );
+    assert!(!is_mounted(&d.join("mnt")));
+}
+
 /// A user who may not open /dev/fuse is told so, and what to do — not a bare "Permission
 /// denied (os error 13)". The device is hidden from the user `tests` in a mount namespace
 /// of the test's own (a root-only file bound over it), so the host's stays as it is.

@@ -66,13 +66,30 @@ pub struct MountConfig {
     pub create: bool,
     /// The kernel's own options, passed to it as they are ([`KERNEL_OPTIONS`]).
     pub other: Vec<String>,
+    /// Per-mount flags fuser cannot pass to mount(2) (`nodiratime`, `diratime`,
+    /// `strictatime`), in the order given: set with mount_setattr(2) once the mount exists.
+    pub mount_attrs: Vec<String>,
 }
 
 /// Options that are the kernel's (the VFS's mount flags, FUSE's `max_read`, the security
 /// module's labels): passed through. Any other name is refused before mounting, instead
 /// of by the kernel's FUSE option parser, whose EINVAL names nothing.
 pub const KERNEL_OPTIONS: &[&str] = &[
-    "noatime", "atime", "sync", "async", "dirsync", "nodev", "dev", "nosuid", "suid", "noexec", "exec",
+    "noatime",
+    "atime",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+    "sync",
+    "async",
+    "dirsync",
+    "nodev",
+    "dev",
+    "nosuid",
+    "suid",
+    "noexec",
+    "exec",
 ];
 
 /// The kernel's options that take a value (`max_read=N`, SELinux's `context=` family).
@@ -97,6 +114,7 @@ impl Default for MountConfig {
             pack_gc: DEFAULT_PACK_GC,
             create: false,
             other: Vec::new(),
+            mount_attrs: Vec::new(),
         }
     }
 }
@@ -180,17 +198,29 @@ impl MountConfig {
                     None,
                 )
                 | ("user", Some(_)) => {}
-                // relatime is what a new mount gets anyway (the kernel's default).
-                ("relatime", None) => {}
-                // Access-time and flush flags fuser cannot pass to mount(2): refused here,
-                // with a clear word, instead of by the kernel's FUSE option parser (EINVAL).
-                (
-                    "strictatime" | "norelatime" | "nodiratime" | "diratime" | "lazytime" | "nolazytime",
-                    None,
-                ) => {
+                // relatime is what a new mount gets anyway (the kernel's default); it and
+                // noatime/atime undo an earlier strictatime, as the last access-time option wins.
+                ("relatime", None) => self.mount_attrs.retain(|o| o != "strictatime"),
+                ("noatime" | "atime", None) => {
+                    self.mount_attrs.retain(|o| o != "strictatime");
+                    self.other.push(opt.to_string());
+                }
+                // Per-mount flags fuser cannot pass to mount(2) (its data string would reach
+                // the kernel's FUSE option parser: EINVAL): set with mount_setattr(2) once
+                // the mount exists (`set_mount_attrs`), as mount(8) sets them on any mount.
+                ("nodiratime" | "diratime" | "strictatime", None) => {
+                    if opt == "strictatime" {
+                        self.other.retain(|o| o != "noatime" && o != "atime");
+                    }
+                    self.mount_attrs.push(opt.to_string());
+                }
+                // Options whose flag has no per-mount form to set afterwards (lazytime is
+                // the superblock's) or that a FUSE mount cannot honour: refused, clearly.
+                ("norelatime" | "lazytime" | "nolazytime", None) => {
                     return Err(format!(
                         "mount option `{opt}` is not supported by squeezefs (atime, noatime, relatime, \
-                         sync, async and dirsync are); mount the backing filesystem with it instead"
+                         strictatime, nodiratime, sync, async and dirsync are); mount the backing \
+                         filesystem with it instead"
                     ));
                 }
                 ("x-systemd.automount", _) => {}
@@ -444,6 +474,8 @@ pub fn mount(
     }
     let notifier = fs.notifier_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
+    // Returning an error here drops the session, which unmounts.
+    set_mount_attrs(mountpoint, &cfg.mount_attrs)?;
     let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     std::thread::spawn(move || {
@@ -459,6 +491,43 @@ pub fn mount(
     log::info!("unmounted {}: every file written out", mountpoint.display());
     after_unmount(&backing);
     Ok(())
+}
+
+/// Sets the per-mount flags `attrs` (`nodiratime`, `diratime`, `strictatime`, in order) on
+/// the new mount at `mountpoint` with mount_setattr(2). Needs root (CAP_SYS_ADMIN) for the
+/// mount: without it the error says so. Nothing is done when `attrs` is empty.
+fn set_mount_attrs(mountpoint: &Path, attrs: &[String]) -> io::Result<()> {
+    let (mut set, mut clear) = (0u64, 0u64);
+    for a in attrs {
+        match a.as_str() {
+            "nodiratime" => {
+                set |= sys::MOUNT_ATTR_NODIRATIME;
+                clear &= !sys::MOUNT_ATTR_NODIRATIME;
+            }
+            "diratime" => {
+                clear |= sys::MOUNT_ATTR_NODIRATIME;
+                set &= !sys::MOUNT_ATTR_NODIRATIME;
+            }
+            "strictatime" => {
+                set = (set & !sys::MOUNT_ATTR__ATIME) | sys::MOUNT_ATTR_STRICTATIME;
+                clear |= sys::MOUNT_ATTR__ATIME;
+            }
+            _ => {}
+        }
+    }
+    if set == 0 && clear == 0 {
+        return Ok(());
+    }
+    sys::mount_setattr(mountpoint, set, clear).map_err(|e| {
+        let names = attrs.join(",");
+        match e.raw_os_error() {
+            Some(libc::EPERM) => io::Error::new(
+                e.kind(),
+                format!("mount option `{names}`: {e} (only root can set it on a FUSE mount)"),
+            ),
+            _ => io::Error::new(e.kind(), format!("mount option `{names}`: mount_setattr: {e}")),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -483,15 +552,21 @@ mod tests {
         assert!(c.apply_options("extent_size=3000").is_err());
         assert!(c.apply_options("extent_size=2M").is_err());
         assert_eq!(parse_extent_size("4K").unwrap(), 12);
-        // Access-time options: relatime is the default, the rest fuser cannot pass.
+        // Access-time options: relatime is the default; noatime and atime go to mount(2),
+        // nodiratime and strictatime to mount_setattr(2); the last access-time mode wins.
         let mut c = MountConfig::default();
         c.apply_options("relatime,noatime,sync").unwrap();
         assert_eq!(c.other, vec!["noatime".to_string(), "sync".to_string()]);
-        assert!(c
-            .apply_options("strictatime")
-            .unwrap_err()
-            .contains("not supported"));
-        assert!(c.apply_options("lazytime").is_err());
+        c.apply_options("strictatime,nodiratime").unwrap();
+        assert_eq!(c.other, vec!["sync".to_string()]);
+        assert_eq!(
+            c.mount_attrs,
+            vec!["strictatime".to_string(), "nodiratime".to_string()]
+        );
+        c.apply_options("relatime").unwrap();
+        assert_eq!(c.mount_attrs, vec!["nodiratime".to_string()]);
+        assert!(c.apply_options("lazytime").unwrap_err().contains("not supported"));
+        assert!(c.apply_options("norelatime").is_err());
         assert_eq!(parse_extent_size("131072").unwrap(), 17);
     }
 

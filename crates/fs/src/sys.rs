@@ -438,6 +438,48 @@ pub fn try_lock_exclusive(fd: impl AsFd) -> io::Result<bool> {
     }
 }
 
+/// mount_setattr(2)'s attribute bits (linux/mount.h).
+pub const MOUNT_ATTR__ATIME: u64 = 0x70;
+pub const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
+pub const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
+
+/// `struct mount_attr` (linux/mount.h, MOUNT_ATTR_SIZE_VER0).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Sets the per-mount attribute bits `set` and clears `clear` on the mount at `path`
+/// (mount_setattr(2); the access-time mode is cleared with MOUNT_ATTR__ATIME).
+pub fn mount_setattr(path: &std::path::Path, set: u64, clear: u64) -> io::Result<()> {
+    let c = cstr(path.as_os_str())?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `c` is NUL-terminated and `attr` a live `struct mount_attr` of the size
+    // passed; both outlive the call, which only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            0,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid cannot fail and touches no memory.
