@@ -55,7 +55,9 @@ pub(super) fn offline_packs(
     let Some(root) = found.or(pack.then_some(backing)) else {
         return Ok(None);
     };
-    let packs = squeezefs_fs::packing::open(root, true, squeezefs_container::pack::DEFAULT_CACHE)
+    // Writable only when asked to pack: with --no-pack the packs are only read (a pack
+    // directory is there on every backing a mount wrote to, for its probes).
+    let packs = squeezefs_fs::packing::open(root, pack, squeezefs_container::pack::DEFAULT_CACHE)
         .map_err(|e| err(root, format!("opening its packs: {e}")))?;
     if required && !packs.writable() {
         return Err(format!(
