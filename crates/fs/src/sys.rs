@@ -498,6 +498,19 @@ pub fn set_umask(mask: u32) -> u32 {
     unsafe { libc::umask(mask) }
 }
 
+/// Hands the C heap's free pages back to the system (`malloc_trim(3)`: every arena, not
+/// only the top of the main heap). glibc keeps what a thread frees in that thread's arena
+/// for reuse, and arenas rarely shrink by themselves: after the kernel forgot a million
+/// inodes the daemon still held 533 MiB. A no-op where the C library is not glibc.
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes a byte count and touches only the allocator's own state,
+    // under its arena locks; any thread may call it at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Raises the soft limit on open files to the hard limit (root: the hard limit too, up to
 /// `nr_open`). Returns the soft limit in force, or 1024 when it cannot be read.
 pub fn raise_fd_limit(nr_open: u64) -> u64 {

@@ -21,6 +21,10 @@ use super::virtual_file::{is_stats_name, route, Node};
 use super::{flags, readdir, SqueezeFs, TTL};
 use crate::requests::Kind;
 
+/// Inodes forgotten since the last housekeeping round that make it trim the heap (about
+/// half a KiB each; fewer are not worth a walk of every arena).
+const TRIM_AFTER_FORGETS: u64 = 1024;
+
 impl Filesystem for SqueezeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
@@ -45,13 +49,19 @@ impl Filesystem for SqueezeFs {
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
         self.files.start()?;
-        // Idle zstd workspaces are freed after 45 s (checked every 5 s); the thread ends with
-        // the daemon.
+        // Housekeeping every 5 s; the thread ends with the daemon. Idle zstd workspaces are
+        // freed after 45 s. After FORGETs, the inode table gives back its room and the heap
+        // its free pages (`sys::trim_heap`: glibc keeps freed memory in its per-thread
+        // arenas; measured in docs/BENCHMARKS.md, "Memory after a million files").
+        let inodes = self.inodes.clone();
         std::thread::Builder::new()
             .name("squeezefs-reclaim".into())
-            .spawn(|| loop {
+            .spawn(move || loop {
                 std::thread::sleep(Duration::from_secs(5));
                 squeezefs_codec::workspace::global().reclaim();
+                if inodes.compact() >= TRIM_AFTER_FORGETS {
+                    crate::sys::trim_heap();
+                }
             })?;
         Ok(())
     }
