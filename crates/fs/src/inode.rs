@@ -69,6 +69,9 @@ pub struct Inode {
     pub key: (u64, u64),
     pub is_dir: bool,
     pub is_reg: bool,
+    /// Its backing inode number went to a new file, which has an inode of its own: lookups
+    /// no longer find this one (kept until FORGET). Changed under the table's write lock.
+    replaced: AtomicBool,
     pub lookups: Mutex<u64>,
     /// A regular file's container state (see `lifecycle::state` for the rules).
     pub file: FileState,
@@ -88,7 +91,11 @@ pub const REMAP_BASE: u64 = 1 << 63;
 #[derive(Default)]
 struct Table {
     by_ino: HashMap<u64, Arc<Inode>>,
-    by_key: HashMap<(u64, u64), u64>,
+    /// The number of each backing file (device, inode) whose inode is not found in
+    /// `by_ino` under its own `st_ino` on the root's device: the root, remapped numbers.
+    /// Most inodes are numbered as themselves and have no entry here (a second map of
+    /// every inode cost some 50 B each).
+    remapped: HashMap<(u64, u64), u64>,
     /// The backing root's (device, inode): FUSE's inode 1.
     root: (u64, u64),
     /// Next number from [`REMAP_BASE`] up.
@@ -110,9 +117,26 @@ impl Table {
         self.next - 1
     }
 
+    /// The number of the known inode of backing file `key` (not one [`Inode::replaced`]).
+    fn number_of(&self, key: (u64, u64)) -> Option<u64> {
+        if let Some(&n) = self.remapped.get(&key) {
+            return Some(n);
+        }
+        let own = self.by_ino.get(&key.1)?;
+        (key.0 == self.root.0 && own.key == key && !own.replaced.load(Ordering::Relaxed)).then_some(key.1)
+    }
+
+    /// Records `key`'s new inode, numbered `ino` ([`Table::number_for`]).
+    fn add(&mut self, key: (u64, u64), ino: u64, inode: Arc<Inode>) {
+        if key != (self.root.0, ino) {
+            self.remapped.insert(key, ino);
+        }
+        self.by_ino.insert(ino, inode);
+    }
+
     /// The known inode of backing file `key`.
     fn inode_of(&self, key: (u64, u64)) -> Option<Arc<Inode>> {
-        self.by_key.get(&key).and_then(|n| self.by_ino.get(n)).cloned()
+        self.number_of(key).and_then(|n| self.by_ino.get(&n)).cloned()
     }
 
     /// The number `readdir` reports for entry `d_ino` of a directory on device `dev`: the
@@ -121,10 +145,7 @@ impl Table {
         if (dev, d_ino) == self.root {
             return 1;
         }
-        if let Some(&n) = self.by_key.get(&(dev, d_ino)) {
-            return n;
-        }
-        d_ino
+        self.number_of((dev, d_ino)).unwrap_or(d_ino)
     }
 }
 
@@ -170,6 +191,7 @@ impl Inodes {
             key,
             is_dir: true,
             is_reg: false,
+            replaced: AtomicBool::new(false),
             lookups: Mutex::new(u64::MAX / 2),
             file: FileState::default(),
             no_caps: AtomicBool::new(false),
@@ -181,8 +203,7 @@ impl Inodes {
             next: REMAP_BASE,
             ..Table::default()
         };
-        t.by_ino.insert(1, root_inode);
-        t.by_key.insert(key, 1);
+        t.add(key, 1, root_inode);
         Inodes {
             t: RwLock::new(t),
             root_dir,
@@ -208,9 +229,7 @@ impl Inodes {
     /// The number of a known inode.
     pub fn number(&self, inode: &Arc<Inode>) -> Option<u64> {
         let t = self.t.read().unwrap();
-        t.by_key
-            .get(&inode.key)
-            .copied()
+        t.number_of(inode.key)
             .filter(|i| t.by_ino.get(i).is_some_and(|x| Arc::ptr_eq(x, inode)))
     }
 
@@ -347,14 +366,15 @@ impl Inodes {
         let at = (self.mount_id.is_none()).then(|| (parent.clone(), name.to_owned()));
         let key = (st.st_dev, st.st_ino);
         let mut t = self.t.write().unwrap();
-        if let Some(&ino) = t.by_key.get(&key) {
+        if let Some(ino) = t.number_of(key) {
             let inode = t.by_ino[&ino].clone();
             if !Self::still_the_same(&inode, &fd, st) {
                 // The backing file this inode stood for is gone and its number went to a
                 // new file (ext4 and xfs reuse numbers at once). The kernel may still hold
                 // the old inode (until FORGET): it keeps its number; the new file gets
                 // one of its own below.
-                t.by_key.remove(&key);
+                inode.replaced.store(true, Ordering::Relaxed);
+                t.remapped.remove(&key);
                 return self.insert_new(t, fd, st, at);
             }
             *inode.lookups.lock().unwrap() += 1;
@@ -442,6 +462,7 @@ impl Inodes {
             key,
             is_dir: fmt == libc::S_IFDIR,
             is_reg: fmt == libc::S_IFREG,
+            replaced: AtomicBool::new(false),
             lookups: Mutex::new(1),
             file: FileState::default(),
             no_caps: AtomicBool::new(false),
@@ -449,8 +470,7 @@ impl Inodes {
             dir_gen: AtomicU64::new(0),
         });
         let ino = t.number_for(key);
-        t.by_ino.insert(ino, inode.clone());
-        t.by_key.insert(key, ino);
+        t.add(key, ino, inode.clone());
         drop(t);
         if cached {
             self.remember(&inode);
@@ -472,8 +492,8 @@ impl Inodes {
         if *l == 0 && inode.file.open.lock().unwrap().is_none() {
             drop(l);
             t.by_ino.remove(&ino);
-            if t.by_key.get(&inode.key) == Some(&ino) {
-                t.by_key.remove(&inode.key);
+            if t.remapped.get(&inode.key) == Some(&ino) {
+                t.remapped.remove(&inode.key);
             }
             // Its fd closes when the last operation using it ends.
             *inode.fd.lock().unwrap() = None;
@@ -497,14 +517,14 @@ impl Inodes {
         }
         let shrink = {
             let t = self.t.read().unwrap();
-            sparse(&t.by_ino) || sparse(&t.by_key)
+            sparse(&t.by_ino) || sparse(&t.remapped)
         };
         if shrink {
             let mut t = self.t.write().unwrap();
             let n = t.by_ino.len() * 2;
             t.by_ino.shrink_to(n);
-            let n = t.by_key.len() * 2;
-            t.by_key.shrink_to(n);
+            let n = t.remapped.len() * 2;
+            t.remapped.shrink_to(n);
         }
         let mut q = self.cached.lock().unwrap();
         q.retain(|w| w.strong_count() > 0);

@@ -233,10 +233,10 @@ impl ReadAhead {
     pub fn wait_for<'a>(
         &self,
         inode: &'a Inode,
-        mut open: MutexGuard<'a, Option<OpenFile>>,
+        mut open: MutexGuard<'a, Option<Box<OpenFile>>>,
         off: u64,
         len: usize,
-    ) -> MutexGuard<'a, Option<OpenFile>> {
+    ) -> MutexGuard<'a, Option<Box<OpenFile>>> {
         let end = off.saturating_add(len as u64);
         let deadline = Instant::now() + WAIT_MAX;
         while open.as_ref().is_some_and(|of| of.stream.in_flight(off, end)) {

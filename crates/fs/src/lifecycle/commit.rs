@@ -281,7 +281,12 @@ impl Drop for Committed<'_> {
 }
 
 /// A file nobody has open any more: its state (and its fd) goes, its size is remembered.
-fn drop_if_closed(inodes: &Inodes, ino: u64, inode: &Arc<Inode>, mut open: MutexGuard<'_, Option<OpenFile>>) {
+fn drop_if_closed(
+    inodes: &Inodes,
+    ino: u64,
+    inode: &Arc<Inode>,
+    mut open: MutexGuard<'_, Option<Box<OpenFile>>>,
+) {
     let Some(of) = open.as_ref() else { return };
     if of.handles == 0 {
         *inode.file.size.lock().unwrap() = Closed::of(&of.container);
