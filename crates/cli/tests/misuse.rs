@@ -221,21 +221,8 @@ fn du_through_the_mount_agrees_with_stats() {
             .unwrap();
         assert!(st.success());
     }
-    let du = |mnt: &Path| -> u64 {
-        let out = Command::new("du")
-            .args(["-s", "--block-size=1"])
-            .arg(mnt)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
     // Right after the copy (bytes still in open blocks: estimated), and once committed.
-    let early = du(&m.mnt);
+    let early = common::du(&m.mnt);
     let s = squeezefs_json(&[os("stats"), m.mnt.as_os_str()]);
     let disk = s["disk"].as_u64().unwrap();
     assert!(
@@ -245,7 +232,7 @@ fn du_through_the_mount_agrees_with_stats() {
     // A new name for every file: the kernel asks again for attributes it has cached.
     m.unmount();
     let m = Mount::new(&d, "");
-    let late = du(&m.mnt);
+    let late = common::du(&m.mnt);
     println!("FIGURES du right after the copy {early}, after the commit {late}; stats {disk}");
     for (what, got) in [("after the commit", late), ("right after the copy", early)] {
         let off = got.abs_diff(disk) as f64 / disk as f64;
@@ -317,10 +304,7 @@ fn a_non_root_unmount_with_mode_0_files_and_directories_logs_nothing_alarming() 
     sh(&format!("cd {mnt} && rm e/deep/x* && chmod 0 d/f g e/deep e"));
     m.unmount();
     let log = fs::read_to_string(d.join("daemon.log")).unwrap();
-    let alarming: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .collect();
+    let alarming = common::alarming(&log);
     assert!(alarming.is_empty(), "{alarming:?}");
     assert!(
         log.contains("reclaimed"),

@@ -447,10 +447,7 @@ fn an_unmount_that_worked_logs_nothing_alarming() {
             m.unmount();
         }
         let log = fs::read_to_string(dir.join("daemon.log")).unwrap();
-        let alarming: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .collect();
+        let alarming = common::alarming(&log);
         assert!(alarming.is_empty(), "by_signal {by_signal}: {alarming:?}");
         assert!(
             log.contains("every file written out"),

@@ -15,23 +15,8 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::allocated;
+use common::{allocated, du};
 use common::{files_under, getfattr, real_tree, scratch, squeezefs, squeezefs_json, Mount};
-
-/// Disk used under `dir`, directories included (what `du` shows).
-fn du(dir: &Path) -> u64 {
-    let out = Command::new("du")
-        .args(["-s", "--block-size=1"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
 
 /// `squeezefs stats --live MOUNT --json`'s `packs` object.
 fn live_packs(m: &Mount) -> Value {

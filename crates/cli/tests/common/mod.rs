@@ -449,6 +449,28 @@ pub fn allocated(root: &Path) -> u64 {
         .sum()
 }
 
+/// Disk used under `dir`, directories included: what `du -s` shows, in bytes.
+pub fn du(dir: &Path) -> u64 {
+    let out = Command::new("du")
+        .args(["-s", "--block-size=1"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The lines of a daemon's log at WARN or ERROR (an unmount that worked has none).
+pub fn alarming(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect()
+}
+
 /// What the directories of a tree occupy (allocated blocks): `root` and every directory
 /// below it, but squeezefs's own at the root (packs, dictionaries), as `stats` and `du`
 /// count them.
