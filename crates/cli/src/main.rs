@@ -255,6 +255,9 @@ fn mount_help() -> String {
         seconds when files changed (default {gc}; 0: only on request:\n                              \
         `setfattr -n user.squeezefs.reclaim -v 1 MOUNTPOINT`, and\n                              \
         `getfattr -n user.squeezefs.reclaim MOUNTPOINT` shows the last round)\n  \
+        nofill_cache                hand the kernel only the pages a read asks for; by default\n                              \
+        the rest of each extent a read decompressed goes into the page\n                              \
+        cache too (as btrfs keeps it), while memory is not short\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs)\n  \

@@ -413,3 +413,169 @@ fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
     common::check_clean(&dir.join("backing"), "after the read-ahead test");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `page_cache` of the statistics file: stores sent and bytes they carried.
+fn stored(m: &Mount) -> (u64, u64) {
+    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    let p = &doc["page_cache"];
+    (p["stores"].as_u64().unwrap(), p["bytes"].as_u64().unwrap())
+}
+
+/// Lines of text, 16 extents of 128 KiB.
+fn sixteen_extents() -> Vec<u8> {
+    (0..)
+        .flat_map(|i: u32| format!("line {i} of a file read at random\n").into_bytes())
+        .take(16 << 17)
+        .collect()
+}
+
+/// A random 4 KiB read decodes its extent; the daemon hands the kernel the rest of it
+/// (rule 11, `FUSE_NOTIFY_STORE`), as btrfs keeps every page it decompressed: the other
+/// pages of that extent are then cached and read with no READ, and no page of another
+/// extent is. With `nofill_cache` only the page asked for is cached.
+#[test]
+fn a_random_read_puts_its_whole_extent_in_the_page_cache() {
+    use std::os::unix::fs::FileExt;
+    let _turn = page_cache_turn();
+    let dir = scratch("fill-cache");
+    let data = sixteen_extents();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    fs::write(m.path("f"), &data).unwrap();
+    m.unmount();
+    for (opts, fills) in [("compress=zstd:1", true), ("compress=zstd:1,nofill_cache", false)] {
+        // A new mount: a new inode in the kernel, nothing of the file cached.
+        let m = Mount::new(&dir, opts);
+        let f = fs::File::open(m.path("f")).unwrap();
+        common::sys::fadvise(&f, libc::POSIX_FADV_RANDOM);
+        let ext = 5 << 17;
+        let mut page = vec![0u8; 4096];
+        f.read_exact_at(&mut page, ext + 8192).unwrap();
+        assert_eq!(page, data[(ext + 8192) as usize..][..4096]);
+        // The store follows the READ's reply: give it a moment.
+        let cached_pages = || {
+            let cached = common::sys::pages_cached(&f, data.len());
+            (0..cached.len()).filter(|&p| cached[p]).collect::<Vec<usize>>()
+        };
+        for _ in 0..200 {
+            if !fills || stored(&m).1 == (128 << 10) - 4096 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let in_ext = cached_pages();
+        if fills {
+            let want: Vec<usize> = (160..192).collect();
+            assert_eq!(in_ext, want, "{opts}: pages cached after one read");
+            let (stores, bytes) = stored(&m);
+            assert!(
+                stores >= 1 && bytes == (128 << 10) - 4096,
+                "{opts}: {stores} stores, {bytes} bytes"
+            );
+        } else {
+            assert_eq!(in_ext, vec![162], "{opts}: pages cached after one read");
+            assert_eq!(stored(&m), (0, 0), "{opts}");
+        }
+        // The rest of the extent reads right; with the extent stored, no READ is sent.
+        let before = reads(&m);
+        let mut rest = vec![0u8; 128 << 10];
+        f.read_exact_at(&mut rest, ext).unwrap();
+        assert_eq!(rest, data[ext as usize..][..128 << 10], "{opts}");
+        if fills {
+            assert_eq!(
+                reads(&m),
+                before,
+                "{opts}: the stored extent was read again: {}",
+                requests(&m)
+            );
+        }
+        drop(f);
+        m.unmount();
+    }
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A store never overwrites newer bytes (rule 11): readers at random with their pages
+/// dropped again and again (`POSIX_FADV_DONTNEED`), so that their READs keep storing
+/// extents, beside writers that open, write and close, and a truncate by path. At the end
+/// the page cache (not dropped) and, after a remount, the disk hold exactly what was
+/// written.
+#[test]
+fn stores_beside_writers_never_bring_back_old_bytes() {
+    use std::os::unix::fs::FileExt;
+    let _turn = page_cache_turn();
+    let dir = scratch("fill-race");
+    let mut want = sixteen_extents();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let p = m.path("f");
+    fs::write(&p, &want).unwrap();
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (p, stop) = (p.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let f = fs::File::open(&p).unwrap();
+                common::sys::fadvise(&f, libc::POSIX_FADV_RANDOM);
+                let mut rng = common::Rng(0x9e37_79b9 + t);
+                let mut buf = vec![0u8; 4096];
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if n.is_multiple_of(16) {
+                        common::sys::fadvise(&f, libc::POSIX_FADV_DONTNEED);
+                    }
+                    let off = rng.below(16 << 5) << 12;
+                    let _ = f.read_at(&mut buf, off).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut rng = common::Rng(0x51ed_270b);
+    for round in 0..150u32 {
+        let w = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        for _ in 0..4 {
+            let off = rng.below(want.len() as u64 - 9000) as usize;
+            let len = 1 + rng.below(9000) as usize;
+            let piece: Vec<u8> = (0..len).map(|i| b'A' + ((i as u32 + round) % 26) as u8).collect();
+            w.write_all_at(&piece, off as u64).unwrap();
+            want[off..off + len].copy_from_slice(&piece);
+        }
+        drop(w);
+        if round % 40 == 39 {
+            // Shorter by path (no writer handle), then back to its length with zeros.
+            let cut = want.len() - 70_000 - round as usize;
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(cut as u64)
+                .unwrap();
+            let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+            f.set_len(want.len() as u64).unwrap();
+            want[cut..].fill(0);
+        }
+        // Readers store only while no writer is open: give them room.
+        std::thread::sleep(std::time::Duration::from_millis(8));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads_done: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let got = fs::read(&p).unwrap();
+    let first_bad = got.iter().zip(&want).position(|(a, b)| a != b);
+    let (stores, _) = stored(&m);
+    assert!(
+        first_bad.is_none() && got.len() == want.len(),
+        "the page cache holds wrong bytes from {first_bad:?} ({reads_done} random reads, {stores} stores)"
+    );
+    assert!(
+        stores > 50,
+        "the readers' READs stored only {stores} extents ({reads_done} reads)"
+    );
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert!(fs::read(&p).unwrap() == want, "wrong bytes after a remount");
+    m.unmount();
+    common::check_clean(&dir.join("backing"), "after the store race");
+    fs::remove_dir_all(&dir).unwrap();
+}

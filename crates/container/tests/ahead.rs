@@ -257,3 +257,28 @@ fn a_file_moved_into_a_pack_meanwhile_gets_nothing_installed() {
     let mut c = Container::open(disk, &opts).unwrap();
     assert!(c.read(0, want.len() + 1).unwrap() == want, "after a reopen");
 }
+
+/// `cached_extent`: which extent a READ has in memory, ending at the file's size; nothing for
+/// an extent not loaded, past the end, or after the cache was dropped.
+#[test]
+fn cached_extent_names_the_decoded_extent_up_to_the_size() {
+    let disk = MemDisk::new();
+    let opts = options();
+    let mut c = file(&disk, &opts);
+    assert_eq!(c.cached_extent(2 * EXT + 5), None, "nothing read yet");
+    assert_eq!(
+        c.read(2 * EXT + 5, 10).unwrap(),
+        bytes(1, 6)[(2 * EXT + 5) as usize..][..10]
+    );
+    assert_eq!(c.cached_extent(2 * EXT), Some(2 * EXT..3 * EXT));
+    assert_eq!(c.cached_extent(3 * EXT), None, "the next extent was not read");
+    assert_eq!(c.cached_extent(6 * EXT), None, "past the end");
+    // A short last extent ends at the size.
+    c.set_size(5 * EXT + 100).unwrap();
+    c.read(5 * EXT, 10).unwrap();
+    assert_eq!(c.cached_extent(5 * EXT + 99), Some(5 * EXT..5 * EXT + 100));
+    assert_eq!(c.cached_extent(5 * EXT + 100), None);
+    c.fsync().unwrap();
+    c.drop_cache();
+    assert_eq!(c.cached_extent(2 * EXT), None, "dropped");
+}

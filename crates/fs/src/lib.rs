@@ -11,6 +11,7 @@ pub mod lock;
 pub mod mountinfo;
 mod ops;
 pub mod packing;
+mod pagecache;
 mod prefetch;
 pub mod props;
 mod readahead;
@@ -61,6 +62,10 @@ pub struct MountConfig {
     /// packs above 25 % garbage every SECS seconds when files were packed, removed or
     /// renamed since the last round (see `reclaim.rs`).
     pub pack_gc: u64,
+    /// `fill_cache` (default) / `nofill_cache`: after a READ decoded an extent, the rest of
+    /// the extent is handed to the kernel's page cache (`pagecache.rs`), as btrfs keeps
+    /// every page it decompressed.
+    pub fill_cache: bool,
     /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
     /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
     pub create: bool,
@@ -97,7 +102,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]], compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, allow_other, default_permissions, ro, rw, create";
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -112,6 +117,7 @@ impl Default for MountConfig {
             pack_cache: squeezefs_container::pack::DEFAULT_CACHE,
             pack_reclaim: true,
             pack_gc: DEFAULT_PACK_GC,
+            fill_cache: true,
             create: false,
             other: Vec::new(),
             mount_attrs: Vec::new(),
@@ -175,6 +181,8 @@ impl MountConfig {
                 ("nopack", None) => self.pack = false,
                 ("pack_reclaim", None) => self.pack_reclaim = true,
                 ("nopack_reclaim", None) => self.pack_reclaim = false,
+                ("fill_cache", None) => self.fill_cache = true,
+                ("nofill_cache", None) => self.fill_cache = false,
                 ("pack_cache" | "pack-cache", Some(v)) => {
                     self.pack_cache = usize::try_from(parse_size(v)?)
                         .ok()
@@ -236,6 +244,8 @@ impl MountConfig {
                     | "nopack"
                     | "pack_reclaim"
                     | "nopack_reclaim"
+                    | "fill_cache"
+                    | "nofill_cache"
                     | "create",
                     Some(_),
                 ) => {
@@ -467,7 +477,7 @@ pub fn mount(
     );
     opts.packs = Some(packs);
     let pack_gc = (cfg.pack_gc > 0).then(|| std::time::Duration::from_secs(cfg.pack_gc));
-    let fs = SqueezeFs::new(&backing, opts, cfg.read_only, pack_gc)?;
+    let fs = SqueezeFs::new(&backing, opts, cfg.read_only, pack_gc, cfg.fill_cache)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() {
         log::info!("files are reopened by name (no CAP_DAC_READ_SEARCH for file handles)");

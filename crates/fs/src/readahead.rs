@@ -51,8 +51,7 @@ impl Stream {
     /// in flight stays marked: a READ still waits for it rather than loading it twice).
     fn advance(&mut self, off: u64, len: u64) -> Option<(u64, u64)> {
         let end = off.saturating_add(len);
-        let slack = 2 * len.max(128 << 10);
-        if off.abs_diff(self.next) > slack || len == 0 {
+        if !self.continues(off, len) {
             self.next = end;
             self.planned_to = 0;
             return None;
@@ -61,6 +60,12 @@ impl Stream {
         let to = self.next.saturating_add(AHEAD_BYTES);
         let from = self.next.max(self.planned_to);
         (from < to).then_some((from, to))
+    }
+
+    /// Whether a READ of `len` bytes at `off` would continue this stream (the rule of
+    /// [`Stream::advance`]), before it is recorded.
+    pub fn continues(&self, off: u64, len: u64) -> bool {
+        len > 0 && off.abs_diff(self.next) <= 2 * len.max(128 << 10)
     }
 
     /// Whether an extent holding some of `[off, end)` is being loaded ahead.

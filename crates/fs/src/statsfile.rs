@@ -63,8 +63,9 @@ fn packs(packs: Option<&Packs>) -> Value {
     })
 }
 
-/// The document: mount settings, the container counters, the packs and the workspace pool.
-pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value) -> Vec<u8> {
+/// The document: mount settings, the container counters, the packs, the requests answered,
+/// the pages handed to the kernel (`page_cache`) and the workspace pool.
+pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value, page_cache: Value) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
     let codecs: Vec<Value> = s
@@ -140,6 +141,7 @@ pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value) -
         "codecs": codecs,
         "packs": packs(opts.packs.as_deref()),
         "requests": requests,
+        "page_cache": page_cache,
         "workspaces": {
             "max": pool.max_workspaces,
             "count": pool.total,
@@ -177,7 +179,7 @@ mod tests {
     use super::*;
 
     fn doc(opts: &Options) -> Value {
-        serde_json::from_slice(&render("/b", opts, false, Value::Null)).unwrap()
+        serde_json::from_slice(&render("/b", opts, false, Value::Null, Value::Null)).unwrap()
     }
 
     #[test]

@@ -135,6 +135,39 @@ pub fn first_page_cached(f: impl AsFd) -> bool {
     }
 }
 
+/// Which pages of the first `len` bytes of the file are in the page cache: `mincore(2)` of
+/// a shared read-only mapping of them.
+pub fn pages_cached(f: impl AsFd, len: usize) -> Vec<bool> {
+    let pages = len.div_ceil(4096);
+    // SAFETY: a fresh read-only mapping chosen by the kernel (NULL hint) of `len` bytes of a
+    // borrowed, open descriptor; it is only passed to mincore, which writes one byte per
+    // page into `v` (sized for every page), and unmapped before returning. No Rust
+    // reference points into it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_fd().as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let mut v = vec![0u8; pages];
+        assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+        v.iter().map(|b| b & 1 == 1).collect()
+    }
+}
+
+/// `posix_fadvise(2)` of the whole file (`POSIX_FADV_RANDOM`: no read-ahead;
+/// `POSIX_FADV_DONTNEED`: the file's clean pages dropped, no root needed).
+pub fn fadvise(f: impl AsFd, advice: i32) {
+    // SAFETY: plain syscall on a borrowed, open descriptor; no memory is passed.
+    let r = unsafe { libc::posix_fadvise(f.as_fd().as_raw_fd(), 0, 0, advice) };
+    assert_eq!(r, 0, "posix_fadvise({advice})");
+}
+
 /// A directory stream (`opendir(3)`), read with `readdir64` and rewound with `rewinddir`
 /// exactly when the test says (nix's `Dir` rewinds whenever an iterator is dropped).
 pub struct DirStream(std::ptr::NonNull<libc::DIR>);

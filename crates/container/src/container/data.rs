@@ -104,6 +104,23 @@ impl<S: Storage> Container<S> {
         }
     }
 
+    /// The extent holding byte `off`, as a range of the file (ending at its size), when its
+    /// decoded bytes are in memory; `None` for a plain file, a hole, an extent not cached,
+    /// or an offset at or past the end. The FUSE layer uses it to hand the kernel the rest
+    /// of an extent a READ has just decoded (the kernel asks only for the pages it misses).
+    pub fn cached_extent(&self, off: u64) -> Option<Range<u64>> {
+        let Mode::Packed(p) = &self.mode else {
+            return None;
+        };
+        if off >= p.size {
+            return None;
+        }
+        let idx = off >> p.shift;
+        p.exts.get(&idx)?.data.as_ref()?;
+        let start = idx << p.shift;
+        Some(start..p.size.min(start + p.extent_len() as u64))
+    }
+
     /// Writes `data` at `off`, growing the file when it ends past the end.
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
         let end = off.checked_add(data.len() as u64).ok_or(Error::TooLarge)?;

@@ -11,6 +11,7 @@
 //! over our later write-outs) and [`Files::size_and_times`] (what `stat` shows).
 
 pub mod commit;
+mod spill;
 pub mod state;
 
 use std::collections::VecDeque;
@@ -25,6 +26,7 @@ use crate::inode::{Inode, Inodes};
 use crate::readahead::{self, ReadAhead};
 use crate::sys;
 use commit::{keep_times, Committer, Ticketed};
+pub use spill::Spill;
 use state::{Closed, OpenFile, Times};
 
 /// Most containers kept open without a handle after a lookup (fewer under a low
@@ -218,6 +220,9 @@ impl Files {
         what: &str,
     ) -> Result<T, Errno> {
         let mut open = inode.file.open.lock().unwrap();
+        if changes_data {
+            open = self.wait_spills(inode, open);
+        }
         if let Some(of) = open.as_mut() {
             if changes_data {
                 of.times = Times::default();
@@ -391,6 +396,10 @@ impl Files {
     /// first handle), and truncates it for O_TRUNC.
     pub fn attach(&self, inode: &Arc<Inode>, truncate: bool, writable: bool) -> Result<(), Errno> {
         let mut open = inode.file.open.lock().unwrap();
+        if writable || truncate {
+            // A writer may change the kernel's pages: no store may be under way (rule 11).
+            open = self.wait_spills(inode, open);
+        }
         let of = match open.as_mut() {
             Some(of) => {
                 of.handles += 1;
@@ -430,19 +439,37 @@ impl Files {
 
     /// A read: through the file's state, or, with none (a lazy handle's first READ, rule
     /// 9), through a container opened now and kept like a lookup's for the READs that
-    /// follow.
-    pub fn read(&self, ino: u64, inode: &Arc<Inode>, offset: u64, size: usize) -> Result<Vec<u8>, Errno> {
+    /// follow. With the bytes, for a READ that does not continue a sequential stream (whose
+    /// next extents the kernel asks for whole, and the read-ahead decodes ahead), the rest
+    /// of its extent to hand the kernel (rule 11), when `may_spill` (memory) allows.
+    pub fn read(
+        &self,
+        ino: u64,
+        inode: &Arc<Inode>,
+        offset: u64,
+        size: usize,
+        may_spill: impl FnOnce() -> bool,
+    ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
         let open = inode.file.open.lock().unwrap();
-        if open.is_some() {
-            drop(self.ahead.wait_for(inode, open, offset, size));
+        let (data, streamed) = if open.is_some() {
+            let open = self.ahead.wait_for(inode, open, offset, size);
+            drop(open);
             let data = self.with_container(inode, |c| c.read(offset, size), "read")?;
-            if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+            (data, true)
+        } else {
+            drop(open);
+            let data = self.with_kept(ino, inode, |c| c.read(offset, size), "read")?;
+            (data, false)
+        };
+        let mut open = inode.file.open.lock().unwrap();
+        let spill = open.as_mut().and_then(|of| {
+            let sequential = of.stream.continues(offset, data.len() as u64);
+            if streamed {
                 self.ahead.after_read(inode, of, offset, data.len());
             }
-            return Ok(data);
-        }
-        drop(open);
-        self.with_kept(ino, inode, |c| c.read(offset, size), "read")
+            (!sequential).then(|| self.spill(inode, of, offset, data.len(), may_spill))?
+        });
+        Ok((data, spill))
     }
 
     /// The first handle of a file just created, with the container made for it (nothing

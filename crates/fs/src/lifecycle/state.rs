@@ -76,6 +76,22 @@
 //!     file's open, which commits every closed file, first waits for RELEASEs under way
 //!     (`Files::commit_now`).
 //!
+//! 11. **A READ that decoded an extent hands the kernel the rest of it** (`lifecycle::spill`,
+//!     `FUSE_NOTIFY_STORE`, mount option `fill_cache`): a random reader then finds the
+//!     extent's other pages cached, as on btrfs. The kernel copies a store over whatever its
+//!     pages hold, so a store is only taken from a file with no handle open for writing
+//!     (only a writer's handle lets the kernel hold bytes we have not seen: the writeback
+//!     cache writes every dirty page back before its RELEASE), whose cache is trusted
+//!     (rule 8), under the file's lock, and until it is sent no change of the data and no
+//!     new writer proceeds ([`FileState::spilling`]). It is sent after the READ's reply,
+//!     by a thread of its own (`pagecache.rs`), leaving out the READ's own pages (locked by
+//!     the kernel until the reply), and only while memory is not short. The kernel may hold
+//!     a page of the extent locked for another READ still queued, which only a session
+//!     thread can answer: so a session thread never waits for a store. A request that
+//!     would (an open for writing, O_TRUNC, a truncate by path) first holds further stores
+//!     off ([`FileState::holds`]) and, if one is under way, is served on a thread of its
+//!     own that waits for it (`ops/dispatch.rs`, `defer`).
+//!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
 //! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`
@@ -196,6 +212,14 @@ pub struct FileState {
     /// READ that wants it waits for it rather than loading it a second time
     /// (`readahead.rs`).
     pub fetched: std::sync::Condvar,
+    /// Stores of this file's bytes into the kernel's page cache under way (rule 11): a
+    /// change of its data and a new writer wait (on `spilled`, with `open`'s lock) until
+    /// none is left.
+    pub spilling: std::sync::atomic::AtomicU32,
+    pub spilled: std::sync::Condvar,
+    /// Requests about to change the data or open a writer (`Files::hold_spills`): while
+    /// any holds, no store starts (rule 11).
+    pub holds: std::sync::atomic::AtomicU32,
 }
 
 /// A closed file's logical size, and what it takes in its pack if it is packed, kept for

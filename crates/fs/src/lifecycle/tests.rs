@@ -274,3 +274,118 @@ fn times_set_explicitly_outlive_the_write_back_and_the_group_commit() {
     let (_, m) = times_on_disk(&b, "f");
     assert!(m.0 > mtime.0 + 1_000_000, "mtime of the write-out, not {m:?}");
 }
+
+/// A file of `len` bytes of text, committed and closed.
+fn written(b: &Backing, name: &str, len: usize) -> (u64, Arc<Inode>, Vec<u8>) {
+    let (ino, inode) = b.file(name);
+    let data = text(len);
+    b.files.attach(&inode, false, true).unwrap();
+    b.files.write(&inode, 0, &data, false).unwrap();
+    b.files.release(ino, &inode, true).unwrap();
+    b.files.commit_now();
+    (ino, inode, data)
+}
+
+/// Rule 11: a READ that does not continue a stream hands back the rest of its extent —
+/// never from a file with a writer or while a request holds stores off, never past the
+/// size, and nothing for a READ that continues a stream.
+#[test]
+fn a_spill_is_the_rest_of_the_extent_and_only_without_writers_or_holds() {
+    let b = backing("spill");
+    let (ino, inode, data) = written(&b, "f", 1_000_000);
+    let ext = 128 << 10;
+    let at = 3 * ext + 8192;
+    let (got, spill) = b.files.read(ino, &inode, at, 4096, || true).unwrap();
+    assert_eq!(got, &data[at as usize..][..4096]);
+    let spill = spill.expect("a random READ spills its extent");
+    let pieces: Vec<(u64, Vec<u8>)> = spill.pieces().map(|(o, b)| (o, b.to_vec())).collect();
+    assert_eq!(
+        pieces.iter().map(|(o, b)| (*o, b.len())).collect::<Vec<_>>(),
+        vec![(3 * ext, 8192), (at + 4096, ext as usize - 8192 - 4096)]
+    );
+    for (o, b) in &pieces {
+        assert_eq!(b, &data[*o as usize..][..b.len()], "piece at {o}");
+    }
+    // While it lives, a request that would change the data is told to wait elsewhere.
+    assert_eq!(
+        b.files.hold_spills(&inode, false).err(),
+        Some(fuser::Errno::EWOULDBLOCK)
+    );
+    drop(spill);
+    // The last extent ends at the size; memory short: nothing.
+    let last = (data.len() as u64 / ext) * ext;
+    let (_, s) = b.files.read(ino, &inode, last + 4096, 4096, || true).unwrap();
+    let s = s.expect("spill of the last extent");
+    let end = s.pieces().map(|(o, b)| o + b.len() as u64).max().unwrap();
+    assert_eq!(end, data.len() as u64);
+    drop(s);
+    assert!(b
+        .files
+        .read(ino, &inode, ext + 4096, 4096, || false)
+        .unwrap()
+        .1
+        .is_none());
+    // A READ continuing the last one (a stream) spills nothing.
+    let (_, s) = b.files.read(ino, &inode, ext + 8192, 4096, || true).unwrap();
+    assert!(s.is_none(), "a sequential READ spilled");
+    // A writer: nothing.
+    b.files.attach(&inode, false, true).unwrap();
+    assert!(b
+        .files
+        .read(ino, &inode, 5 * ext, 4096, || true)
+        .unwrap()
+        .1
+        .is_none());
+    b.files.release(ino, &inode, true).unwrap();
+    // A hold: nothing, until it goes.
+    let hold = b.files.hold_spills(&inode, false).unwrap();
+    assert!(b
+        .files
+        .read(ino, &inode, 6 * ext + 4096, 4096, || true)
+        .unwrap()
+        .1
+        .is_none());
+    drop(hold);
+    assert!(b
+        .files
+        .read(ino, &inode, 2 * ext + 4096, 4096, || true)
+        .unwrap()
+        .1
+        .is_some());
+}
+
+/// A request that waits for a spill (on a thread of its own) proceeds once the spill is
+/// dropped, and no spill starts while it holds.
+#[test]
+fn a_hold_waits_for_the_spill_under_way() {
+    let b = backing("hold");
+    let (ino, inode, _) = written(&b, "f", 600_000);
+    let (_, spill) = b
+        .files
+        .read(ino, &inode, 400_000 / 4096 * 4096, 4096, || true)
+        .unwrap();
+    let spill = spill.unwrap();
+    let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let h = b.files.hold_spills(&inode, true).unwrap();
+            held.store(true, Ordering::SeqCst);
+            h
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !held.load(Ordering::SeqCst),
+            "the hold did not wait for the spill"
+        );
+        drop(spill);
+        let hold = waiter.join().unwrap();
+        assert!(held.load(Ordering::SeqCst));
+        assert!(b
+            .files
+            .read(ino, &inode, 16 * 4096, 4096, || true)
+            .unwrap()
+            .1
+            .is_none());
+        drop(hold);
+    });
+}

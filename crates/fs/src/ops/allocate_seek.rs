@@ -5,10 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fuser::{Errno, INodeNo, Request};
+use fuser::{Errno, INodeNo};
 use log::warn;
 
-use super::SqueezeFs;
+use super::Core;
+use super::Who;
 use crate::inode::Inode;
 use crate::sys;
 
@@ -16,10 +17,10 @@ use crate::sys;
 /// a daemon thread while others serve the WRITEs it causes (the session runs at least 4).
 const KERNEL_FLUSHES: usize = 1;
 
-impl SqueezeFs {
+impl Core {
     pub(super) fn do_fallocate(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         offset: u64,
         length: u64,

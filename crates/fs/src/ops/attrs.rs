@@ -5,15 +5,17 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{Errno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use log::warn;
 
-use super::SqueezeFs;
+use super::Core;
+use super::Who;
 use crate::creds;
 use crate::inode::Inode;
 use crate::sys;
 
 /// What `setattr` was asked to change.
+#[derive(Clone, Copy)]
 pub(super) struct SetAttr {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -87,7 +89,7 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
     }
 }
 
-impl SqueezeFs {
+impl Core {
     pub(super) fn attr(&self, ino: u64, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
         let st = sys::fstat(self.fd(inode)?)?;
         self.attr_with(ino, inode, &st)
@@ -132,9 +134,22 @@ impl SqueezeFs {
         self.attr(ino.0, &i)
     }
 
-    pub(super) fn do_setattr(&self, req: &Request, ino: INodeNo, a: SetAttr) -> Result<FileAttr, Errno> {
+    /// A size change first holds off stores into the kernel's page cache, as an open for
+    /// writing does (`wait`: see `do_open`).
+    pub(super) fn do_setattr(
+        &self,
+        req: &Who,
+        ino: INodeNo,
+        a: SetAttr,
+        wait: bool,
+    ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
         let inode = self.inode(ino)?;
+        let _hold = if a.size.is_some() && inode.is_reg {
+            Some(self.files.hold_spills(&inode, wait)?)
+        } else {
+            None
+        };
         if let Some(m) = a.mode {
             sys::chmod(self.fd(&inode)?, m & 0o7777)?;
         }
@@ -190,7 +205,7 @@ impl SqueezeFs {
     /// Clears the setuid/setgid bits a change to `inode`'s data by the request's caller
     /// clears on a local filesystem (see `creds`): after a write FUSE flags, a truncate, an
     /// fallocate.
-    pub(super) fn kill_privs(&self, req: &Request, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
+    pub(super) fn kill_privs(&self, req: &Who, ino: INodeNo, inode: &Arc<Inode>) -> Result<(), Errno> {
         self.clear_mode_bits(
             req,
             ino,
@@ -204,7 +219,7 @@ impl SqueezeFs {
     /// unless one of them is set), and has the kernel forget the mode it cached.
     pub(super) fn clear_mode_bits(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         inode: &Arc<Inode>,
         watched: u32,
@@ -227,7 +242,7 @@ impl SqueezeFs {
     /// group without CAP_FSETID (the kernel cannot tell us without FUSE_SETXATTR_EXT).
     pub(super) fn kill_sgid_after_acl(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         inode: &Arc<Inode>,
     ) -> Result<(), Errno> {

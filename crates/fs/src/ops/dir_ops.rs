@@ -10,15 +10,16 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, INodeNo, RenameFlags, Request};
+use fuser::{Errno, FileAttr, INodeNo, RenameFlags};
 use squeezefs_container::{Container, FileStorage};
 
-use super::SqueezeFs;
+use super::Core;
+use super::Who;
 use crate::inode::Inode;
 use crate::props::{self, DirProps, Prop};
 use crate::sys;
 
-impl SqueezeFs {
+impl Core {
     /// The mode to create an entry in `parent` with. The kernel leaves the umask to us
     /// (FUSE_POSIX_ACL with FUSE_DONT_MASK): a directory with a default ACL gets the mode
     /// unmasked, and the backing filesystem applies the ACL to it (this daemon's own umask
@@ -37,12 +38,7 @@ impl SqueezeFs {
     }
 
     /// Chowns the new entry open as `fd` to the caller (group: the parent's when setgid).
-    pub(super) fn give_to_caller(
-        &self,
-        req: &Request,
-        parent: &Arc<Inode>,
-        fd: BorrowedFd,
-    ) -> Result<(), Errno> {
+    pub(super) fn give_to_caller(&self, req: &Who, parent: &Arc<Inode>, fd: BorrowedFd) -> Result<(), Errno> {
         let pst = sys::fstat(self.fd(parent)?)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
@@ -75,7 +71,7 @@ impl SqueezeFs {
     /// Makes entry `name` in `parent` with `make`, gives it to the caller, and looks it up.
     fn new_entry(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         make: impl FnOnce(BorrowedFd, &CStr) -> io::Result<()>,
@@ -99,7 +95,7 @@ impl SqueezeFs {
 
     pub(super) fn do_mknod(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -137,7 +133,7 @@ impl SqueezeFs {
     /// A new directory inherits its parent's properties.
     pub(super) fn do_mkdir(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -164,7 +160,7 @@ impl SqueezeFs {
 
     pub(super) fn do_symlink(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,

@@ -18,7 +18,7 @@ use super::attrs::SetAttr;
 use super::open_create::FH_LAZY;
 use super::reply::{self, Xattr};
 use super::virtual_file::{is_stats_name, route, Node};
-use super::{flags, readdir, SqueezeFs, TTL};
+use super::{flags, readdir, Core, SqueezeFs, Who, TTL};
 use crate::requests::Kind;
 
 /// Inodes forgotten since the last housekeeping round that make it trim the heap (about
@@ -120,9 +120,15 @@ impl Filesystem for SqueezeFs {
             atime,
             mtime,
         };
+        let who = Who::from(req);
         match route(ino) {
             Node::Stats => reply::attr(reply, Err(Errno::EPERM)),
-            Node::Backing(ino) => reply::attr(reply, self.do_setattr(req, ino, a)),
+            Node::Backing(ino) => match self.do_setattr(&who, ino, a, false) {
+                Err(e) if e == Errno::EWOULDBLOCK => {
+                    self.defer(move |c| reply::attr(reply, c.do_setattr(&who, ino, a, true)))
+                }
+                r => reply::attr(reply, r),
+            },
         }
     }
 
@@ -140,11 +146,11 @@ impl Filesystem for SqueezeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        reply::entry(reply, self.do_mknod(req, parent, name, mode, umask, rdev))
+        reply::entry(reply, self.do_mknod(&req.into(), parent, name, mode, umask, rdev))
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        reply::entry(reply, self.do_mkdir(req, parent, name, mode, umask))
+        reply::entry(reply, self.do_mkdir(&req.into(), parent, name, mode, umask))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -156,7 +162,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        reply::entry(reply, self.do_symlink(req, parent, link_name, target))
+        reply::entry(reply, self.do_symlink(&req.into(), parent, link_name, target))
     }
 
     fn rename(
@@ -178,16 +184,25 @@ impl Filesystem for SqueezeFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.count(ino, Kind::Open);
+        let handle = |(keep, lazy): (bool, bool)| {
+            let f = if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            (if lazy { FH_LAZY } else { 0 }, f)
+        };
+        let who = Who::from(req);
         let r = match route(ino) {
             Node::Stats => self.open_stats(flags.0),
-            Node::Backing(ino) => self.do_open(req, ino, flags.0).map(|(keep, lazy)| {
-                let f = if keep {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                (if lazy { FH_LAZY } else { 0 }, f)
-            }),
+            Node::Backing(ino) => match self.do_open(&who, ino, flags.0, false) {
+                Err(e) if e == Errno::EWOULDBLOCK => {
+                    let f = flags.0;
+                    return self
+                        .defer(move |c| reply::opened(reply, c.do_open(&who, ino, f, true).map(handle)));
+                }
+                r => r.map(handle),
+            },
         };
         reply::opened(reply, r)
     }
@@ -204,11 +219,18 @@ impl Filesystem for SqueezeFs {
         reply: ReplyData,
     ) {
         self.count(ino, Kind::Read);
-        let r = match route(ino) {
-            Node::Stats => self.stats.read(fh.0, offset, size),
-            Node::Backing(ino) => self.do_read(ino, offset, size),
-        };
-        reply::data(reply, r)
+        match route(ino) {
+            Node::Stats => reply::data(reply, self.stats.read(fh.0, offset, size)),
+            Node::Backing(ino) => match self.do_read(ino, offset, size) {
+                Ok((data, spill)) => {
+                    reply::data(reply, Ok(data));
+                    if let Some(s) = spill {
+                        self.spill(ino, s);
+                    }
+                }
+                Err(e) => reply::data(reply, Err(e)),
+            },
+        }
     }
 
     fn write(
@@ -224,7 +246,7 @@ impl Filesystem for SqueezeFs {
         reply: ReplyWrite,
     ) {
         self.requests.count(Kind::Write);
-        match self.do_write(req, ino, offset, data, wf) {
+        match self.do_write(&req.into(), ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
@@ -336,7 +358,7 @@ impl Filesystem for SqueezeFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply::empty(reply, self.do_setxattr(req, ino, name, value, flags))
+        reply::empty(reply, self.do_setxattr(&req.into(), ino, name, value, flags))
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -395,7 +417,7 @@ impl Filesystem for SqueezeFs {
         reply: ReplyCreate,
     ) {
         self.requests.count(Kind::Create);
-        match self.do_create(req, parent, name, mode, umask, flags) {
+        let created = |reply: ReplyCreate, r: Result<fuser::FileAttr, Errno>| match r {
             Ok(attr) => reply.created(
                 &TTL,
                 &attr,
@@ -404,6 +426,19 @@ impl Filesystem for SqueezeFs {
                 FopenFlags::empty(),
             ),
             Err(e) => reply.error(e),
+        };
+        let who = Who::from(req);
+        match self.do_create(&who, parent, name, (mode, umask, flags), false) {
+            Err(e) if e == Errno::EWOULDBLOCK => {
+                let name = name.to_os_string();
+                self.defer(move |c| {
+                    created(
+                        reply,
+                        c.do_create(&who, parent, &name, (mode, umask, flags), true),
+                    )
+                })
+            }
+            r => created(reply, r),
         }
     }
 
@@ -417,7 +452,7 @@ impl Filesystem for SqueezeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply::empty(reply, self.do_fallocate(req, ino, offset, length, mode))
+        reply::empty(reply, self.do_fallocate(&req.into(), ino, offset, length, mode))
     }
 
     fn lseek(
@@ -437,6 +472,23 @@ impl Filesystem for SqueezeFs {
 }
 
 impl SqueezeFs {
+    /// Serves a request on a thread of its own: one that must wait for a store into the
+    /// kernel's page cache (rule 11 of `lifecycle::state`). The store may wait for a page
+    /// the kernel holds for a READ still queued, and only a session thread can answer that
+    /// READ: so no session thread ever waits for a store.
+    fn defer(&self, work: impl FnOnce(&Core) + Send + 'static) {
+        let core = self.core();
+        if let Err(e) = std::thread::Builder::new()
+            .name("squeezefs-wait".into())
+            .spawn(move || work(&core))
+        {
+            // The request's reply went with the closure: the kernel gets EIO for it.
+            log::error!("cannot start a thread to serve a request that waits: {e}");
+        }
+    }
+}
+
+impl Core {
     /// Counts a request on `ino`, unless it is on the statistics file (reading the counts
     /// must not change them).
     fn count(&self, ino: INodeNo, k: Kind) {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use fuser::Errno;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
-use super::SqueezeFs;
+use super::Core;
 use crate::inode::Inode;
 use crate::props::{Prop, Value};
 
@@ -109,7 +109,7 @@ pub fn property_for(
     })
 }
 
-impl SqueezeFs {
+impl Core {
     /// FUSE_IOCTL on a backing inode: the flags (4 bytes) for GETFLAGS, nothing for
     /// SETFLAGS.
     pub(super) fn do_ioctl(&self, ino: fuser::INodeNo, op: Ioctl) -> Result<Vec<u8>, Errno> {

@@ -50,7 +50,72 @@ use crate::sys;
 /// directory (the kernel invalidates what its own changes affect).
 const TTL: Duration = Duration::from_secs(60);
 
-pub struct SqueezeFs {
+/// The filesystem as fuser drives it: the request handlers run on [`Core`], shared so that
+/// a request that must wait for a store into the kernel's page cache (rule 11 of
+/// `lifecycle::state`) can wait on a thread of its own instead of a session thread
+/// (`dispatch.rs`, `deferred`).
+pub struct SqueezeFs(Arc<Core>);
+
+impl std::ops::Deref for SqueezeFs {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
+impl SqueezeFs {
+    /// See [`Core::new`].
+    pub fn new(
+        backing: &Path,
+        opts: Options,
+        read_only: bool,
+        pack_gc: Option<Duration>,
+        fill_cache: bool,
+    ) -> std::io::Result<SqueezeFs> {
+        Ok(SqueezeFs(Arc::new(Core::new(
+            backing, opts, read_only, pack_gc, fill_cache,
+        )?)))
+    }
+
+    /// The shared core, for work handed to another thread.
+    fn core(&self) -> Arc<Core> {
+        self.0.clone()
+    }
+}
+
+/// Who sent a request (what the handlers need of fuser's `Request`, which lives only as
+/// long as the request's buffer): owned, so a request can be served on another thread.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Who {
+    pid: u32,
+    uid: u32,
+    gid: u32,
+}
+
+impl Who {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+}
+
+impl From<&fuser::Request> for Who {
+    fn from(r: &fuser::Request) -> Who {
+        Who {
+            pid: r.pid(),
+            uid: r.uid(),
+            gid: r.gid(),
+        }
+    }
+}
+
+/// Everything the handlers use (see [`SqueezeFs`]).
+pub struct Core {
     inodes: Arc<Inodes>,
     /// Every regular file's container: opened, shared, written back, committed.
     files: Files,
@@ -71,8 +136,11 @@ pub struct SqueezeFs {
     requests: crate::requests::Requests,
     /// Whether the backing filesystem is nearly full (a WRITE then defers nothing).
     space: crate::space::Space,
-    /// Asks the kernel to write back or forget its caches (set once the session exists).
+    /// Asks the kernel to write back or forget its caches, or to take pages (set once the
+    /// session exists).
     notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// Whether extents a READ decoded go whole into the kernel's page cache, and counts.
+    page_cache: crate::pagecache::PageCache,
     /// Kernel cache write-backs under way (`allocate_seek.rs`).
     kernel_flushes: AtomicUsize,
     /// Background pack reclaim (`reclaim.rs`), when this mount writes packs, and its thread.
@@ -80,15 +148,18 @@ pub struct SqueezeFs {
     reclaim_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl SqueezeFs {
+impl Core {
     /// `pack_gc`: how often background pack reclaim looks for work (`None`: never; a
-    /// `user.squeezefs.reclaim` request on the root still runs a round).
+    /// `user.squeezefs.reclaim` request on the root still runs a round). `fill_cache`: the
+    /// rest of an extent a READ decoded goes to the kernel's page cache (rule 11 of
+    /// `lifecycle::state`).
     pub fn new(
         backing: &Path,
         opts: Options,
         read_only: bool,
         pack_gc: Option<Duration>,
-    ) -> std::io::Result<SqueezeFs> {
+        fill_cache: bool,
+    ) -> std::io::Result<Core> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
         let (inodes, st) = Inodes::open(backing)?;
@@ -114,7 +185,8 @@ impl SqueezeFs {
             (Some(r), Some(every)) => Some(r.start(every)?),
             _ => None,
         };
-        Ok(SqueezeFs {
+        let notifier: Arc<OnceLock<fuser::Notifier>> = Default::default();
+        Ok(Core {
             files,
             inodes,
             read_only,
@@ -127,7 +199,8 @@ impl SqueezeFs {
             stats: virtual_file::StatsFile::new((st.st_uid, st.st_gid)),
             requests: Default::default(),
             space: Default::default(),
-            notifier: Default::default(),
+            page_cache: crate::pagecache::PageCache::new(fill_cache, notifier.clone())?,
+            notifier,
             kernel_flushes: Default::default(),
             reclaimer,
             reclaim_thread: Mutex::new(reclaim_thread),

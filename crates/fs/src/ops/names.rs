@@ -10,7 +10,7 @@ use std::time::Duration;
 use fuser::{Errno, FileAttr, INodeNo};
 use squeezefs_container::{dicts, pack};
 
-use super::{SqueezeFs, TTL};
+use super::{Core, TTL};
 use crate::inode::{Inode, PathFd};
 use crate::sys;
 
@@ -30,7 +30,7 @@ pub(super) fn is_dict_dir(parent: u64, name: &[u8]) -> bool {
             || name == crate::lock::LOCK_FILE.as_bytes())
 }
 
-impl SqueezeFs {
+impl Core {
     /// The entry `name` of directory `parent` (`name` checked: one component, no NUL).
     pub(super) fn at(&self, parent: INodeNo, name: &OsStr) -> Result<At, Errno> {
         let p = self.inode(parent)?;

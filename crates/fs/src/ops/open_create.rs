@@ -5,17 +5,19 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
-use fuser::{Errno, FileAttr, INodeNo, Request, WriteFlags};
+use fuser::{Errno, FileAttr, INodeNo, WriteFlags};
 use squeezefs_container::{Container, FileStorage};
 
-use super::SqueezeFs;
+use super::Core;
+use super::Who;
+use crate::lifecycle::Spill;
 use crate::sys;
 
 /// The file handle of a lazy open (rule 9 of `lifecycle::state`); every other open of a
 /// backing file has handle 0.
 pub(super) const FH_LAZY: u64 = 1;
 
-impl SqueezeFs {
+impl Core {
     /// Returns whether the kernel may keep its cached pages of the file (FOPEN_KEEP_CACHE):
     /// yes, since this daemon is the only writer of BACKING and the kernel drops the pages
     /// a truncate, punch or write of its own changes — unless an error of ours may have
@@ -23,7 +25,18 @@ impl SqueezeFs {
     ///
     /// Also returns whether the handle is lazy (rule 9: read-only, no state, nothing
     /// opened; its file handle is then [`FH_LAZY`]).
-    pub(super) fn do_open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<(bool, bool), Errno> {
+    ///
+    /// An open for writing first holds off stores into the kernel's page cache (rule 11 of
+    /// `lifecycle::state`); with one under way it waits for it when `wait`, and answers
+    /// `EWOULDBLOCK` otherwise (the dispatch then calls again, waiting, on a thread of its
+    /// own).
+    pub(super) fn do_open(
+        &self,
+        req: &Who,
+        ino: INodeNo,
+        flags: i32,
+        wait: bool,
+    ) -> Result<(bool, bool), Errno> {
         let inode = self.inode(ino)?;
         if !inode.is_reg {
             return Err(Errno::EINVAL);
@@ -37,6 +50,11 @@ impl SqueezeFs {
         if !writable && self.files.open_lazy(&inode) {
             return Ok((inode.file.keep_cache(), true));
         }
+        let _hold = if writable {
+            Some(self.files.hold_spills(&inode, wait)?)
+        } else {
+            None
+        };
         self.files.attach(&inode, truncate, writable)?;
         if truncate {
             self.kill_privs(req, ino, &inode)?;
@@ -46,7 +64,7 @@ impl SqueezeFs {
 
     /// A new regular file: created and opened for I/O in one `openat`, given to the caller,
     /// registered, and its (empty) container attached without reading anything back.
-    fn create_new(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
+    fn create_new(&self, req: &Who, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
         let at = self.at_new(parent, name)?;
         let file = sys::create_rw(&at.dir, &at.name, mode)?;
         let made = (|| {
@@ -90,15 +108,17 @@ impl SqueezeFs {
         self.attr_with(ino, &inode, &st)
     }
 
+    /// CREATE: `how` is the request's (mode, umask, open flags); `wait` as for `do_open`
+    /// (an existing file opened for writing).
     pub(super) fn do_create(
         &self,
-        req: &Request,
+        req: &Who,
         parent: INodeNo,
         name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
+        how: (u32, u32, i32),
+        wait: bool,
     ) -> Result<FileAttr, Errno> {
+        let (mode, umask, flags) = how;
         self.check_writable()?;
         let p = self.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
@@ -120,6 +140,18 @@ impl SqueezeFs {
         }
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let truncate = flags & libc::O_TRUNC != 0;
+        // As `do_open`: no store of the file while it gets a writer (rule 11).
+        let _hold = if writable || truncate {
+            match self.files.hold_spills(&inode, wait) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    self.inodes.forget(ino, 1);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         self.files.attach(&inode, truncate, writable)?;
         if truncate {
             self.kill_privs(req, INodeNo(ino), &inode)?;
@@ -127,14 +159,28 @@ impl SqueezeFs {
         Ok(self.attr(ino, &inode).unwrap_or(attr))
     }
 
-    pub(super) fn do_read(&self, ino: INodeNo, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    /// A READ: its bytes, and the rest of the extent it decoded for the kernel's page cache
+    /// (rule 11 of `lifecycle::state`), to be sent once the READ is answered ([`Self::spill`]).
+    pub(super) fn do_read(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        size: u32,
+    ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
         let i = self.inode(ino)?;
-        self.files.read(ino.0, &i, offset, size as usize)
+        self.files
+            .read(ino.0, &i, offset, size as usize, || self.page_cache.may_store())
+    }
+
+    /// Hands the rest of an extent to the store thread (`FUSE_NOTIFY_STORE`), after the
+    /// READ's reply; changes of the file wait until it has been sent.
+    pub(super) fn spill(&self, ino: INodeNo, spill: Spill) {
+        self.page_cache.send(ino, spill);
     }
 
     pub(super) fn do_write(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         offset: u64,
         data: &[u8],

@@ -4,16 +4,17 @@
 
 use std::sync::Arc;
 
-use fuser::{Errno, Request};
+use fuser::Errno;
 use log::warn;
 use squeezefs_container::dicts;
 
-use super::SqueezeFs;
+use super::Core;
+use super::Who;
 use crate::inode::Inode;
 use crate::props::{self, DirProps, Prop, Value};
 use crate::sys;
 
-impl SqueezeFs {
+impl Core {
     /// Makes sure dictionary `id` is loaded, loading it from the backing directory's
     /// `.squeezefs-dicts` if needed (`squeezefs dict train` stores it there before setting
     /// the property). The error says what is wrong.
@@ -165,10 +166,10 @@ impl SqueezeFs {
     }
 }
 
-impl SqueezeFs {
+impl Core {
     /// `setxattr user.squeezefs.reclaim` on the root: a pack reclaim round now (the
     /// caller waits for it). For root and the daemon's own user.
-    pub(super) fn reclaim_now(&self, req: &Request) -> Result<(), Errno> {
+    pub(super) fn reclaim_now(&self, req: &Who) -> Result<(), Errno> {
         if req.uid() != 0 && req.uid() != sys::euid() {
             return Err(Errno::EPERM);
         }

@@ -11,7 +11,7 @@ use fuser::{Errno, FileType, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use super::attrs::dtype_kind;
 use super::names::is_dict_dir;
-use super::SqueezeFs;
+use super::Core;
 use crate::inode::Inode;
 use crate::prefetch;
 use crate::sys;
@@ -33,7 +33,7 @@ pub(super) struct DirHandle {
     used: bool,
 }
 
-impl SqueezeFs {
+impl Core {
     /// A directory listing as `readdir` reports it: the dictionary directory hidden, inode
     /// numbers as `stat` through the mount gives them.
     fn dir_list(&self, ino: u64, dir: &Arc<Inode>, entries: Vec<(Vec<u8>, u64, u8)>) -> DirList {
@@ -136,7 +136,7 @@ pub(super) fn fill(list: &DirList, ino: INodeNo, offset: u64, mut reply: ReplyDi
     reply.ok();
 }
 
-impl SqueezeFs {
+impl Core {
     /// Fills a READDIRPLUS reply with `list` from `offset`: each entry with its attributes,
     /// so a walk (`ls -l`, `find`, `du`, a tree read) sends no LOOKUP per file. The kernel
     /// counts every entry sent, except `.` and `..`, as a lookup (and later forgets it):

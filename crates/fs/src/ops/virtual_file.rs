@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use fuser::{Errno, FileAttr, FopenFlags, INodeNo};
 
-use super::SqueezeFs;
+use super::Core;
 use crate::statsfile;
 
 /// What a request's inode number names.
@@ -68,7 +68,7 @@ impl StatsFile {
     }
 }
 
-impl SqueezeFs {
+impl Core {
     /// Opens the statistics file (read-only): the document is rendered now.
     pub(super) fn open_stats(&self, flags: i32) -> Result<(u64, FopenFlags), Errno> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -82,6 +82,7 @@ impl SqueezeFs {
             self.opts(),
             self.read_only,
             self.requests.to_json(),
+            self.page_cache.to_json(),
         );
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.stats.open.lock().unwrap().insert(fh, Arc::new(doc));

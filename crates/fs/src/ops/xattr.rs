@@ -6,10 +6,11 @@ use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
-use fuser::{Errno, INodeNo, Request};
+use fuser::{Errno, INodeNo};
 
 use super::reply::Xattr;
 use super::SqueezeFs;
+use super::Who;
 use crate::inode::PathFd;
 use crate::props::{self, Prop};
 use crate::sys;
@@ -44,7 +45,7 @@ fn getxattr_at(fd: &PathFd, c: &CStr, size: u32) -> Result<Xattr, Errno> {
 impl SqueezeFs {
     pub(super) fn do_setxattr(
         &self,
-        req: &Request,
+        req: &Who,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
