@@ -579,3 +579,61 @@ fn stores_beside_writers_never_bring_back_old_bytes() {
     common::check_clean(&dir.join("backing"), "after the store race");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `ls -l` asks every file for its SELinux label (libselinux) and its access ACL (gnulib).
+/// Where the backing file has no label the answer is "not supported", which `ls` remembers
+/// for the whole device: one request per run instead of one per file. A label the backing
+/// file has is still shown, and ACL queries still say "none" (ENODATA, which the kernel
+/// caches and permission checks need).
+#[test]
+fn ls_l_asks_for_the_selinux_label_once_per_run() {
+    let dir = scratch("selinux");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..200 {
+        fs::write(m.path(&format!("d/f{i}")), format!("file {i}")).unwrap();
+    }
+    let getxattrs = || requests(&m)["getxattr"].as_u64().unwrap();
+    let before = getxattrs();
+    let out = std::process::Command::new("ls")
+        .arg("-l")
+        .arg(m.path("d"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let asked = getxattrs() - before;
+    assert!(
+        asked <= 200 + 5,
+        "one `ls -l` of 200 files sent {asked} GETXATTR: {}",
+        requests(&m)
+    );
+    let f = m.path("d/f1");
+    let mut buf = [0u8; 64];
+    assert_eq!(common::sys::getxattr(&f, c"security.selinux", &mut buf), -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+    assert_eq!(
+        common::sys::getxattr(&f, c"system.posix_acl_access", &mut buf),
+        -1
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    // A label the backing file carries is shown (security.* needs root to set).
+    if nix::unistd::geteuid().is_root() {
+        let label = b"system_u:object_r:etc_t:s0\0";
+        assert_eq!(
+            common::sys::setxattr(&f, c"security.selinux", label),
+            0,
+            "{}",
+            std::io::Error::last_os_error()
+        );
+        let n = common::sys::getxattr(&f, c"security.selinux", &mut buf);
+        assert_eq!(&buf[..n.max(0) as usize], label);
+    }
+    m.unmount();
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,15 @@ const CAPS_STORED: &CStr = c"trusted.squeezefs.capability";
 /// mount (a copy made with `cp -a` or set by hand would point a file at other bytes).
 const LOCATION: &[u8] = squeezefs_container::pack::LOCATION_XATTR.as_bytes();
 
+/// The SELinux label. A kernel running SELinux answers it from its own memory and never
+/// asks a FUSE daemon; any other kernel asks on every `ls -l`, for every file (libselinux's
+/// `lgetfilecon`), and caches nothing. Where the backing entry has none, the answer is
+/// "not supported" rather than ENODATA: `ls` then remembers it for the whole device and
+/// stops asking (coreutils' `getfilecon_cache` remembers EOPNOTSUPP, never ENODATA), which
+/// halves the requests of an `ls -l` (docs/BENCHMARKS.md). A label the backing entry has is
+/// shown as it is, and setting one works as before.
+const SELINUX: &[u8] = b"security.selinux";
+
 /// Names of the backing entry's xattrs that belong to squeezefs itself.
 fn reserved(name: &[u8]) -> bool {
     name == CAPS_STORED.to_bytes() || name == LOCATION
@@ -108,6 +117,9 @@ impl SqueezeFs {
         }
         if caps && matches!(r, Err(e) if e == Errno::ENODATA) {
             i.no_caps.store(true, Ordering::Relaxed);
+        }
+        if name.as_bytes() == SELINUX && matches!(r, Err(e) if e == Errno::ENODATA) {
+            return Err(Errno::EOPNOTSUPP);
         }
         r
     }
