@@ -637,3 +637,52 @@ fn ls_l_asks_for_the_selinux_label_once_per_run() {
     m.unmount();
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The kernel keeps a directory's listing (`FOPEN_CACHE_DIR`): a second `ls -l` sends no
+/// READDIR(PLUS), and with no READDIRPLUS to drop the kernel's cached ACLs, no GETXATTR
+/// per file either. A name made, removed or renamed through the mount shows at once.
+#[test]
+fn a_warm_listing_comes_from_the_kernels_cache_and_follows_changes() {
+    let dir = scratch("dircache");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..300 {
+        fs::write(m.path(&format!("d/f{i}")), format!("file {i}")).unwrap();
+    }
+    let ls = || {
+        let out = std::process::Command::new("ls")
+            .arg("-l")
+            .arg(m.path("d"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let count = |r: &Value, k: &str| r[k].as_u64().unwrap();
+    let first = ls();
+    let before = requests(&m);
+    let second = ls();
+    let after = requests(&m);
+    assert_eq!(first, second);
+    for k in ["readdir", "readdirplus", "lookup"] {
+        assert_eq!(count(&after, k), count(&before, k), "{k}: {before} -> {after}");
+    }
+    let getxattrs = count(&after, "getxattr") - count(&before, "getxattr");
+    assert!(
+        getxattrs <= 5,
+        "a warm ls -l of 300 files sent {getxattrs} GETXATTR"
+    );
+    // Changes through the mount reach the next listing.
+    fs::write(m.path("d/new"), b"new").unwrap();
+    fs::remove_file(m.path("d/f7")).unwrap();
+    fs::rename(m.path("d/f8"), m.path("d/g8")).unwrap();
+    let names: std::collections::BTreeSet<String> = fs::read_dir(m.path("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains("new") && names.contains("g8"), "{names:?}");
+    assert!(!names.contains("f7") && !names.contains("f8"), "{names:?}");
+    assert_eq!(names.len(), 300);
+    m.unmount();
+    let _ = fs::remove_dir_all(&dir);
+}

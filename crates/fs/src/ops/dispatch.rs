@@ -290,7 +290,10 @@ impl Filesystem for SqueezeFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.requests.count(Kind::Opendir);
-        reply::opened(reply, self.do_opendir(ino).map(|fh| (fh, FopenFlags::empty())))
+        // The kernel keeps the listings readdir returns and serves later ones from its
+        // page cache until the directory changes through the mount (`readdir.rs`).
+        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+        reply::opened(reply, self.do_opendir(ino).map(|fh| (fh, cached)))
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {

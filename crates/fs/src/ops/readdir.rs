@@ -1,5 +1,14 @@
-//! Directory handles: opendir takes a listing (and starts reading the files ahead),
-//! readdir serves it by offset, relisting at a rewind when it is stale, releasedir drops it.
+//! Directory handles: the first readdir takes a listing (and starts reading the files
+//! ahead), readdir serves it by offset, relisting at a rewind when it is stale, releasedir
+//! drops it.
+//!
+//! The kernel keeps what readdir returned in the directory's page cache
+//! (`FOPEN_CACHE_DIR` with `FOPEN_KEEP_CACHE` at opendir) and serves later listings from it
+//! until the directory changes through the mount (the kernel's own `fuse_dir_changed`
+//! resets it; this daemon is the only writer of the backing directory). A warm `ls -l`,
+//! `find` or `git status` then sends no READDIR(PLUS) — and, no READDIRPLUS dropping the
+//! kernel's cached ACLs of every entry it lists (`fuse_direntplus_link`), no GETXATTR per
+//! file either. So opendir reads nothing: the listing is taken at the first readdir.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -23,12 +32,14 @@ pub(super) struct DirList {
     dotdot: u64,
 }
 
-/// An open directory: its listing, the directory's `dir_gen` when it was taken, and
-/// whether a `readdir` has used it yet. A `readdir` from offset 0 (a `rewinddir`, or the
-/// first one) lists the directory again if the listing was used or entries were made or
-/// removed since: names made after `opendir` appear after a rewind, as POSIX asks.
+/// An open directory: its listing (none before the first `readdir`), the directory's
+/// `dir_gen` when it was taken, and whether a `readdir` has used it yet. A `readdir` from
+/// offset 0 (a `rewinddir`, or the first one) lists the directory again if the listing
+/// was used or entries were made or removed since: names made after `opendir` appear after
+/// a rewind, as POSIX asks.
+#[derive(Default)]
 pub(super) struct DirHandle {
-    list: Arc<DirList>,
+    list: Option<Arc<DirList>>,
     gen: u64,
     used: bool,
 }
@@ -56,49 +67,48 @@ impl Core {
         list
     }
 
+    /// A directory handle; nothing is read until its first `readdir` (a warm listing is
+    /// served from the kernel's cache and sends none).
     pub(super) fn do_opendir(&self, ino: INodeNo) -> Result<u64, Errno> {
         let inode = self.inode(ino)?;
-        let dfd = self.fd(&inode)?;
-        // The count before the listing: a change racing with it makes the listing stale.
-        let gen = inode.dir_gen.load(Ordering::Acquire);
-        let entries = sys::read_dir(&dfd)?;
-        // A reader is about to walk this directory: start reading its files.
-        let files: Vec<CString> = entries
-            .iter()
-            .filter(|(_, _, t)| *t == libc::DT_REG)
-            .take(prefetch::FILES)
-            .filter_map(|(n, _, _)| CString::new(n.clone()).ok())
-            .collect();
-        self.prefetch.directory(dfd, files);
-        let list = Arc::new(self.dir_list(ino.0, &inode, entries));
+        if !inode.is_dir {
+            return Err(Errno::ENOTDIR);
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().unwrap().insert(
-            fh,
-            DirHandle {
-                list,
-                gen,
-                used: false,
-            },
-        );
+        self.dirs.lock().unwrap().insert(fh, DirHandle::default());
         Ok(fh)
     }
 
-    /// The listing a `readdir` at `offset` reads from (fresh at a rewind when stale).
+    /// The listing a `readdir` at `offset` reads from: taken at the first `readdir`, and
+    /// again at a rewind when stale.
     pub(super) fn do_readdir(&self, ino: INodeNo, fh: u64, offset: u64) -> Result<Arc<DirList>, Errno> {
         let mut dirs = self.dirs.lock().unwrap();
         let h = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
         let inode = self.inode(ino)?;
         let gen = inode.dir_gen.load(Ordering::Acquire);
         let stale = offset == 0 && (h.used || gen != h.gen);
+        let first = !h.used;
         h.used = true;
-        if !stale {
-            return Ok(h.list.clone());
+        match &h.list {
+            Some(list) if !stale => return Ok(list.clone()),
+            _ => {}
         }
         drop(dirs);
-        let entries = sys::read_dir(self.fd(&inode)?)?;
+        let dfd = self.fd(&inode)?;
+        let entries = sys::read_dir(&dfd)?;
+        if first {
+            // A reader is about to walk this directory: start reading its files.
+            let files: Vec<CString> = entries
+                .iter()
+                .filter(|(_, _, t)| *t == libc::DT_REG)
+                .take(prefetch::FILES)
+                .filter_map(|(n, _, _)| CString::new(n.clone()).ok())
+                .collect();
+            self.prefetch.directory(dfd, files);
+        }
         let fresh = Arc::new(self.dir_list(ino.0, &inode, entries));
         if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh) {
-            h.list = fresh.clone();
+            h.list = Some(fresh.clone());
             h.gen = gen;
         }
         Ok(fresh)
