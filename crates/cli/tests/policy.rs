@@ -388,6 +388,7 @@ fn the_live_stats_file_is_hidden_read_only_and_current() {
         "early abort",
         "zstd workspaces",
         "checksum errors",
+        "stored after reads",
         "zstd:12",
         "not packing (mounted with -o nopack",
     ] {

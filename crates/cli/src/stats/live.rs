@@ -100,6 +100,7 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
         &mut o,
         format!("checksum errors   {}", n(v, &["checksum_errors"])),
     );
+    line(&mut o, page_cache(v));
     line(&mut o, String::new());
     line(
         &mut o,
@@ -223,6 +224,24 @@ pub fn main(mountpoint: &Path, json: bool) -> Result<(), String> {
         print!("{}", render(&v, mountpoint));
     }
     Ok(())
+}
+
+/// The pages handed to the kernel's page cache after READs (the rest of each extent a READ
+/// decoded); older daemons do not report them.
+fn page_cache(v: &Value) -> String {
+    let p = &v["page_cache"];
+    match p["enabled"].as_bool() {
+        None => "page cache        (not reported by this daemon)".to_string(),
+        Some(false) => "page cache        not filled (nofill_cache)".to_string(),
+        Some(true) => format!(
+            "page cache        {} stored after reads ({} pieces); skipped: {} memory short, {} busy; {} refused",
+            human(n(p, &["bytes"])),
+            n(p, &["stores"]),
+            n(p, &["skipped_low_memory"]),
+            n(p, &["skipped_busy"]),
+            n(p, &["refused"])
+        ),
+    }
 }
 
 #[cfg(test)]
