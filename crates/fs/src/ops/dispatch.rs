@@ -290,10 +290,13 @@ impl Filesystem for SqueezeFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.requests.count(Kind::Opendir);
-        // The kernel keeps the listings readdir returns and serves later ones from its
+        // The kernel keeps a large directory's listings and serves later ones from its
         // page cache until the directory changes through the mount (`readdir.rs`).
-        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        reply::opened(reply, self.do_opendir(ino).map(|fh| (fh, cached)))
+        let flags = |large: bool| match large {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        };
+        reply::opened(reply, self.do_opendir(ino).map(|(fh, large)| (fh, flags(large))))
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {

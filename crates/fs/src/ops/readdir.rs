@@ -2,13 +2,19 @@
 //! ahead), readdir serves it by offset, relisting at a rewind when it is stale, releasedir
 //! drops it.
 //!
-//! The kernel keeps what readdir returned in the directory's page cache
-//! (`FOPEN_CACHE_DIR` with `FOPEN_KEEP_CACHE` at opendir) and serves later listings from it
-//! until the directory changes through the mount (the kernel's own `fuse_dir_changed`
-//! resets it; this daemon is the only writer of the backing directory). A warm `ls -l`,
-//! `find` or `git status` then sends no READDIR(PLUS) — and, no READDIRPLUS dropping the
-//! kernel's cached ACLs of every entry it lists (`fuse_direntplus_link`), no GETXATTR per
-//! file either. So opendir reads nothing: the listing is taken at the first readdir.
+//! The kernel keeps what readdir returned for a large directory in the directory's page
+//! cache (`FOPEN_CACHE_DIR` with `FOPEN_KEEP_CACHE` at opendir) and serves later listings
+//! from it until the directory changes through the mount (the kernel's own
+//! `fuse_dir_changed` resets it; this daemon is the only writer of the backing directory).
+//! A warm `ls -l` of it then sends no READDIR(PLUS) — and, with no READDIRPLUS dropping the
+//! kernel's cached ACL of every entry it lists (`fuse_direntplus_link`), no GETXATTR per
+//! file either. Small directories are listed by the daemon each time: a READDIRPLUS
+//! refreshes their entries' attributes in one request, which a reader that closed the
+//! files before would otherwise ask for one GETATTR each (on a writeback-cache mount the
+//! kernel marks `st_blocks` stale at every close, and `cat`'s `fstat` wants it): a warm
+//! re-read of the Linux tree sent one GETATTR per file with every directory cached.
+//! "Large" is the backing directory's size (`LARGE_DIR`). So opendir reads nothing but
+//! that: the listing is taken at the first readdir.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +31,12 @@ use crate::inode::Inode;
 use crate::prefetch;
 use crate::sys;
 
-/// A directory's entries as read at opendir (and again at a rewind): name, inode number
+/// A backing directory at least this large (`st_size`) is "large": its listing stays in
+/// the kernel's cache. About a thousand entries on ext4 (4 KiB blocks of ~20-byte
+/// entries), xfs, btrfs (twice the names' bytes) and tmpfs (20 bytes an entry).
+const LARGE_DIR: i64 = 16 << 10;
+
+/// A directory's entries as read at the first readdir (and again at a rewind): name, inode number
 /// (as `stat` through the mount gives it) and type; `..`'s number apart.
 pub(super) struct DirList {
     entries: Vec<(Vec<u8>, u64, FileType)>,
@@ -67,16 +78,18 @@ impl Core {
         list
     }
 
-    /// A directory handle; nothing is read until its first `readdir` (a warm listing is
-    /// served from the kernel's cache and sends none).
-    pub(super) fn do_opendir(&self, ino: INodeNo) -> Result<u64, Errno> {
+    /// A directory handle, and whether the kernel may keep the directory's listing (a
+    /// large directory: see the module's comment); nothing is listed until the first
+    /// `readdir`.
+    pub(super) fn do_opendir(&self, ino: INodeNo) -> Result<(u64, bool), Errno> {
         let inode = self.inode(ino)?;
         if !inode.is_dir {
             return Err(Errno::ENOTDIR);
         }
+        let large = sys::fstat(&self.fd(&inode)?)?.st_size >= LARGE_DIR;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().unwrap().insert(fh, DirHandle::default());
-        Ok(fh)
+        Ok((fh, large))
     }
 
     /// The listing a `readdir` at `offset` reads from: taken at the first `readdir`, and
