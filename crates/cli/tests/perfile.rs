@@ -622,6 +622,30 @@ fn ls_l_asks_for_the_selinux_label_once_per_run() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::ENODATA)
     );
+    // "No ACL" was remembered: an ACL set through the mount is seen at once, by getfacl
+    // and by the kernel's permission checks alike, and removing it is seen too.
+    let acl = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let fp = f.to_str().unwrap();
+    // (`touch`: a SETATTR makes the kernel forget the ACLs it cached, so the next query
+    // reaches the daemon.)
+    let fresh_acl = || {
+        acl(&["touch", fp]);
+        let before = getxattrs();
+        let out = acl(&["getfacl", "-n", fp]);
+        assert!(getxattrs() > before, "getfacl was answered by the kernel's cache");
+        out
+    };
+    acl(&["setfacl", "-m", "u:65534:r", fp]);
+    assert!(fresh_acl().contains("user:65534:r--"));
+    acl(&["setfacl", "-b", fp]);
+    assert!(!fresh_acl().contains("user:65534"));
     // A label the backing file carries is shown (security.* needs root to set).
     if nix::unistd::geteuid().is_root() {
         let label = b"system_u:object_r:etc_t:s0\0";

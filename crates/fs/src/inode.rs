@@ -77,6 +77,9 @@ pub struct Inode {
     pub file: FileState,
     /// Known to have no `security.capability` xattr (the kernel asks before every write).
     pub no_caps: AtomicBool,
+    /// Other xattrs the kernel or `ls -l` keep asking for, known to be absent (bits of
+    /// `ops::xattr`: the access and default ACLs, the SELinux label): answered from memory.
+    pub no_xattrs: std::sync::atomic::AtomicU8,
     /// A directory's compression properties, once read (we are the only writer).
     pub dir_props: Mutex<Option<crate::props::DirProps>>,
     /// A directory's count of entries made, removed or renamed through the mount: a
@@ -195,6 +198,7 @@ impl Inodes {
             lookups: Mutex::new(u64::MAX / 2),
             file: FileState::default(),
             no_caps: AtomicBool::new(false),
+            no_xattrs: Default::default(),
             dir_props: Mutex::new(None),
             dir_gen: AtomicU64::new(0),
         });
@@ -466,6 +470,7 @@ impl Inodes {
             lookups: Mutex::new(1),
             file: FileState::default(),
             no_caps: AtomicBool::new(false),
+            no_xattrs: Default::default(),
             dir_props: Mutex::new(None),
             dir_gen: AtomicU64::new(0),
         });

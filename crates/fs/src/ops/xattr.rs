@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, INodeNo};
 
 use super::reply::Xattr;
-use super::SqueezeFs;
+use super::Core;
 use super::Who;
 use crate::inode::PathFd;
 use crate::props::{self, Prop};
@@ -35,6 +35,29 @@ const LOCATION: &[u8] = squeezefs_container::pack::LOCATION_XATTR.as_bytes();
 /// shown as it is, and setting one works as before.
 const SELINUX: &[u8] = b"security.selinux";
 
+/// Names asked of many files again and again (the kernel's ACL checks, `ls -l`), whose
+/// absence is remembered per inode (`Inode::no_xattrs`) once the backing entry said so:
+/// this daemon is the only writer of BACKING, and any setxattr or removexattr through the
+/// mount forgets what was remembered of the inode.
+fn remembered_absent(name: &[u8]) -> Option<u8> {
+    match name {
+        b"system.posix_acl_access" => Some(1),
+        b"system.posix_acl_default" => Some(2),
+        SELINUX => Some(4),
+        _ => None,
+    }
+}
+
+/// The answer for a name known to be absent: "no such attribute", except the SELinux
+/// label (see [`SELINUX`]).
+fn absent(name: &[u8]) -> Errno {
+    if name == SELINUX {
+        Errno::EOPNOTSUPP
+    } else {
+        Errno::ENODATA
+    }
+}
+
 /// Names of the backing entry's xattrs that belong to squeezefs itself.
 fn reserved(name: &[u8]) -> bool {
     name == CAPS_STORED.to_bytes() || name == LOCATION
@@ -51,7 +74,7 @@ fn getxattr_at(fd: &PathFd, c: &CStr, size: u32) -> Result<Xattr, Errno> {
         .map_err(Errno::from)
 }
 
-impl SqueezeFs {
+impl Core {
     pub(super) fn do_setxattr(
         &self,
         req: &Who,
@@ -76,6 +99,7 @@ impl SqueezeFs {
         }
         let c = sys::cstr(name)?;
         i.no_caps.store(false, Ordering::Relaxed);
+        i.no_xattrs.store(0, Ordering::Relaxed);
         let fd = self.fd(&i)?;
         if name.as_bytes() == CAPS && self.as_root {
             sys::xattr_set(&fd, CAPS_STORED, value, flags)?;
@@ -106,6 +130,12 @@ impl SqueezeFs {
         if reserved(name.as_bytes()) {
             return Err(Errno::ENODATA);
         }
+        let remembered = remembered_absent(name.as_bytes());
+        if let Some(bit) = remembered {
+            if i.no_xattrs.load(Ordering::Relaxed) & bit != 0 {
+                return Err(absent(name.as_bytes()));
+            }
+        }
         let fd = self.fd(&i)?;
         let c = sys::cstr(name)?;
         let mut r = Err(Errno::ENODATA);
@@ -118,8 +148,11 @@ impl SqueezeFs {
         if caps && matches!(r, Err(e) if e == Errno::ENODATA) {
             i.no_caps.store(true, Ordering::Relaxed);
         }
-        if name.as_bytes() == SELINUX && matches!(r, Err(e) if e == Errno::ENODATA) {
-            return Err(Errno::EOPNOTSUPP);
+        if let (Some(bit), Err(e)) = (remembered, &r) {
+            if *e == Errno::ENODATA {
+                i.no_xattrs.fetch_or(bit, Ordering::Relaxed);
+                return Err(absent(name.as_bytes()));
+            }
         }
         r
     }
@@ -164,6 +197,7 @@ impl SqueezeFs {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;
+        i.no_xattrs.store(0, Ordering::Relaxed);
         let fd = self.fd(&i)?;
         if name.as_bytes() == CAPS && self.as_root {
             let stored = sys::xattr_remove(&fd, CAPS_STORED);
