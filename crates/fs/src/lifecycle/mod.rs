@@ -221,6 +221,8 @@ impl Files {
     ) -> Result<T, Errno> {
         let mut open = inode.file.open.lock().unwrap();
         if changes_data {
+            // Rule 11. Returns at once: a writer's WRITE finds no store (none is taken while
+            // a writer exists), and a truncate came through `hold_spills` first.
             open = self.wait_spills(inode, open);
         }
         if let Some(of) = open.as_mut() {
@@ -398,6 +400,7 @@ impl Files {
         let mut open = inode.file.open.lock().unwrap();
         if writable || truncate {
             // A writer may change the kernel's pages: no store may be under way (rule 11).
+            // Returns at once for the FUSE handlers, which came through `hold_spills`.
             open = self.wait_spills(inode, open);
         }
         let of = match open.as_mut() {

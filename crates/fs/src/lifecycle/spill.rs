@@ -6,13 +6,16 @@
 //! kernel holds bytes the daemon has not seen only while a handle is open for writing
 //! (its writeback cache writes every dirty page back before the last such handle's
 //! RELEASE). So a store is taken only from a file with no writer, under the file's lock,
-//! from the container's bytes of that moment, and until it has been sent, every change of
-//! the data and every new writer waits for it ([`Files::wait_spills`]): nothing can change
-//! the file between the bytes being taken and the kernel holding them.
+//! from the container's bytes of that moment, and until it has been sent no change of the
+//! data and no new writer proceeds: such a request first holds further stores off and
+//! waits for one under way ([`Files::hold_spills`]), so nothing can change the file
+//! between the bytes being taken and the kernel holding them.
 //!
-//! The store is sent after the READ's reply and with no lock held: the kernel locks the
-//! pages it fills, and the READ's own pages stay locked until its reply arrives, as may the
-//! pages of other READs under way, which other session threads answer meanwhile.
+//! The store is sent after the READ's reply by the store thread (`pagecache.rs`), with no
+//! lock held: the kernel locks the pages it fills, and the READ's own pages stay locked
+//! until its reply arrives, as may the pages of other READs under way, which only session
+//! threads can answer. So no session thread ever waits for a store: a request that would
+//! is served on a thread of its own (`ops/dispatch.rs`, `defer`).
 
 use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
@@ -81,9 +84,10 @@ impl Drop for Spill {
 
 impl Files {
     /// After a READ of `len` bytes at `off` (page-aligned, as the kernel sends them) that
-    /// decoded its extent: the rest of that extent to store, if the file has no writer,
-    /// its cached pages are trusted (rule 8), and `may` (memory) allows. Called with the
-    /// file's lock held; the returned [`Spill`] holds back changes until it is dropped.
+    /// does not continue a stream: the rest of the extent it read (decoded, in memory) to
+    /// store, if the file has no writer and no request holds stores off, its cached pages
+    /// are trusted (rule 8), and `may` (memory) allows. Called with the file's lock held;
+    /// the returned [`Spill`] holds back changes until it is dropped.
     pub(super) fn spill(
         &self,
         inode: &Arc<Inode>,
@@ -133,15 +137,14 @@ impl Files {
     /// thread.
     pub fn hold_spills(&self, inode: &Arc<Inode>, wait: bool) -> Result<Hold, fuser::Errno> {
         let open = inode.file.open.lock().unwrap();
-        if inode.file.spilling.load(std::sync::atomic::Ordering::Acquire) > 0 {
-            if !wait {
-                return Err(fuser::Errno::EWOULDBLOCK);
-            }
-            inode.file.holds.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            drop(self.wait_spills(inode, open));
-            return Ok(Hold(inode.clone()));
+        let busy = inode.file.spilling.load(std::sync::atomic::Ordering::Acquire) > 0;
+        if busy && !wait {
+            return Err(fuser::Errno::EWOULDBLOCK);
         }
         inode.file.holds.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        if busy {
+            drop(self.wait_spills(inode, open));
+        }
         Ok(Hold(inode.clone()))
     }
 
