@@ -20,9 +20,13 @@ fn page_cache_turn() -> std::sync::MutexGuard<'static, ()> {
     PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The mount's statistics document.
+fn stats_doc(m: &Mount) -> Value {
+    serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap()
+}
+
 fn requests(m: &Mount) -> Value {
-    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
-    doc["requests"].clone()
+    stats_doc(m)["requests"].clone()
 }
 
 fn reads(m: &Mount) -> u64 {
@@ -325,7 +329,7 @@ fn a_walk_sends_no_lookup_per_file_and_lists_damaged_files() {
 
 /// The `reads` counters of the statistics file: extents loaded by their READ, and ahead.
 fn loads(m: &Mount) -> (u64, u64, u64) {
-    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    let doc = stats_doc(m);
     let r = &doc["reads"];
     let get = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("reads.{k} in {r}"));
     (
@@ -416,7 +420,7 @@ fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
 
 /// `page_cache` of the statistics file: stores sent and bytes they carried.
 fn stored(m: &Mount) -> (u64, u64) {
-    let doc: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    let doc = stats_doc(m);
     let p = &doc["page_cache"];
     (p["stores"].as_u64().unwrap(), p["bytes"].as_u64().unwrap())
 }

@@ -63,26 +63,6 @@ impl std::ops::Deref for SqueezeFs {
     }
 }
 
-impl SqueezeFs {
-    /// See [`Core::new`].
-    pub fn new(
-        backing: &Path,
-        opts: Options,
-        read_only: bool,
-        pack_gc: Option<Duration>,
-        fill_cache: bool,
-    ) -> std::io::Result<SqueezeFs> {
-        Ok(SqueezeFs(Arc::new(Core::new(
-            backing, opts, read_only, pack_gc, fill_cache,
-        )?)))
-    }
-
-    /// The shared core, for work handed to another thread.
-    fn core(&self) -> Arc<Core> {
-        self.0.clone()
-    }
-}
-
 /// Who sent a request (what the handlers need of fuser's `Request`, which lives only as
 /// long as the request's buffer): owned, so a request can be served on another thread.
 #[derive(Clone, Copy, Debug)]
@@ -148,7 +128,7 @@ pub struct Core {
     reclaim_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl Core {
+impl SqueezeFs {
     /// `pack_gc`: how often background pack reclaim looks for work (`None`: never; a
     /// `user.squeezefs.reclaim` request on the root still runs a round). `fill_cache`: the
     /// rest of an extent a READ decoded goes to the kernel's page cache (rule 11 of
@@ -159,7 +139,7 @@ impl Core {
         read_only: bool,
         pack_gc: Option<Duration>,
         fill_cache: bool,
-    ) -> std::io::Result<Core> {
+    ) -> std::io::Result<SqueezeFs> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
         let (inodes, st) = Inodes::open(backing)?;
@@ -186,7 +166,7 @@ impl Core {
             _ => None,
         };
         let notifier: Arc<OnceLock<fuser::Notifier>> = Default::default();
-        Ok(Core {
+        Ok(SqueezeFs(Arc::new(Core {
             files,
             inodes,
             read_only,
@@ -204,9 +184,16 @@ impl Core {
             kernel_flushes: Default::default(),
             reclaimer,
             reclaim_thread: Mutex::new(reclaim_thread),
-        })
+        })))
     }
 
+    /// The shared core, for work handed to another thread.
+    fn core(&self) -> Arc<Core> {
+        self.0.clone()
+    }
+}
+
+impl Core {
     /// Where the mount puts the session's notifier once the session exists.
     pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
         self.notifier.clone()
