@@ -497,10 +497,31 @@ pub fn mount(
     });
     ready();
     // `run` returns once the filesystem is destroyed (every file written out and synced).
-    session.run()?;
+    session_ended(session.run())?;
     log::info!("unmounted {}: every file written out", mountpoint.display());
     after_unmount(&backing);
     Ok(())
+}
+
+/// What `fuser::Session::run` returned, with the end of an unmount that raced a request
+/// counted as the clean end it is. The kernel aborts the connection at unmount: it marks
+/// each device's processing queue disconnected, then the input queue. A session thread
+/// that takes a request off the input queue in between (a RELEASE of a file closed just
+/// before, or one moved there by the abort itself from the background queue) is answered
+/// `ECONNABORTED` (`fuse_dev_do_read`, fs/fuse/dev.c) instead of the `ENODEV` fuser 0.18
+/// takes for the end, and `run` returns that error, although every thread ended and
+/// `destroy` wrote every file out. Without `FUSE_ABORT_ERROR` (never asked for here) no
+/// other read of /dev/fuse fails so: it only ever means the connection is gone. The
+/// request is lost as every request still queued at an unmount is (a RELEASE's file is
+/// written out by `destroy`).
+fn session_ended(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+            log::debug!("the session ended with {e} (an unmount that raced a request)");
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// Sets the per-mount flags `attrs` (`nodiratime`, `diratime`, `strictatime`, in order) on
@@ -610,6 +631,19 @@ mod tests {
             c.other,
             ["nosuid", "max_read=131072", "context=system_u:object_r:tmp_t:s0"]
         );
+    }
+
+    /// An unmount racing a request ends the session with ECONNABORTED: a clean end.
+    /// Any other error still fails the mount.
+    #[test]
+    fn an_unmount_that_raced_a_request_is_a_clean_end() {
+        let aborted = io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert!(session_ended(Err(aborted)).is_ok());
+        assert!(session_ended(Ok(())).is_ok());
+        let e = session_ended(Err(io::Error::from_raw_os_error(libc::EIO))).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        let panicked = io::Error::other("event loop thread panicked");
+        assert!(session_ended(Err(panicked)).is_err());
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub fn squeezefs_mount(mnt: &Path) -> Option<mountinfo::Mount> {
 pub struct Mount {
     pub mnt: PathBuf,
     pub child: Option<Child>,
+    /// Where the daemon's stderr goes (shown when it exits badly).
+    pub log: PathBuf,
 }
 
 impl Mount {
@@ -146,6 +148,7 @@ impl Mount {
         Ok(Mount {
             mnt: mnt.to_path_buf(),
             child: Some(child),
+            log: log.to_path_buf(),
         })
     }
 
@@ -157,7 +160,22 @@ impl Mount {
     pub fn unmount(mut self) {
         unmount(&self.mnt);
         let st = self.child.take().unwrap().wait().unwrap();
-        assert!(st.success(), "daemon exited with {st}");
+        assert!(
+            st.success(),
+            "daemon exited with {st}; it said:\n{}",
+            fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+
+    /// Waits for the daemon to exit by itself (after a lazy unmount and the last close)
+    /// and checks it exited cleanly.
+    pub fn wait_exit(mut self) {
+        let st = self.child.take().unwrap().wait().unwrap();
+        assert!(
+            st.success(),
+            "daemon exited with {st}; it said:\n{}",
+            fs::read_to_string(&self.log).unwrap_or_default()
+        );
     }
 
     /// Kills the daemon (SIGKILL), as a crash would, and clears its dead mount.
