@@ -367,26 +367,33 @@ fn posix_acls_are_enforced_default_acls_replace_the_umask_and_mode_changes_show_
     let (with, without) = (m.path("with"), m.path("without"));
     fs::create_dir(&with).unwrap();
     fs::create_dir(&without).unwrap();
-    run(
-        "setfacl",
-        &["-d", "-m", "u::rwx,g::rwx,o::-", with.to_str().unwrap()],
-    );
-    let make = |d: &Path| {
+    let make_named = |d: &Path, f: &str| {
         run(
             "sh",
             &[
                 "-c",
-                &format!("umask 077 && touch {0}/f && mkdir {0}/sub", d.display()),
+                &format!("umask 077 && touch {0}/{f} && mkdir {0}/sub{f}", d.display()),
             ],
         );
     };
+    // Made before the directory has a default ACL: the daemon remembers it has none, and
+    // must forget that when one is set through the mount.
+    make_named(&with, "before");
+    assert_eq!(mode(&with.join("before")), 0o600);
+    run(
+        "setfacl",
+        &["-d", "-m", "u::rwx,g::rwx,o::-", with.to_str().unwrap()],
+    );
+    let make = |d: &Path| make_named(d, "f");
     make(&with);
     make(&without);
     assert_eq!(mode(&with.join("f")), 0o660, "the default ACL, not the umask");
-    assert_eq!(mode(&with.join("sub")), 0o770);
-    assert!(text(&run("getfacl", &["-c", with.join("sub").to_str().unwrap()])).contains("default:group::rwx"));
+    assert_eq!(mode(&with.join("subf")), 0o770);
+    assert!(
+        text(&run("getfacl", &["-c", with.join("subf").to_str().unwrap()])).contains("default:group::rwx")
+    );
     assert_eq!(mode(&without.join("f")), 0o600, "no default ACL: the umask");
-    assert_eq!(mode(&without.join("sub")), 0o700);
+    assert_eq!(mode(&without.join("subf")), 0o700);
 
     // The kernel enforces an access ACL.
     let secret = m.path("secret");

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags};
 use squeezefs_container::{Container, FileStorage};
 
+use super::xattr::NO_DEFAULT_ACL;
 use super::Core;
 use super::Who;
 use crate::inode::Inode;
@@ -25,11 +26,7 @@ impl Core {
     /// unmasked, and the backing filesystem applies the ACL to it (this daemon's own umask
     /// is 0), as POSIX says; elsewhere the caller's umask applies.
     pub(super) fn creation_mode(&self, parent: INodeNo, mode: u32, umask: u32) -> u32 {
-        let default_acl = self
-            .inode(parent)
-            .ok()
-            .and_then(|p| self.fd(&p).ok())
-            .is_some_and(|fd| sys::xattr_size(fd, c"system.posix_acl_default").is_ok_and(|n| n > 0));
+        let default_acl = self.inode(parent).is_ok_and(|p| self.has_default_acl(&p));
         if default_acl {
             mode
         } else {
@@ -37,15 +34,47 @@ impl Core {
         }
     }
 
-    /// Chowns the new entry open as `fd` to the caller (group: the parent's when setgid).
-    pub(super) fn give_to_caller(&self, req: &Who, parent: &Arc<Inode>, fd: BorrowedFd) -> Result<(), Errno> {
+    /// Whether directory `dir` has a default ACL. Its absence is remembered per inode, as
+    /// GETXATTR remembers it (`xattr.rs`, forgotten at any setxattr or removexattr through
+    /// the mount): a tree extracted into one directory asks once, not once per file.
+    fn has_default_acl(&self, dir: &Arc<Inode>) -> bool {
+        if dir.no_xattrs.load(Ordering::Relaxed) & NO_DEFAULT_ACL != 0 {
+            return false;
+        }
+        let Ok(fd) = self.fd(dir) else { return false };
+        match sys::xattr_size(fd, c"system.posix_acl_default") {
+            Ok(n) => n > 0,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ENODATA) {
+                    dir.no_xattrs.fetch_or(NO_DEFAULT_ACL, Ordering::Relaxed);
+                }
+                false
+            }
+        }
+    }
+
+    /// Chowns the new entry open as `fd`, whose attributes are `st`, to the caller (group:
+    /// the parent's when setgid); true when it changed anything. An entry this daemon made
+    /// is its own, with the group of a setgid parent already given by the backing
+    /// filesystem: when that is already the caller's (root extracting as root), nothing is
+    /// done.
+    pub(super) fn give_to_caller(
+        &self,
+        req: &Who,
+        parent: &Arc<Inode>,
+        fd: BorrowedFd,
+        st: &sys::Stat,
+    ) -> Result<bool, Errno> {
+        if st.st_uid == req.uid() && st.st_gid == req.gid() {
+            return Ok(false);
+        }
         let pst = sys::fstat(self.fd(parent)?)?;
         let gid = if pst.st_mode & libc::S_ISGID != 0 {
             pst.st_gid
         } else {
             req.gid()
         };
-        let before = sys::fstat(fd)?.st_mode;
+        let before = st.st_mode;
         sys::chown(fd, Some(req.uid()), Some(gid))?;
         // chown clears setuid, and setgid on a group-executable file, even for root: the
         // bits the entry was made with (the kernel already dropped what the caller may not
@@ -57,7 +86,7 @@ impl Core {
                 sys::chmod(fd, (after | special) & 0o7777)?;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Notes that entries of directory `dir` were made, removed or renamed (open listings
@@ -82,7 +111,10 @@ impl Core {
         if self.as_root {
             let given = sys::open_path(&at.dir, &at.name)
                 .map_err(Errno::from)
-                .and_then(|fd| self.give_to_caller(req, &at.parent, fd.as_fd()));
+                .and_then(|fd| {
+                    let st = sys::fstat(&fd)?;
+                    self.give_to_caller(req, &at.parent, fd.as_fd(), &st).map(|_| ())
+                });
             if let Err(e) = given {
                 let _ = sys::unlinkat(&at.dir, &at.name, 0)
                     .or_else(|_| sys::unlinkat(&at.dir, &at.name, libc::AT_REMOVEDIR));

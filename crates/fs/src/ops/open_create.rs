@@ -68,11 +68,11 @@ impl Core {
         let at = self.at_new(parent, name)?;
         let file = sys::create_rw(&at.dir, &at.name, mode)?;
         let made = (|| {
-            if self.as_root {
-                self.give_to_caller(req, &at.parent, file.as_fd())?;
+            let mut st = sys::fstat(&file)?;
+            if self.as_root && self.give_to_caller(req, &at.parent, file.as_fd(), &st)? {
+                st = sys::fstat(&file)?;
             }
             let path = sys::open_path(&at.dir, &at.name)?;
-            let st = sys::fstat(&file)?;
             Ok((path, st))
         })();
         let (path, st) = match made {

@@ -35,6 +35,10 @@ const LOCATION: &[u8] = squeezefs_container::pack::LOCATION_XATTR.as_bytes();
 /// shown as it is, and setting one works as before.
 const SELINUX: &[u8] = b"security.selinux";
 
+/// The bit of `Inode::no_xattrs` saying a directory has no default ACL (also read when an
+/// entry is made in it: `dir_ops.rs`).
+pub(super) const NO_DEFAULT_ACL: u8 = 2;
+
 /// Names asked of many files again and again (the kernel's ACL checks, `ls -l`), whose
 /// absence is remembered per inode (`Inode::no_xattrs`) once the backing entry said so:
 /// this daemon is the only writer of BACKING, and any setxattr or removexattr through the
@@ -42,7 +46,7 @@ const SELINUX: &[u8] = b"security.selinux";
 fn remembered_absent(name: &[u8]) -> Option<u8> {
     match name {
         b"system.posix_acl_access" => Some(1),
-        b"system.posix_acl_default" => Some(2),
+        b"system.posix_acl_default" => Some(NO_DEFAULT_ACL),
         SELINUX => Some(4),
         _ => None,
     }
