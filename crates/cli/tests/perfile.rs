@@ -673,6 +673,9 @@ fn ls_l_asks_for_the_selinux_label_once_per_run() {
 /// refreshes what the files' closes made stale, so re-reading them sends no GETATTR each.
 #[test]
 fn a_large_directorys_listing_comes_from_the_kernels_cache_and_follows_changes() {
+    // The kernel keeps the listing in the directory's page cache, which another test's
+    // drop_caches would empty.
+    let _turn = page_cache_turn();
     let dir = scratch("dircache");
     let m = Mount::new(&dir, "compress=zstd:1");
     fs::create_dir(m.path("d")).unwrap();
@@ -739,4 +742,85 @@ fn a_large_directorys_listing_comes_from_the_kernels_cache_and_follows_changes()
     );
     m.unmount();
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// A read-only mount sends no OPEN and no RELEASE per file (FUSE_NO_OPEN_SUPPORT: the first
+/// OPEN is answered ENOSYS, then the kernel opens files itself and keeps their pages): a
+/// re-read in new opens sends nothing at all, random reads still fill the cache with whole
+/// extents, and the statistics file, read through the page cache there, is a new document
+/// at every read (`stats --live --json` and `squeezefs umount` work as on any mount).
+#[test]
+fn a_read_only_mount_opens_nothing_and_its_statistics_stay_fresh() {
+    use std::os::unix::fs::FileExt;
+    let _turn = page_cache_turn();
+    let dir = scratch("ro-noopen");
+    let data = sixteen_extents();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    for i in 0..50 {
+        fs::write(m.path(&format!("f{i}")), format!("file {i}\n").repeat(200 + i)).unwrap();
+    }
+    fs::write(m.path("big"), &data).unwrap();
+    m.unmount();
+
+    let m = Mount::new(&dir, "ro");
+    let read_all = || {
+        for i in 0..50 {
+            let got = fs::read_to_string(m.path(&format!("f{i}"))).unwrap();
+            assert_eq!(got, format!("file {i}\n").repeat(200 + i));
+        }
+    };
+    read_all();
+    let first = requests(&m);
+    assert!(first["open"].as_u64().unwrap() <= 1, "{first}");
+    assert_eq!(first["release"], 0, "{first}");
+    assert_eq!(first["read"], 50, "one READ a file: {first}");
+    read_all();
+    let second = requests(&m);
+    for k in ["open", "release", "read", "lookup", "getattr"] {
+        assert_eq!(second[k], first[k], "the re-read sent {k}: {first} then {second}");
+    }
+
+    // A random read fills its whole extent, with no handle.
+    let f = fs::File::open(m.path("big")).unwrap();
+    common::sys::fadvise(&f, libc::POSIX_FADV_RANDOM);
+    let ext = 3 << 17;
+    let mut page = vec![0u8; 4096];
+    f.read_exact_at(&mut page, ext + 8192).unwrap();
+    assert_eq!(page, data[(ext + 8192) as usize..][..4096]);
+    let mut stored = 0;
+    for _ in 0..200 {
+        stored = stats_doc(&m)["page_cache"]["bytes"].as_u64().unwrap();
+        if stored == (128 << 10) - 4096 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(stored, (128 << 10) - 4096);
+    // The statistics file was a new document at each of those reads (through the page
+    // cache here): it counts the READ just made.
+    let before = reads(&m);
+    assert_eq!(before, second["read"].as_u64().unwrap() + 1);
+    let mut rest = vec![0u8; 128 << 10];
+    f.read_exact_at(&mut rest, ext).unwrap();
+    assert_eq!(rest, data[ext as usize..][..128 << 10]);
+    assert_eq!(reads(&m), before, "the extent came from the page cache");
+    drop(f);
+
+    let live = common::squeezefs(&[
+        std::ffi::OsStr::new("stats"),
+        std::ffi::OsStr::new("--live"),
+        std::ffi::OsStr::new("--json"),
+        m.mnt.as_os_str(),
+    ]);
+    assert!(live.status.success(), "{}", String::from_utf8_lossy(&live.stderr));
+    let doc: Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(doc["requests"]["release"], 0, "{doc}");
+    // `squeezefs umount` finds the daemon through the statistics file. It waits for the
+    // daemon to be gone, so this test (its parent) reaps it meanwhile.
+    let mnt = m.mnt.clone();
+    let umount =
+        std::thread::spawn(move || common::squeezefs(&[std::ffi::OsStr::new("umount"), mnt.as_os_str()]));
+    m.wait_exit();
+    let out = umount.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

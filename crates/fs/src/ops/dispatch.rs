@@ -5,6 +5,7 @@
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -45,9 +46,19 @@ impl Filesystem for SqueezeFs {
             | InitFlags::FUSE_READDIRPLUS_AUTO;
         if !self.read_only {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        } else {
+            // Read-only: no writer can exist, so nothing hangs on OPEN and RELEASE (rule 11
+            // needs them to know writers; a write-back needs the last close). The first
+            // OPEN is answered ENOSYS and the kernel opens every file itself from then on,
+            // keeping its pages: a warm re-read sends nothing per file.
+            want |= InitFlags::FUSE_NO_OPEN_SUPPORT;
         }
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
+        self.no_open.store(
+            (want & have).contains(InitFlags::FUSE_NO_OPEN_SUPPORT),
+            Ordering::Relaxed,
+        );
         self.files.start()?;
         // Housekeeping every 5 s; the thread ends with the daemon. Idle zstd workspaces are
         // freed after 45 s. After FORGETs, the inode table gives back its room and the heap
@@ -72,7 +83,7 @@ impl Filesystem for SqueezeFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if is_stats_name(parent, name) {
-            return reply::entry(reply, Ok(self.stats.attr()));
+            return reply::stats_entry(reply, self.stats_attr());
         }
         self.requests.count(Kind::Lookup);
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
@@ -88,7 +99,7 @@ impl Filesystem for SqueezeFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.count(ino, Kind::Getattr);
         match route(ino) {
-            Node::Stats => reply::attr(reply, Ok(self.stats.attr())),
+            Node::Stats => reply::stats_attr(reply, self.stats_attr()),
             Node::Backing(ino) => reply::attr(reply, self.do_getattr(ino)),
         }
     }
@@ -184,6 +195,10 @@ impl Filesystem for SqueezeFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.count(ino, Kind::Open);
+        if self.no_open.load(Ordering::Relaxed) {
+            // Once, for the whole mount (`init`).
+            return reply.error(Errno::ENOSYS);
+        }
         let handle = |(keep, lazy): (bool, bool)| {
             let f = if keep {
                 FopenFlags::FOPEN_KEEP_CACHE

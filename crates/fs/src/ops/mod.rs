@@ -32,7 +32,7 @@ mod virtual_file;
 mod xattr;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -104,6 +104,10 @@ pub struct Core {
     dirs: Mutex<std::collections::HashMap<u64, readdir::DirHandle>>,
     prefetch: Prefetcher,
     next_fh: AtomicU64,
+    /// The kernel opens files without asking (`FUSE_NO_OPEN_SUPPORT`, on read-only mounts:
+    /// `dispatch.rs` `init`): no OPEN or RELEASE comes, READs carry no handle, and the
+    /// statistics file is read through the page cache (`virtual_file.rs`).
+    no_open: AtomicBool,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
     /// The backing directory, for the statistics file.
@@ -173,6 +177,7 @@ impl SqueezeFs {
             dirs: Mutex::new(Default::default()),
             prefetch: Prefetcher::start()?,
             next_fh: AtomicU64::new(1),
+            no_open: AtomicBool::new(false),
             as_root: sys::euid() == 0,
             backing: backing.display().to_string(),
             dict_dir: backing.join(dicts::DIR_NAME),

@@ -61,6 +61,16 @@ pub(super) fn attr(reply: ReplyAttr, r: Result<FileAttr, Errno>) {
     }
 }
 
+/// The statistics file's entry and attributes: never cached (on a mount with no OPEN,
+/// each read asks for them, which renders the document it reads: `virtual_file.rs`).
+pub(super) fn stats_entry(reply: ReplyEntry, attr: FileAttr) {
+    reply.entry(&std::time::Duration::ZERO, &attr, Generation(0))
+}
+
+pub(super) fn stats_attr(reply: ReplyAttr, attr: FileAttr) {
+    reply.attr(&std::time::Duration::ZERO, &attr)
+}
+
 pub(super) fn data(reply: ReplyData, r: Result<Vec<u8>, Errno>) {
     match r {
         Ok(d) => reply.data(&d),

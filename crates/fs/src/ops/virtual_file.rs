@@ -40,6 +40,9 @@ pub(super) struct StatsFile {
     /// Owner of the mount root, given to the file.
     owner: (u32, u32),
     open: Mutex<HashMap<u64, Arc<Vec<u8>>>>,
+    /// On a mount with no OPEN: the document rendered at the last LOOKUP or GETATTR,
+    /// which READs (handle 0) serve ([`StatsFile::fresh_attr`]).
+    latest: Mutex<Option<Arc<Vec<u8>>>>,
 }
 
 impl StatsFile {
@@ -47,6 +50,7 @@ impl StatsFile {
         StatsFile {
             owner,
             open: Mutex::new(HashMap::new()),
+            latest: Mutex::new(None),
         }
     }
 
@@ -54,8 +58,35 @@ impl StatsFile {
         statsfile::attr(self.owner.0, self.owner.1)
     }
 
+    /// On a mount with no OPEN (read-only, `Core::no_open`) the file is read through the
+    /// page cache, with no handle and no open to render the document at. So it is rendered
+    /// at each LOOKUP and GETATTR of the file (`doc`), whose attributes time out at once:
+    /// the kernel asks for them before every read that reaches past the size it knows
+    /// (`fuse_cache_read_iter`), as a whole-file read does. The document's length is the
+    /// size, and the READs that follow serve it. That size always differs from the last one
+    /// given (a newline is added when it would not): the kernel drops a file's cached pages
+    /// when its size changes (`fuse_change_attributes`), so every read sees a new document.
+    pub(super) fn fresh_attr(&self, mut doc: Vec<u8>) -> FileAttr {
+        let mut latest = self.latest.lock().unwrap();
+        if latest.as_ref().is_some_and(|l| l.len() == doc.len()) {
+            doc.push(b'\n');
+        }
+        let mut a = self.attr();
+        a.size = doc.len() as u64;
+        a.blocks = a.size.div_ceil(512);
+        *latest = Some(Arc::new(doc));
+        a
+    }
+
+    /// Bytes of the document handle `fh` reads (handle 0: the latest, on a mount with no
+    /// OPEN).
     pub(super) fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        let Some(doc) = self.open.lock().unwrap().get(&fh).cloned() else {
+        let doc = if fh == 0 {
+            self.latest.lock().unwrap().clone()
+        } else {
+            self.open.lock().unwrap().get(&fh).cloned()
+        };
+        let Some(doc) = doc else {
             return Err(Errno::EBADF);
         };
         let start = (offset as usize).min(doc.len());
@@ -74,18 +105,33 @@ impl Core {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EACCES);
         }
+        let doc = self.render_stats();
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.stats.open.lock().unwrap().insert(fh, Arc::new(doc));
+        Ok((fh, FopenFlags::FOPEN_DIRECT_IO))
+    }
+
+    /// The statistics file's attributes: size 0 where each open renders its own document
+    /// (read with direct I/O), or, on a mount with no OPEN, those of a document rendered
+    /// now ([`StatsFile::fresh_attr`]).
+    pub(super) fn stats_attr(&self) -> FileAttr {
+        if self.no_open.load(Ordering::Relaxed) {
+            self.stats.fresh_attr(self.render_stats())
+        } else {
+            self.stats.attr()
+        }
+    }
+
+    fn render_stats(&self) -> Vec<u8> {
         // Closed files waiting for their superblock are committed first: whoever reads
         // the statistics (or counts the backing files next) sees them as closed.
         self.files.commit_now();
-        let doc = statsfile::render(
+        statsfile::render(
             &self.backing,
             self.opts(),
             self.read_only,
             self.requests.to_json(),
             self.page_cache.to_json(),
-        );
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.stats.open.lock().unwrap().insert(fh, Arc::new(doc));
-        Ok((fh, FopenFlags::FOPEN_DIRECT_IO))
+        )
     }
 }
