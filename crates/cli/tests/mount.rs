@@ -477,6 +477,56 @@ fn times_set_explicitly_survive_the_daemons_write_outs_and_a_remount() {
     );
 }
 
+/// Times set on a file still open for writing (as `cp -p` and the kernel's own mtime flush
+/// do) wait in memory (rule 7): `stat` shows them at once with a change time of that
+/// moment, an fsync puts them on the backing file before it syncs, and the last close
+/// puts later ones there too; a write after them still moves mtime.
+#[test]
+fn times_set_on_a_file_being_written_show_at_once_and_reach_the_backing_file_at_fsync_and_close() {
+    let dir = scratch("times-open");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let p = m.path("f");
+    let backing = dir.join("backing").join("f");
+    let t = |(s, n): Ts| std::time::UNIX_EPOCH + Duration::new(s as u64, n as u32);
+    let mut f = fs::File::create(&p).unwrap();
+    f.write_all(&squeezefs_testdata::text_salted(300_000, 3)).unwrap();
+    let before = std::time::SystemTime::now() - Duration::from_secs(1);
+    let (a1, m1) = ((1_300_000_000, 11), (1_200_000_000, 22));
+    f.set_times(fs::FileTimes::new().set_accessed(t(a1)).set_modified(t(m1)))
+        .unwrap();
+    assert_eq!(times_of(&p), (a1, m1), "stat shows the times at once");
+    let ctime = fs::metadata(&p).unwrap().ctime();
+    assert!(
+        ctime >= before.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64,
+        "the change time moved: {ctime}"
+    );
+    f.sync_all().unwrap();
+    assert_eq!(times_of(&backing).1, m1, "an fsync puts them on the backing file");
+    let (a2, m2) = ((1_310_000_000, 33), (1_210_000_000, 44));
+    f.set_times(fs::FileTimes::new().set_accessed(t(a2)).set_modified(t(m2)))
+        .unwrap();
+    drop(f);
+    // The last close (RELEASE, not waited for) puts them there.
+    let start = std::time::Instant::now();
+    while times_of(&backing).1 != m2 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(times_of(&backing).1, m2);
+    assert_eq!(times_of(&p), (a2, m2));
+    // Times set, then a write: mtime moves to the write's.
+    let mut f = fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.set_times(fs::FileTimes::new().set_modified(t(m1))).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let before_write = std::time::SystemTime::now() - Duration::from_millis(10);
+    f.write_all(b"more").unwrap();
+    drop(f);
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let written = fs::metadata(m.path("f")).unwrap().modified().unwrap();
+    assert!(written >= before_write, "{written:?} < {before_write:?}");
+    m.unmount();
+}
+
 #[test]
 fn small_files_rewritten_through_the_mount_take_one_block() {
     let dir = scratch("one-block");

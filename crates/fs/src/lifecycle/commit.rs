@@ -299,7 +299,7 @@ fn drop_if_closed(
 /// [`Files::keep_times`](super::Files::keep_times) (rule 7 of [`state`](super::state), a
 /// failure logged with the file's name), callable without `Files`: the group commit puts
 /// the times back after its own calls.
-pub fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &OpenFile) {
+pub fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &mut OpenFile) {
     if let Err(e) = of.keep_times() {
         warn!(
             "{}: cannot put back the times set on it: {e}",

@@ -198,7 +198,7 @@ impl Files {
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
-        self.run(inode, false, f, what)
+        self.run(inode, Change::None, f, what)
     }
 
     /// [`Files::with_container`] for a change of the file's data (a write, a truncate, an
@@ -209,16 +209,17 @@ impl Files {
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
-        self.run(inode, true, f, what)
+        self.run(inode, Change::Data, f, what)
     }
 
     fn run<T>(
         &self,
         inode: &Arc<Inode>,
-        changes_data: bool,
+        change: Change,
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
+        let changes_data = !matches!(change, Change::None);
         let mut open = inode.file.open.lock().unwrap();
         if changes_data {
             // Rule 11. Returns at once: a writer's WRITE finds no store (none is taken while
@@ -226,8 +227,20 @@ impl Files {
             open = self.wait_spills(inode, open);
         }
         if let Some(of) = open.as_mut() {
-            if changes_data {
+            if matches!(change, Change::Data) {
                 of.times = Times::default();
+            } else if matches!(change, Change::KernelWrite) {
+                // The kernel's mtime stays what it was until it sends another (rule 7):
+                // the backing file's, pinned before our write-out can move it.
+                if of.times.mtime.is_none() {
+                    if let Ok(st) = sys::fstat(of.container.storage().file()) {
+                        of.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
+                    }
+                }
+            } else if of.times.ctime.is_some() {
+                // Times waiting to go on the backing file go first: an fsync then makes
+                // them durable with the rest (rule 7).
+                self.keep_times(inode, of);
             }
             let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
             let mut queue = None;
@@ -267,7 +280,12 @@ impl Files {
     /// the last close, which nobody waits for (rule 10). A file with no handle is written
     /// back by [`Files::change_data`] anyway (rule 2).
     pub fn write(&self, inode: &Arc<Inode>, offset: u64, data: &[u8], write_out: bool) -> Result<(), Errno> {
-        self.change_data(inode, |c| c.write(offset, data), "write")?;
+        let change = if self.read_only {
+            Change::Data
+        } else {
+            Change::KernelWrite
+        };
+        self.run(inode, change, |c| c.write(offset, data), "write")?;
         if !write_out {
             return Ok(());
         }
@@ -335,6 +353,28 @@ impl Files {
         atime: libc::timespec,
         mtime: libc::timespec,
     ) -> Result<(), Errno> {
+        {
+            let mut open = inode.file.open.lock().unwrap();
+            if let Some(of) = open.as_mut().filter(|of| of.writers > 0) {
+                // A file being written (`tar` sets times, owner and mode before its close):
+                // the times wait in memory, shown by `stat`, and go on the backing file at
+                // the next of our calls on it, its last close or an fsync (rule 7), so the
+                // caller does not wait for the backing filesystem.
+                let now = wall_clock();
+                let set = |t: libc::timespec| match t.tv_nsec {
+                    libc::UTIME_OMIT => None,
+                    libc::UTIME_NOW => Some(now),
+                    _ => Some((t.tv_sec, t.tv_nsec)),
+                };
+                let (a, m) = (set(atime), set(mtime));
+                if a.is_some() || m.is_some() {
+                    of.times.atime = a.or(of.times.atime);
+                    of.times.mtime = m.or(of.times.mtime);
+                    of.times.ctime = Some(now);
+                }
+                return Ok(());
+            }
+        }
         let fd = self.inodes.fd(inode)?;
         let mut open = inode.file.open.lock().unwrap();
         sys::utimens(&fd, atime, mtime)?;
@@ -359,7 +399,7 @@ impl Files {
     /// Rule 7 after one of our calls on a file's container: the times set explicitly go
     /// back on the backing file if that call moved them (a failure is logged: the data is
     /// safe, only the times are not).
-    pub fn keep_times(&self, inode: &Arc<Inode>, of: &OpenFile) {
+    pub fn keep_times(&self, inode: &Arc<Inode>, of: &mut OpenFile) {
         keep_times(&self.inodes, inode, of);
     }
 
@@ -569,6 +609,27 @@ impl Files {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
         }
     }
+}
+
+/// What a call on a file's container changes, for its times (rule 7).
+#[derive(Clone, Copy)]
+enum Change {
+    /// Nothing: times set and not on the backing file yet go on it first.
+    None,
+    /// The data (a truncate, an fallocate): times set explicitly are forgotten.
+    Data,
+    /// The data, by a WRITE of the kernel's writeback cache: the kernel keeps the file's
+    /// mtime and sends a new one (SETATTR) whenever its own moved, so the times are kept,
+    /// the backing file's mtime pinned when none is set.
+    KernelWrite,
+}
+
+/// Now, as the backing filesystem's times are: seconds and nanoseconds since the epoch.
+fn wall_clock() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
 }
 
 #[cfg(test)]

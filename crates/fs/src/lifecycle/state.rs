@@ -46,7 +46,13 @@
 //!    moved its mtime (`FileStorage::take_modified`; one `utimensat`, no sync), and shown by
 //!    `stat` even in between. A change of the data forgets it (`Files::change_data`,
 //!    `Files::attach` with `O_TRUNC`). Without a state nothing is deferred: the `utimens`
-//!    alone sticks.
+//!    alone sticks. On a file with a writer (`tar -x` sets times before its close) the
+//!    `utimens` itself waits: the times are remembered with the moment they were set
+//!    (`Times::ctime`, the change time `stat` shows), and go on the backing file at the next
+//!    of our calls on it, at its last close (RELEASE, which nobody waits for) or at an
+//!    fsync (`OpenFile::keep_times`), so the caller does not wait for the backing
+//!    filesystem. Not fsync'ed, they may be lost in a crash, like the data written with
+//!    them.
 //! 8. **The kernel's page cache is kept across opens** (`FOPEN_KEEP_CACHE`): this daemon is
 //!    the only writer of the backing directory, and the kernel itself drops the pages its
 //!    own truncates, punches and writes change; compression, rewrites (`squeezefs
@@ -127,6 +133,10 @@ pub struct OpenFile {
 pub struct Times {
     pub atime: Option<(i64, i64)>,
     pub mtime: Option<(i64, i64)>,
+    /// `Some` while the times above are not on the backing file yet: set on a file with a
+    /// writer, they wait for the next of our calls on it, its last close or an fsync
+    /// (rule 7). The change time `stat` shows meanwhile (the moment they were set).
+    pub ctime: Option<(i64, i64)>,
 }
 
 impl Times {
@@ -163,13 +173,17 @@ impl OpenFile {
     }
 
     /// Rule 7, after each of our calls on the container: if it moved the backing file's
-    /// mtime and times were set explicitly, they go back on the file.
-    pub fn keep_times(&self) -> io::Result<()> {
-        if !self.container.storage().take_modified() || !self.times.is_set() {
+    /// mtime, or times set meanwhile wait to go on it, the times set explicitly go on the
+    /// file.
+    pub fn keep_times(&mut self) -> io::Result<()> {
+        let moved = self.container.storage().take_modified();
+        if !(moved || self.times.ctime.is_some()) || !self.times.is_set() {
             return Ok(());
         }
         let [a, m] = self.times.timespecs();
-        sys::utimens(self.container.storage().file(), a, m)
+        sys::utimens(self.container.storage().file(), a, m)?;
+        self.times.ctime = None;
+        Ok(())
     }
 }
 

@@ -277,6 +277,8 @@ fn stat_attr(
 ) -> FileAttr {
     let (asec, ansec) = set.atime.unwrap_or((st.st_atime, st.st_atime_nsec));
     let (msec, mnsec) = set.mtime.unwrap_or((st.st_mtime, st.st_mtime_nsec));
+    // Times set but not on the backing file yet changed the file then (rule 7).
+    let (csec, cnsec) = set.ctime.unwrap_or((st.st_ctime, st.st_ctime_nsec));
     // A packed file's backing file holds no block: it reports its share of its pack
     // block (`stored`) in 512-byte units rounded to the nearest, so a tree's total is what
     // `squeezefs stats` counts; and never zero, which `tar --sparse`, `cp` and xfstests
@@ -292,7 +294,7 @@ fn stat_attr(
         blocks,
         atime: time(asec, ansec),
         mtime: time(msec, mnsec),
-        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        ctime: time(csec, cnsec),
         crtime: UNIX_EPOCH,
         kind: kind_of(st.st_mode),
         perm: (st.st_mode & 0o7777) as u16,
