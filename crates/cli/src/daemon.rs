@@ -377,6 +377,19 @@ fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
         .find(|m| m.mountpoint == canon)
         .ok_or_else(|| format!("{} is not a squeezefs mount point", canon.display()))?;
     let flags = remount_flags(&m.options, options);
+    // A daemon started read-only stays so (it opens no file: `-o ro` in `mount --help`);
+    // the kernel's mount made writable over it would only fail every write.
+    if flags & libc::MS_RDONLY == 0 {
+        let started_ro =
+            crate::statsfile::read(&canon).is_ok_and(|d| d["mount"]["read_only"].as_bool() == Some(true));
+        if started_ro {
+            return Err(format!(
+                "{} was mounted read-only (-o ro) and stays so: unmount it and mount it \
+                 again without ro to write there",
+                canon.display()
+            ));
+        }
+    }
     let target = std::ffi::CString::new(canon.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // A remount names only the target; source, type and data are NULL for it.
     let r = nix::mount::mount(

@@ -261,8 +261,8 @@ fn mount_help() -> String {
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs); files are opened by the kernel\n                              \
-        alone, with no request per open, so re-reading cached files costs\n                              \
-        what it costs on a kernel filesystem\n  \
+        alone, with no request per open: re-reading cached files costs\n                              \
+        about what it costs on ext4; remount,rw is refused (mount again)\n  \
         create                      make BACKING and MOUNTPOINT if they do not exist (without it\n                              \
         a missing one is refused: a typo or a disk not mounted yet at boot\n                              \
         must not send data elsewhere; also valid in fstab)\n\n\

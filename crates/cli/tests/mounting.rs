@@ -331,6 +331,30 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
     }
     assert_eq!(fs::read(mnt.join("new")).unwrap(), b"after");
     umount(&mnt);
+    // A daemon started read-only (it opens no file) stays so: a remount asking for rw is
+    // refused, saying why, and nothing can be changed or truncated there.
+    let st = Command::new("mount")
+        .args(["-t", "fuse.squeezefs", "-o", "ro", &source])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -o ro");
+    let out = Command::new("mount")
+        .args(["-o", "remount,rw"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "remount,rw of a read-only daemon: {said}");
+    assert!(said.contains("mounted read-only (-o ro) and stays so"), "{said}");
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(mnt.join("new"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(fs::read(mnt.join("new")).unwrap(), b"after");
+    umount(&mnt);
 }
 
 /// `nodiratime` and `strictatime` (xfstests generic/003 mounts with them) are per-mount

@@ -56,6 +56,41 @@ impl AsFd for PathFd {
     }
 }
 
+/// Extended attributes known to be absent from an inode's backing entry (bits named in
+/// `ops::xattr`), with a generation that every change of its xattrs through the mount
+/// moves: an absence learnt by a query that began before a change is never remembered
+/// after it (a setfacl racing a create or an `ls -l` cannot leave a stale "none").
+#[derive(Default)]
+pub struct Absent(AtomicU64);
+
+impl Absent {
+    /// Whether `bit` is known absent.
+    pub fn has(&self, bit: u8) -> bool {
+        self.0.load(Ordering::Acquire) & u64::from(bit) != 0
+    }
+
+    /// The generation to hand [`Absent::learn`], taken before the backing entry is asked.
+    pub fn generation(&self) -> u64 {
+        self.0.load(Ordering::Acquire) >> 8
+    }
+
+    /// Remembers `bit` absent, as a query begun at `generation` found it, unless the
+    /// xattrs changed since.
+    pub fn learn(&self, bit: u8, generation: u64) {
+        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            (v >> 8 == generation).then_some(v | u64::from(bit))
+        });
+    }
+
+    /// After a change of the entry's xattrs: every absence is forgotten, the generation
+    /// moves.
+    pub fn changed(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(((v >> 8) + 1) << 8));
+    }
+}
+
 pub struct Inode {
     /// The kernel's handle, when the fd can be dropped and reopened from it.
     handle: Option<Box<[u8]>>,
@@ -79,7 +114,7 @@ pub struct Inode {
     pub no_caps: AtomicBool,
     /// Other xattrs the kernel or `ls -l` keep asking for, known to be absent (bits of
     /// `ops::xattr`: the access and default ACLs, the SELinux label): answered from memory.
-    pub no_xattrs: std::sync::atomic::AtomicU8,
+    pub no_xattrs: Absent,
     /// A directory's compression properties, once read (we are the only writer).
     pub dir_props: Mutex<Option<crate::props::DirProps>>,
     /// A directory's count of entries made, removed or renamed through the mount: a
@@ -634,6 +669,24 @@ mod tests {
     use std::ffi::CString;
 
     use super::*;
+
+    /// An absence learnt by a query that began before a change of the xattrs is not
+    /// remembered; one learnt after it is, and the next change forgets it.
+    #[test]
+    fn an_absence_learnt_before_a_change_is_not_remembered() {
+        let a = Absent::default();
+        let g = a.generation();
+        // The query ran, then a setxattr changed the entry before the answer was kept.
+        a.changed();
+        a.learn(2, g);
+        assert!(!a.has(2));
+        let g = a.generation();
+        a.learn(2, g);
+        a.learn(1, g);
+        assert!(a.has(2) && a.has(1) && !a.has(4));
+        a.changed();
+        assert!(!a.has(2) && !a.has(1));
+    }
 
     /// A file's backing inode number reused by a new file, after the daemon closed the old
     /// one's cached fd: the new file gets an inode of its own, never the old one's (stress-ng

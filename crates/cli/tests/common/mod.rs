@@ -167,10 +167,25 @@ impl Mount {
         );
     }
 
-    /// Waits for the daemon to exit by itself (after a lazy unmount and the last close)
-    /// and checks it exited cleanly.
+    /// Waits for the daemon to exit by itself (after a lazy unmount and the last close),
+    /// at most 60 s (then it is killed and the test fails), and checks it exited cleanly.
     pub fn wait_exit(mut self) {
-        let st = self.child.take().unwrap().wait().unwrap();
+        let mut child = self.child.take().unwrap();
+        let start = Instant::now();
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon did not exit within 60 s; it said:\n{}",
+                    fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         assert!(
             st.success(),
             "daemon exited with {st}; it said:\n{}",

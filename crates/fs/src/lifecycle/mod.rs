@@ -480,6 +480,17 @@ impl Files {
         }
     }
 
+    /// A READ on a mount with no OPEN (and so no RELEASE) ended at `end`: at the end of the
+    /// file, its reader is taken as done, as a close would ([`Files::release_lazy`]): the
+    /// extent cache the read-ahead grew goes back to its usual budget.
+    pub fn read_to(&self, inode: &Arc<Inode>, end: u64) {
+        if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+            if of.container.size().is_ok_and(|size| end >= size) {
+                readahead::finish(of);
+            }
+        }
+    }
+
     /// A read: through the file's state, or, with none (a lazy handle's first READ, rule
     /// 9), through a container opened now and kept like a lookup's for the READs that
     /// follow. With the bytes, for a READ that does not continue a sequential stream (whose

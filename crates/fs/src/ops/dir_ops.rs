@@ -38,15 +38,16 @@ impl Core {
     /// GETXATTR remembers it (`xattr.rs`, forgotten at any setxattr or removexattr through
     /// the mount): a tree extracted into one directory asks once, not once per file.
     fn has_default_acl(&self, dir: &Arc<Inode>) -> bool {
-        if dir.no_xattrs.load(Ordering::Relaxed) & NO_DEFAULT_ACL != 0 {
+        if dir.no_xattrs.has(NO_DEFAULT_ACL) {
             return false;
         }
+        let generation = dir.no_xattrs.generation();
         let Ok(fd) = self.fd(dir) else { return false };
         match sys::xattr_size(fd, c"system.posix_acl_default") {
             Ok(n) => n > 0,
             Err(e) => {
                 if e.raw_os_error() == Some(libc::ENODATA) {
-                    dir.no_xattrs.fetch_or(NO_DEFAULT_ACL, Ordering::Relaxed);
+                    dir.no_xattrs.learn(NO_DEFAULT_ACL, generation);
                 }
                 false
             }

@@ -50,8 +50,12 @@ impl Filesystem for SqueezeFs {
             // Read-only: no writer can exist, so nothing hangs on OPEN and RELEASE (rule 11
             // needs them to know writers; a write-back needs the last close). The first
             // OPEN is answered ENOSYS and the kernel opens every file itself from then on,
-            // keeping its pages: a warm re-read sends nothing per file.
+            // keeping its pages: a warm re-read sends nothing per file. Without an OPEN an
+            // atomic O_TRUNC would be done by nobody: O_TRUNC comes as a SETATTR of the
+            // size instead, which is refused like every change (even should the kernel's
+            // mount be made writable by a remount behind our back).
             want |= InitFlags::FUSE_NO_OPEN_SUPPORT;
+            want &= !InitFlags::FUSE_ATOMIC_O_TRUNC;
         }
         let have = config.capabilities();
         let _ = config.add_capabilities(want & have);
@@ -83,7 +87,7 @@ impl Filesystem for SqueezeFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if is_stats_name(parent, name) {
-            return reply::stats_entry(reply, self.stats_attr());
+            return reply::stats_entry(reply, self.stats_attr(true));
         }
         self.requests.count(Kind::Lookup);
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
@@ -99,7 +103,7 @@ impl Filesystem for SqueezeFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.count(ino, Kind::Getattr);
         match route(ino) {
-            Node::Stats => reply::stats_attr(reply, self.stats_attr()),
+            Node::Stats => reply::stats_attr(reply, self.stats_attr(false)),
             Node::Backing(ino) => reply::attr(reply, self.do_getattr(ino)),
         }
     }

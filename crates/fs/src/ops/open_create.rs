@@ -168,8 +168,13 @@ impl Core {
         size: u32,
     ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
         let i = self.inode(ino)?;
-        self.files
-            .read(ino.0, &i, offset, size as usize, || self.page_cache.may_store())
+        let r = self
+            .files
+            .read(ino.0, &i, offset, size as usize, || self.page_cache.may_store())?;
+        if self.no_open.load(Ordering::Relaxed) {
+            self.files.read_to(&i, offset + r.0.len() as u64);
+        }
+        Ok(r)
     }
 
     /// Hands the rest of an extent to the store thread (`FUSE_NOTIFY_STORE`), after the

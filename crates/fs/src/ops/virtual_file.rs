@@ -60,12 +60,13 @@ impl StatsFile {
 
     /// On a mount with no OPEN (read-only, `Core::no_open`) the file is read through the
     /// page cache, with no handle and no open to render the document at. So it is rendered
-    /// at each LOOKUP and GETATTR of the file (`doc`), whose attributes time out at once:
-    /// the kernel asks for them before every read that reaches past the size it knows
-    /// (`fuse_cache_read_iter`), as a whole-file read does. The document's length is the
-    /// size, and the READs that follow serve it. That size always differs from the last one
-    /// given (a newline is added when it would not): the kernel drops a file's cached pages
-    /// when its size changes (`fuse_change_attributes`), so every read sees a new document.
+    /// at each LOOKUP of the file (`doc`): its entry times out at once, so every open by
+    /// path looks it up. The document's length is the size, and the GETATTRs and READs
+    /// that follow serve that document (a GETATTR renders nothing: a whole-file read asks
+    /// for the attributes again when it reaches the end, `fuse_cache_read_iter`, and a new
+    /// document then would mix two). The size always differs from the last one given (a
+    /// newline is added when it would not): the kernel drops a file's cached pages when
+    /// its size changes (`fuse_change_attributes`), so every open sees a new document.
     pub(super) fn fresh_attr(&self, mut doc: Vec<u8>) -> FileAttr {
         let mut latest = self.latest.lock().unwrap();
         if latest.as_ref().is_some_and(|l| l.len() == doc.len()) {
@@ -76,6 +77,17 @@ impl StatsFile {
         a.blocks = a.size.div_ceil(512);
         *latest = Some(Arc::new(doc));
         a
+    }
+
+    /// The attributes of the latest document ([`StatsFile::fresh_attr`]), if any.
+    pub(super) fn latest_attr(&self) -> Option<FileAttr> {
+        let latest = self.latest.lock().unwrap();
+        latest.as_ref().map(|doc| {
+            let mut a = self.attr();
+            a.size = doc.len() as u64;
+            a.blocks = a.size.div_ceil(512);
+            a
+        })
     }
 
     /// Bytes of the document handle `fh` reads (handle 0: the latest, on a mount with no
@@ -113,13 +125,17 @@ impl Core {
 
     /// The statistics file's attributes: size 0 where each open renders its own document
     /// (read with direct I/O), or, on a mount with no OPEN, those of a document rendered
-    /// now ([`StatsFile::fresh_attr`]).
-    pub(super) fn stats_attr(&self) -> FileAttr {
-        if self.no_open.load(Ordering::Relaxed) {
-            self.stats.fresh_attr(self.render_stats())
-        } else {
-            self.stats.attr()
+    /// now at a LOOKUP (`lookup`), of the latest one otherwise ([`StatsFile::fresh_attr`]).
+    pub(super) fn stats_attr(&self, lookup: bool) -> FileAttr {
+        if !self.no_open.load(Ordering::Relaxed) {
+            return self.stats.attr();
         }
+        if !lookup {
+            if let Some(a) = self.stats.latest_attr() {
+                return a;
+            }
+        }
+        self.stats.fresh_attr(self.render_stats())
     }
 
     fn render_stats(&self) -> Vec<u8> {

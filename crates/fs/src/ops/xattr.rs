@@ -103,15 +103,22 @@ impl Core {
         }
         let c = sys::cstr(name)?;
         i.no_caps.store(false, Ordering::Relaxed);
-        i.no_xattrs.store(0, Ordering::Relaxed);
         let fd = self.fd(&i)?;
-        if name.as_bytes() == CAPS && self.as_root {
-            sys::xattr_set(&fd, CAPS_STORED, value, flags)?;
-            // A copy under the real name (stored by an older squeezefs) goes.
-            let _ = sys::xattr_remove(&fd, &c);
+        let caps = name.as_bytes() == CAPS && self.as_root;
+        let r = if caps {
+            sys::xattr_set(&fd, CAPS_STORED, value, flags).map(|()| {
+                // A copy under the real name (stored by an older squeezefs) goes.
+                let _ = sys::xattr_remove(&fd, &c);
+            })
+        } else {
+            sys::xattr_set(&fd, &c, value, flags)
+        };
+        // Absences remembered are forgotten once the entry changed (`inode::Absent`).
+        i.no_xattrs.changed();
+        r?;
+        if caps {
             return Ok(());
         }
-        sys::xattr_set(&fd, &c, value, flags)?;
         if name.as_bytes() == b"system.posix_acl_access" {
             self.kill_sgid_after_acl(req, ino, &i)?;
         }
@@ -136,10 +143,11 @@ impl Core {
         }
         let remembered = remembered_absent(name.as_bytes());
         if let Some(bit) = remembered {
-            if i.no_xattrs.load(Ordering::Relaxed) & bit != 0 {
+            if i.no_xattrs.has(bit) {
                 return Err(absent(name.as_bytes()));
             }
         }
+        let generation = i.no_xattrs.generation();
         let fd = self.fd(&i)?;
         let c = sys::cstr(name)?;
         let mut r = Err(Errno::ENODATA);
@@ -154,7 +162,7 @@ impl Core {
         }
         if let (Some(bit), Err(e)) = (remembered, &r) {
             if *e == Errno::ENODATA {
-                i.no_xattrs.fetch_or(bit, Ordering::Relaxed);
+                i.no_xattrs.learn(bit, generation);
                 return Err(absent(name.as_bytes()));
             }
         }
@@ -201,13 +209,15 @@ impl Core {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;
-        i.no_xattrs.store(0, Ordering::Relaxed);
         let fd = self.fd(&i)?;
-        if name.as_bytes() == CAPS && self.as_root {
+        let r = if name.as_bytes() == CAPS && self.as_root {
             let stored = sys::xattr_remove(&fd, CAPS_STORED);
             let real = sys::xattr_remove(&fd, &c);
-            return stored.or(real).map_err(Errno::from);
-        }
-        sys::xattr_remove(&fd, &c).map_err(Errno::from)
+            stored.or(real)
+        } else {
+            sys::xattr_remove(&fd, &c)
+        };
+        i.no_xattrs.changed();
+        r.map_err(Errno::from)
     }
 }
