@@ -425,6 +425,20 @@ fn stored(m: &Mount) -> (u64, u64) {
     (p["stores"].as_u64().unwrap(), p["bytes"].as_u64().unwrap())
 }
 
+/// The bytes the store thread has handed the kernel, once they reach `want` (the store
+/// follows the READ's reply: it is given up to a second), or as they are then.
+fn stored_bytes_once(m: &Mount, want: u64) -> u64 {
+    let mut bytes = stored(m).1;
+    for _ in 0..200 {
+        if bytes == want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        bytes = stored(m).1;
+    }
+    bytes
+}
+
 /// Lines of text, 16 extents of 128 KiB.
 fn sixteen_extents() -> Vec<u8> {
     (0..)
@@ -460,11 +474,8 @@ fn a_random_read_puts_its_whole_extent_in_the_page_cache() {
             let cached = common::sys::pages_cached(&f, data.len());
             (0..cached.len()).filter(|&p| cached[p]).collect::<Vec<usize>>()
         };
-        for _ in 0..200 {
-            if !fills || stored(&m).1 == (128 << 10) - 4096 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        if fills {
+            stored_bytes_once(&m, (128 << 10) - 4096);
         }
         let in_ext = cached_pages();
         if fills {
@@ -787,15 +798,7 @@ fn a_read_only_mount_opens_nothing_and_its_statistics_stay_fresh() {
     let mut page = vec![0u8; 4096];
     f.read_exact_at(&mut page, ext + 8192).unwrap();
     assert_eq!(page, data[(ext + 8192) as usize..][..4096]);
-    let mut stored = 0;
-    for _ in 0..200 {
-        stored = stats_doc(&m)["page_cache"]["bytes"].as_u64().unwrap();
-        if stored == (128 << 10) - 4096 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    assert_eq!(stored, (128 << 10) - 4096);
+    assert_eq!(stored_bytes_once(&m, (128 << 10) - 4096), (128 << 10) - 4096);
     // The statistics file was a new document at each of those reads (through the page
     // cache here): it counts the READ just made.
     let before = reads(&m);

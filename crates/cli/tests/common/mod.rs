@@ -160,6 +160,11 @@ impl Mount {
     pub fn unmount(mut self) {
         unmount(&self.mnt);
         let st = self.child.take().unwrap().wait().unwrap();
+        self.exited_cleanly(st);
+    }
+
+    /// Checks the daemon's exit status, showing what it said when it is not success.
+    fn exited_cleanly(&self, st: std::process::ExitStatus) {
         assert!(
             st.success(),
             "daemon exited with {st}; it said:\n{}",
@@ -186,11 +191,7 @@ impl Mount {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(
-            st.success(),
-            "daemon exited with {st}; it said:\n{}",
-            fs::read_to_string(&self.log).unwrap_or_default()
-        );
+        self.exited_cleanly(st);
     }
 
     /// Kills the daemon (SIGKILL), as a crash would, and clears its dead mount.
