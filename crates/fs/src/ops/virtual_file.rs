@@ -72,22 +72,23 @@ impl StatsFile {
         if latest.as_ref().is_some_and(|l| l.len() == doc.len()) {
             doc.push(b'\n');
         }
+        let a = self.attr_of(&doc);
+        *latest = Some(Arc::new(doc));
+        a
+    }
+
+    /// The file's attributes with `doc` as its contents.
+    fn attr_of(&self, doc: &[u8]) -> FileAttr {
         let mut a = self.attr();
         a.size = doc.len() as u64;
         a.blocks = a.size.div_ceil(512);
-        *latest = Some(Arc::new(doc));
         a
     }
 
     /// The attributes of the latest document ([`StatsFile::fresh_attr`]), if any.
     pub(super) fn latest_attr(&self) -> Option<FileAttr> {
         let latest = self.latest.lock().unwrap();
-        latest.as_ref().map(|doc| {
-            let mut a = self.attr();
-            a.size = doc.len() as u64;
-            a.blocks = a.size.div_ceil(512);
-            a
-        })
+        latest.as_ref().map(|doc| self.attr_of(doc))
     }
 
     /// Bytes of the document handle `fh` reads (handle 0: the latest, on a mount with no
