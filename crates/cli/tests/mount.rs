@@ -527,6 +527,112 @@ fn times_set_on_a_file_being_written_show_at_once_and_reach_the_backing_file_at_
     m.unmount();
 }
 
+/// Owner and mode set on a file still open for writing (`tar -x` as root: fchown to the
+/// owner it has, fchmod, before its close) wait in memory with its times (rule 7): `stat`
+/// shows them at once with a change time of that moment; an fsync puts them on the backing
+/// file, the last close too; what cannot wait is done at once and in order — a chown to
+/// another owner, setuid bits, and an ACL set after a mode (it must see the mode first).
+#[test]
+fn owner_and_mode_set_on_a_file_being_written_show_at_once_and_reach_the_backing_file_in_order() {
+    use std::os::unix::fs::fchown;
+    common::require_root("chown to another owner");
+    let dir = scratch("meta-open");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let mode_of = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    let owner_of = |p: &Path| {
+        let md = fs::symlink_metadata(p).unwrap();
+        (md.uid(), md.gid())
+    };
+    let until = |what: &str, ok: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while !ok() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let p = m.path("f");
+    let backing = dir.join("backing").join("f");
+    let f = common::open_rw_new(&p);
+    (&f).write_all(&squeezefs_testdata::text_salted(50_000, 5))
+        .unwrap();
+    let ctime0 = fs::metadata(&p).unwrap().ctime_nsec() + fs::metadata(&p).unwrap().ctime() * 1_000_000_000;
+    std::thread::sleep(Duration::from_millis(20));
+    // tar's pattern: the owner it already has, then the mode.
+    fchown(&f, Some(0), Some(0)).unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o751)).unwrap();
+    assert_eq!(mode_of(&p), 0o751, "stat shows the mode at once");
+    assert_eq!(owner_of(&p), (0, 0));
+    // The caller did not wait for the backing filesystem: the kernel wrote the data back
+    // before the SETATTR (writeback cache), and nothing since calls on the backing file.
+    assert_ne!(mode_of(&backing), 0o751, "the mode waits in memory");
+    let md = fs::metadata(&p).unwrap();
+    assert!(
+        md.ctime() * 1_000_000_000 + md.ctime_nsec() > ctime0,
+        "the change time moved"
+    );
+    f.sync_all().unwrap();
+    assert_eq!(
+        mode_of(&backing),
+        0o751,
+        "an fsync puts the mode on the backing file"
+    );
+    // Later ones reach it at the last close (RELEASE, not waited for).
+    f.set_permissions(fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(mode_of(&p), 0o640);
+    drop(f);
+    until("the last close puts the mode on the backing file", &|| {
+        mode_of(&backing) == 0o640
+    });
+    assert_eq!(mode_of(&p), 0o640);
+
+    // What cannot wait is done at once, after what waits.
+    let q = m.path("g");
+    let backing_q = dir.join("backing").join("g");
+    let f = common::open_rw_new(&q);
+    (&f).write_all(b"data").unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o600)).unwrap();
+    // Another owner: may be refused, clears setuid/setgid bits: done now.
+    fchown(&f, Some(65534), Some(65534)).unwrap();
+    assert_eq!(
+        owner_of(&backing_q),
+        (65534, 65534),
+        "a chown to another owner is done at once"
+    );
+    assert_eq!(mode_of(&backing_q), 0o600, "the mode set before it went first");
+    // Setuid bits: done now.
+    f.set_permissions(fs::Permissions::from_mode(0o4755)).unwrap();
+    assert_eq!(mode_of(&backing_q), 0o4755, "setuid is set at once");
+    assert_eq!(mode_of(&q), 0o4755);
+    // A mode waiting, then an access ACL: the ACL sees the mode (mask from the group bits
+    // the ACL entry needs, owner bits from the mode).
+    f.set_permissions(fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new("setfacl")
+        .args(["-m", "u:65534:r"])
+        .arg(&q)
+        .output()
+        .expect("setfacl (package acl)");
+    assert!(
+        out.status.success(),
+        "setfacl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode_of(&q), 0o640, "mode after the ACL (mask r)");
+    drop(f);
+    until("the backing file's mode", &|| mode_of(&backing_q) == 0o640);
+    let acl = Command::new("getfacl").args(["-cpn"]).arg(&q).output().unwrap();
+    let acl = String::from_utf8_lossy(&acl.stdout).to_string();
+    assert!(
+        acl.contains("user:65534:r--") && acl.contains("user::rw-"),
+        "{acl}"
+    );
+    m.unmount();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert_eq!(mode_of(&m.path("f")), 0o640);
+    assert_eq!(mode_of(&m.path("g")), 0o640);
+    assert_eq!(owner_of(&m.path("g")), (65534, 65534));
+    m.unmount();
+}
+
 #[test]
 fn small_files_rewritten_through_the_mount_take_one_block() {
     let dir = scratch("one-block");

@@ -2,9 +2,11 @@
 //! (`requests` in `.squeezefs-stats`, `squeezefs stats --live`): what the kernel asks for
 //! per file is what the per-file path costs (docs/BENCHMARKS.md), and a test can see
 //! whether a request reached the daemon at all (a re-read served by the page cache sends
-//! no READ).
+//! no READ). Each kind also sums the time the daemon spent answering (`request_us`): with
+//! the counts it splits a file's time into the daemon's work and the round trips around it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
@@ -43,18 +45,52 @@ const KINDS: &[(Kind, &str)] = &[
 ];
 
 #[derive(Default)]
-pub struct Requests([AtomicU64; KINDS.len()]);
+pub struct Requests {
+    counts: [AtomicU64; KINDS.len()],
+    /// Nanoseconds spent answering, from the handler's start to its return (a request
+    /// handed to a thread of its own counts until it was handed over).
+    nanos: [AtomicU64; KINDS.len()],
+}
+
+/// Counts a request when made and adds its service time when dropped.
+pub struct Timed<'a> {
+    requests: &'a Requests,
+    kind: Kind,
+    start: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let ns = self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.requests.nanos[self.kind as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+}
 
 impl Requests {
-    pub fn count(&self, k: Kind) {
-        self.0[k as usize].fetch_add(1, Ordering::Relaxed);
+    /// Counts one request of kind `k`; its service time runs until the guard is dropped.
+    pub fn timed(&self, k: Kind) -> Timed<'_> {
+        self.counts[k as usize].fetch_add(1, Ordering::Relaxed);
+        Timed {
+            requests: self,
+            kind: k,
+            start: Instant::now(),
+        }
     }
 
     /// `{"lookup": n, …}`.
     pub fn to_json(&self) -> Value {
+        Self::by_kind(|k| self.counts[k as usize].load(Ordering::Relaxed))
+    }
+
+    /// `{"lookup": µs, …}`: the time spent answering each kind, in all.
+    pub fn service_json(&self) -> Value {
+        Self::by_kind(|k| self.nanos[k as usize].load(Ordering::Relaxed) / 1000)
+    }
+
+    fn by_kind(f: impl Fn(Kind) -> u64) -> Value {
         let mut m = serde_json::Map::new();
         for &(k, name) in KINDS {
-            m.insert(name.into(), json!(self.0[k as usize].load(Ordering::Relaxed)));
+            m.insert(name.into(), json!(f(k)));
         }
         Value::Object(m)
     }
@@ -70,12 +106,16 @@ mod tests {
         for (i, (k, _)) in KINDS.iter().enumerate() {
             assert_eq!(*k as usize, i);
             for _ in 0..=i {
-                r.count(*k);
+                drop(r.timed(*k));
             }
         }
         let v = r.to_json();
         for (i, (_, name)) in KINDS.iter().enumerate() {
             assert_eq!(v[name], (i + 1) as u64, "{name}");
+        }
+        let t = r.service_json();
+        for (_, name) in KINDS {
+            assert!(t[name].is_u64(), "{name}");
         }
     }
 }

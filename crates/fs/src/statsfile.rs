@@ -63,9 +63,16 @@ fn packs(packs: Option<&Packs>) -> Value {
     })
 }
 
-/// The document: mount settings, the container counters, the packs, the requests answered,
-/// the pages handed to the kernel (`page_cache`) and the workspace pool.
-pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value, page_cache: Value) -> Vec<u8> {
+/// The document: mount settings, the container counters, the packs, the requests answered
+/// (`requests`: how many of each kind, `request_us`: the daemon's time answering them), the
+/// pages handed to the kernel (`page_cache`) and the workspace pool.
+pub fn render(
+    backing: &str,
+    opts: &Options,
+    read_only: bool,
+    requests: (Value, Value),
+    page_cache: Value,
+) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
     let codecs: Vec<Value> = s
@@ -140,7 +147,8 @@ pub fn render(backing: &str, opts: &Options, read_only: bool, requests: Value, p
         },
         "codecs": codecs,
         "packs": packs(opts.packs.as_deref()),
-        "requests": requests,
+        "requests": requests.0,
+        "request_us": requests.1,
         "page_cache": page_cache,
         "workspaces": {
             "max": pool.max_workspaces,
@@ -179,7 +187,14 @@ mod tests {
     use super::*;
 
     fn doc(opts: &Options) -> Value {
-        serde_json::from_slice(&render("/b", opts, false, Value::Null, Value::Null)).unwrap()
+        serde_json::from_slice(&render(
+            "/b",
+            opts,
+            false,
+            (Value::Null, Value::Null),
+            Value::Null,
+        ))
+        .unwrap()
     }
 
     #[test]

@@ -187,6 +187,13 @@ pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
     cvt(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
 
+/// chmod of a file open for I/O (not an O_PATH fd: that is [`chmod`]).
+pub fn fchmod(file: &std::fs::File, mode: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `file` is a live fd borrowed for the call; fchmod reads no memory of ours.
+    cvt(unsafe { libc::fchmod(file.as_raw_fd(), mode) }).map(drop)
+}
+
 pub fn chown(fd: impl AsFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     let u = uid.unwrap_or(u32::MAX);
     let g = gid.unwrap_or(u32::MAX);

@@ -27,7 +27,7 @@ use crate::readahead::{self, ReadAhead};
 use crate::sys;
 use commit::{keep_times, Committer, Ticketed};
 pub use spill::Spill;
-use state::{Closed, OpenFile, Times};
+use state::{Closed, Meta, OpenFile, Times};
 
 /// Most containers kept open without a handle after a lookup (fewer under a low
 /// open-file limit: [`Files::fit_fd_limit`]).
@@ -237,9 +237,9 @@ impl Files {
                         of.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
                     }
                 }
-            } else if of.times.ctime.is_some() {
-                // Times waiting to go on the backing file go first: an fsync then makes
-                // them durable with the rest (rule 7).
+            } else if of.times.ctime.is_some() || of.meta.is_set() {
+                // Times, owner and mode waiting to go on the backing file go first: an
+                // fsync then makes them durable with the rest (rule 7).
                 self.keep_times(inode, of);
             }
             let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
@@ -304,16 +304,18 @@ impl Files {
     /// container opened now (and kept for the `open` that usually follows a lookup); and the
     /// times set explicitly that `stat` shows rather than the backing file's (rule 7: a
     /// write-out may have moved them a moment ago, and they go back on it right after).
-    pub fn size_and_times(&self, ino: u64, inode: &Arc<Inode>) -> Result<(u64, Times), Errno> {
+    ///
+    /// Also the owner and mode set on it that wait in memory (rule 7), which `stat` shows.
+    pub fn size_and_times(&self, ino: u64, inode: &Arc<Inode>) -> Result<(u64, Times, Meta), Errno> {
         if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
             let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
-            return Ok((s, of.times));
+            return Ok((s, of.times, of.meta));
         }
         if let Some(c) = *inode.file.size.lock().unwrap() {
-            return Ok((c.size, Times::default()));
+            return Ok((c.size, Times::default(), Meta::default()));
         }
         let s = self.with_kept(ino, inode, |c| c.size(), "size")?;
-        Ok((s, Times::default()))
+        Ok((s, Times::default(), Meta::default()))
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
@@ -394,6 +396,57 @@ impl Files {
         of.times.atime = set(atime, a).or(of.times.atime);
         of.times.mtime = set(mtime, m).or(of.times.mtime);
         Ok(())
+    }
+
+    /// chmod and chown of a file being written (`tar -x` sets owner and mode before its
+    /// close, `cp -p` too): they wait in memory with its times, shown by `stat`, and go on
+    /// the backing file at the next of our calls on it, its last close or an fsync (rule
+    /// 7), so the caller does not wait for the backing filesystem. Returns false, having
+    /// done nothing, for what must be done now: a file with no writer, one that may have
+    /// an access ACL (a chmod rewrites it), setuid or setgid bits to set, or a chown that
+    /// changes the owner or group (it may be refused, and clears those bits). What is left
+    /// to wait for then is only ever a chown to the owner the file has (whose effect is the
+    /// change time) and plain permission bits.
+    pub fn defer_meta(
+        &self,
+        inode: &Arc<Inode>,
+        mode: Option<u32>,
+        owner: (Option<u32>, Option<u32>),
+        no_acl: bool,
+    ) -> Result<bool, Errno> {
+        if !no_acl || mode.is_some_and(|m| m & (libc::S_ISUID | libc::S_ISGID) != 0) {
+            return Ok(false);
+        }
+        let mut open = inode.file.open.lock().unwrap();
+        let Some(of) = open.as_mut().filter(|of| of.writers > 0) else {
+            return Ok(false);
+        };
+        let st = sys::fstat(of.container.storage().file())?;
+        let (now_mode, uid, gid) = of.meta.over(&st);
+        if owner.0.is_some() || owner.1.is_some() {
+            let same = owner.0.is_none_or(|u| u == uid) && owner.1.is_none_or(|g| g == gid);
+            if !same || now_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                return Ok(false);
+            }
+            of.meta.owner = Some((uid, gid));
+        }
+        if let Some(m) = mode {
+            of.meta.mode = Some(m & 0o7777);
+        }
+        of.times.ctime = Some(wall_clock());
+        Ok(true)
+    }
+
+    /// The owner, mode and times waiting in memory for `inode` go on the backing file now
+    /// (before a change that must see them there: an xattr, an owner or mode done at once).
+    pub fn apply_meta(&self, inode: &Arc<Inode>) {
+        let mut open = inode.file.open.lock().unwrap();
+        if let Some(of) = open
+            .as_mut()
+            .filter(|of| of.meta.is_set() || of.times.ctime.is_some())
+        {
+            self.keep_times(inode, of);
+        }
     }
 
     /// Rule 7 after one of our calls on a file's container: the times set explicitly go

@@ -52,7 +52,10 @@
 //!    of our calls on it, at its last close (RELEASE, which nobody waits for) or at an
 //!    fsync (`OpenFile::keep_times`), so the caller does not wait for the backing
 //!    filesystem. Not fsync'ed, they may be lost in a crash, like the data written with
-//!    them.
+//!    them. An owner and mode set on a file with a writer wait the same way
+//!    ([`OpenFile::meta`], `Files::defer_meta`), where waiting cannot change the outcome
+//!    (plain permission bits on a file without an access ACL, a chown to the owner it has);
+//!    anything else first puts what waits on the backing file (`Files::apply_meta`).
 //! 8. **The kernel's page cache is kept across opens** (`FOPEN_KEEP_CACHE`): this daemon is
 //!    the only writer of the backing directory, and the kernel itself drops the pages its
 //!    own truncates, punches and writes change; compression, rewrites (`squeezefs
@@ -124,6 +127,9 @@ pub struct OpenFile {
     /// Times set explicitly since the last change of the data, kept over our write-outs
     /// (rule 7).
     pub times: Times,
+    /// Owner and mode set on the file while it has a writer, not on the backing file yet
+    /// (rule 7).
+    pub meta: Meta,
     /// Where its sequential reader is, for the read-ahead (`readahead.rs`).
     pub stream: Stream,
 }
@@ -160,6 +166,34 @@ impl Times {
     }
 }
 
+/// An owner and a mode set through the mount on a file with a writer, waiting in memory
+/// like its times (rule 7): applied to the backing file chown first, then chmod, as they
+/// came (a chown after a chmod is folded into the mode: see `Files::defer_meta`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The owner and group to give (only ever the ones the file already has: the chown
+    /// waits only for what it does besides, the change time).
+    pub owner: Option<(u32, u32)>,
+    /// The permission bits to set (never setuid or setgid).
+    pub mode: Option<u32>,
+}
+
+impl Meta {
+    pub fn is_set(&self) -> bool {
+        self.owner.is_some() || self.mode.is_some()
+    }
+
+    /// `st`'s mode, owner and group as they are once this is applied.
+    pub fn over(&self, st: &libc::stat) -> (u32, u32, u32) {
+        let mode = match self.mode {
+            Some(m) => (st.st_mode & libc::S_IFMT) | m,
+            None => st.st_mode,
+        };
+        let (uid, gid) = self.owner.unwrap_or((st.st_uid, st.st_gid));
+        (mode, uid, gid)
+    }
+}
+
 impl OpenFile {
     /// A new state, with no time set (boxed: see [`FileState::open`]).
     pub fn new(container: Container<FileStorage>, handles: u32, writers: u32) -> Box<OpenFile> {
@@ -168,20 +202,29 @@ impl OpenFile {
             handles,
             writers,
             times: Times::default(),
+            meta: Meta::default(),
             stream: Stream::default(),
         })
     }
 
-    /// Rule 7, after each of our calls on the container: if it moved the backing file's
-    /// mtime, or times set meanwhile wait to go on it, the times set explicitly go on the
-    /// file.
+    /// Rule 7, after each of our calls on the container: an owner and mode waiting go on
+    /// the backing file; if the call moved the backing file's mtime, or times set
+    /// meanwhile wait to go on it, the times set explicitly go on the file.
     pub fn keep_times(&mut self) -> io::Result<()> {
         let moved = self.container.storage().take_modified();
-        if !(moved || self.times.ctime.is_some()) || !self.times.is_set() {
-            return Ok(());
+        let waiting = self.times.ctime.is_some();
+        let meta = std::mem::take(&mut self.meta);
+        let file = self.container.storage().file();
+        if let Some((uid, gid)) = meta.owner {
+            sys::chown(file, Some(uid), Some(gid))?;
         }
-        let [a, m] = self.times.timespecs();
-        sys::utimens(self.container.storage().file(), a, m)?;
+        if let Some(mode) = meta.mode {
+            sys::fchmod(file, mode)?;
+        }
+        if (moved || waiting) && self.times.is_set() {
+            let [a, m] = self.times.timespecs();
+            sys::utimens(file, a, m)?;
+        }
         self.times.ctime = None;
         Ok(())
     }

@@ -252,7 +252,7 @@ fn times_set_explicitly_outlive_the_write_back_and_the_group_commit() {
     b.files.release(ino, &inode, true).unwrap();
     assert_eq!(state(&inode), Some((0, true)));
     // Rule 7: shown by `stat` while queued, and on the backing file after every write-out.
-    let (_, set) = b.files.size_and_times(ino, &inode).unwrap();
+    let (_, set, _) = b.files.size_and_times(ino, &inode).unwrap();
     assert_eq!((set.atime, set.mtime), (Some(atime), Some(mtime)));
     assert_eq!(times_on_disk(&b, "f"), (atime, mtime));
     b.files.commit_now();

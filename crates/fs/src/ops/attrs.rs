@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use log::warn;
 
+use super::xattr::NO_ACCESS_ACL;
 use super::Core;
 use super::Who;
 use crate::creds;
@@ -99,11 +100,15 @@ impl Core {
     pub(super) fn attr_with(&self, ino: u64, inode: &Arc<Inode>, st: &libc::stat) -> Result<FileAttr, Errno> {
         // A regular file's times set explicitly are the state's while it has one (a write-out
         // may have moved the backing file's a moment ago: `lifecycle::state`, rule 7).
-        let (size, set) = if inode.is_reg {
+        let (size, set, meta) = if inode.is_reg {
             self.files.size_and_times(ino, inode)?
         } else {
-            (st.st_size as u64, Default::default())
+            (st.st_size as u64, Default::default(), Default::default())
         };
+        // An owner and mode waiting in memory (rule 7) are the file's.
+        let mut st = *st;
+        (st.st_mode, st.st_uid, st.st_gid) = meta.over(&st);
+        let st = &st;
         // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
         // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
         let blksize = if inode.is_reg {
@@ -150,10 +155,22 @@ impl Core {
         } else {
             None
         };
+        let owner = (a.uid, a.gid);
+        let meta = a.mode.is_some() || owner.0.is_some() || owner.1.is_some();
+        if meta && inode.is_reg {
+            // A file being written: owner and mode wait in memory when they can (rule 7
+            // of `lifecycle::state`); whatever waits goes first when they cannot.
+            let no_acl = inode.no_xattrs.has(NO_ACCESS_ACL);
+            let only_meta = a.size.is_none() && a.atime.is_none() && a.mtime.is_none();
+            if only_meta && self.files.defer_meta(&inode, a.mode, owner, no_acl)? {
+                return self.attr(ino.0, &inode);
+            }
+            self.files.apply_meta(&inode);
+        }
         if let Some(m) = a.mode {
             sys::chmod(self.fd(&inode)?, m & 0o7777)?;
         }
-        if a.uid.is_some() || a.gid.is_some() {
+        if owner.0.is_some() || owner.1.is_some() {
             sys::chown(self.fd(&inode)?, a.uid, a.gid)?;
         }
         if let Some(s) = a.size {

@@ -89,7 +89,7 @@ impl Filesystem for SqueezeFs {
         if is_stats_name(parent, name) {
             return reply::stats_entry(reply, self.stats_attr(true));
         }
-        self.requests.count(Kind::Lookup);
+        let _timed = self.requests.timed(Kind::Lookup);
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
         reply::lookup(reply, r.map(|(_, attr)| attr))
     }
@@ -101,7 +101,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.count(ino, Kind::Getattr);
+        let _timed = self.count(ino, Kind::Getattr);
         match route(ino) {
             Node::Stats => reply::stats_attr(reply, self.stats_attr(false)),
             Node::Backing(ino) => reply::attr(reply, self.do_getattr(ino)),
@@ -126,7 +126,7 @@ impl Filesystem for SqueezeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.count(ino, Kind::Setattr);
+        let _timed = self.count(ino, Kind::Setattr);
         let a = SetAttr {
             mode,
             uid,
@@ -198,7 +198,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.count(ino, Kind::Open);
+        let _timed = self.count(ino, Kind::Open);
         if self.no_open.load(Ordering::Relaxed) {
             // Once, for the whole mount (`init`).
             return reply.error(Errno::ENOSYS);
@@ -237,7 +237,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.count(ino, Kind::Read);
+        let _timed = self.count(ino, Kind::Read);
         match route(ino) {
             Node::Stats => reply::data(reply, self.stats.read(fh.0, offset, size)),
             Node::Backing(ino) => match self.do_read(ino, offset, size) {
@@ -264,7 +264,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.requests.count(Kind::Write);
+        let _timed = self.requests.timed(Kind::Write);
         match self.do_write(&req.into(), ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -275,7 +275,7 @@ impl Filesystem for SqueezeFs {
     /// round trip less per `close`, read-only ones too). The write-out it did is the last
     /// close's, at RELEASE (rule 10 in `lifecycle::state`).
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
-        self.count(ino, Kind::Flush);
+        let _timed = self.count(ino, Kind::Flush);
         reply.error(Errno::ENOSYS)
     }
 
@@ -289,7 +289,7 @@ impl Filesystem for SqueezeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.count(ino, Kind::Release);
+        let _timed = self.count(ino, Kind::Release);
         let _releasing = self.files.releasing();
         match route(ino) {
             Node::Stats => {
@@ -308,7 +308,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.count(Kind::Opendir);
+        let _timed = self.requests.timed(Kind::Opendir);
         // The kernel keeps a large directory's listings and serves later ones from its
         // page cache until the directory changes through the mount (`readdir.rs`).
         let flags = |large: bool| match large {
@@ -319,7 +319,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        self.requests.count(Kind::Readdir);
+        let _timed = self.requests.timed(Kind::Readdir);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => readdir::fill(&list, ino, offset, reply),
             Err(e) => reply.error(e),
@@ -334,7 +334,7 @@ impl Filesystem for SqueezeFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.requests.count(Kind::Readdirplus);
+        let _timed = self.requests.timed(Kind::Readdirplus);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => self.fill_plus(&list, ino, offset, reply),
             Err(e) => reply.error(e),
@@ -387,7 +387,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.count(ino, Kind::Getxattr);
+        let _timed = self.count(ino, Kind::Getxattr);
         match route(ino) {
             Node::Stats => reply::xattr(reply, Err(Errno::ENODATA)),
             Node::Backing(ino) => reply::xattr(reply, self.do_getxattr(ino, name, size)),
@@ -441,7 +441,7 @@ impl Filesystem for SqueezeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.requests.count(Kind::Create);
+        let _timed = self.requests.timed(Kind::Create);
         let created = |reply: ReplyCreate, r: Result<fuser::FileAttr, Errno>| match r {
             Ok(attr) => reply.created(
                 &TTL,
@@ -514,11 +514,9 @@ impl SqueezeFs {
 }
 
 impl Core {
-    /// Counts a request on `ino`, unless it is on the statistics file (reading the counts
-    /// must not change them).
-    fn count(&self, ino: INodeNo, k: Kind) {
-        if !matches!(route(ino), Node::Stats) {
-            self.requests.count(k);
-        }
+    /// Counts a request on `ino` and times it while the guard lives, unless it is on the
+    /// statistics file (reading the counts must not change them).
+    fn count(&self, ino: INodeNo, k: Kind) -> Option<crate::requests::Timed<'_>> {
+        (!matches!(route(ino), Node::Stats)).then(|| self.requests.timed(k))
     }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use fuser::{Errno, FileAttr, INodeNo, WriteFlags};
 use squeezefs_container::{Container, FileStorage};
 
+use super::xattr::{NO_ACCESS_ACL, NO_DEFAULT_ACL};
 use super::Core;
 use super::Who;
 use crate::lifecycle::Spill;
@@ -66,6 +67,11 @@ impl Core {
     /// registered, and its (empty) container attached without reading anything back.
     fn create_new(&self, req: &Who, parent: INodeNo, name: &OsStr, mode: u32) -> Result<FileAttr, Errno> {
         let at = self.at_new(parent, name)?;
+        // Whether the new file can have an access ACL (from a default ACL of its directory),
+        // read before the create: a setfacl through the mount moves the directory's
+        // generation before it sets anything (`xattr.rs`).
+        let parent_gen = at.parent.no_xattrs.generation();
+        let no_acl = at.parent.no_xattrs.has(NO_DEFAULT_ACL);
         let file = sys::create_rw(&at.dir, &at.name, mode)?;
         let made = (|| {
             let mut st = sys::fstat(&file)?;
@@ -86,6 +92,9 @@ impl Core {
         let (ino, inode) = self.inodes.insert(path, &st, &at.parent, &at.name);
         drop(naming);
         inode.no_caps.store(true, Ordering::Relaxed);
+        if no_acl && at.parent.no_xattrs.generation() == parent_gen {
+            inode.no_xattrs.learn(NO_ACCESS_ACL, inode.no_xattrs.generation());
+        }
         let mut container = Container::create(FileStorage::new(file), self.opts());
         // A new file inherits its directory's properties.
         let dp = self.dir_props(&at.parent);

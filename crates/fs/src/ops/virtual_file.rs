@@ -147,7 +147,7 @@ impl Core {
             &self.backing,
             self.opts(),
             self.read_only,
-            self.requests.to_json(),
+            (self.requests.to_json(), self.requests.service_json()),
             self.page_cache.to_json(),
         )
     }

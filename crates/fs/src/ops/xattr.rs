@@ -35,6 +35,11 @@ const LOCATION: &[u8] = squeezefs_container::pack::LOCATION_XATTR.as_bytes();
 /// shown as it is, and setting one works as before.
 const SELINUX: &[u8] = b"security.selinux";
 
+/// The bit of `Inode::no_xattrs` saying an entry has no access ACL (also learnt for a file
+/// made in a directory with no default ACL: `open_create.rs`; and read before a chmod is
+/// left to wait in memory: `attrs.rs`).
+pub(super) const NO_ACCESS_ACL: u8 = 1;
+
 /// The bit of `Inode::no_xattrs` saying a directory has no default ACL (also read when an
 /// entry is made in it: `dir_ops.rs`).
 pub(super) const NO_DEFAULT_ACL: u8 = 2;
@@ -45,7 +50,7 @@ pub(super) const NO_DEFAULT_ACL: u8 = 2;
 /// mount forgets what was remembered of the inode.
 fn remembered_absent(name: &[u8]) -> Option<u8> {
     match name {
-        b"system.posix_acl_access" => Some(1),
+        b"system.posix_acl_access" => Some(NO_ACCESS_ACL),
         b"system.posix_acl_default" => Some(NO_DEFAULT_ACL),
         SELINUX => Some(4),
         _ => None,
@@ -103,6 +108,13 @@ impl Core {
         }
         let c = sys::cstr(name)?;
         i.no_caps.store(false, Ordering::Relaxed);
+        // An ACL rewrites the mode: a mode waiting in memory goes first (rule 7).
+        if i.is_reg {
+            self.files.apply_meta(&i);
+        }
+        // Absences learnt from here on may be stale (`inode::Absent`, and a file made now
+        // in a directory getting a default ACL: `create_new`).
+        i.no_xattrs.changed();
         let fd = self.fd(&i)?;
         let caps = name.as_bytes() == CAPS && self.as_root;
         let r = if caps {
@@ -209,6 +221,10 @@ impl Core {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;
+        if i.is_reg {
+            self.files.apply_meta(&i);
+        }
+        i.no_xattrs.changed();
         let fd = self.fd(&i)?;
         let r = if name.as_bytes() == CAPS && self.as_root {
             let stored = sys::xattr_remove(&fd, CAPS_STORED);
