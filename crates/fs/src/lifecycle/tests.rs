@@ -389,3 +389,61 @@ fn a_hold_waits_for_the_spill_under_way() {
         drop(hold);
     });
 }
+
+/// Rule 7 for owner and mode: on a file with a writer a plain mode and a chown to the
+/// owner it has wait in memory (shown by `size_and_times`), a data change does not drop
+/// them, and the last close puts them on the backing file; what could change the outcome
+/// (setuid bits, another owner, a possible ACL, no writer) is refused and left to the
+/// caller, with what waits put on the backing file first by `apply_meta`.
+#[test]
+fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let b = backing("meta");
+    let (ino, inode) = b.file("f");
+    let mode_on_disk = || std::fs::metadata(b.dir.join("f")).unwrap().permissions().mode() & 0o7777;
+    let md = std::fs::metadata(b.dir.join("f")).unwrap();
+    let me = (Some(md.uid()), Some(md.gid()));
+    // No writer: done by the caller.
+    assert!(!b.files.defer_meta(&inode, Some(0o600), me, true).unwrap());
+    b.files.attach(&inode, false, true).unwrap();
+    // A possible ACL, setuid/setgid bits, another owner: done by the caller.
+    assert!(!b
+        .files
+        .defer_meta(&inode, Some(0o600), (None, None), false)
+        .unwrap());
+    assert!(!b
+        .files
+        .defer_meta(&inode, Some(0o4755), (None, None), true)
+        .unwrap());
+    assert!(!b
+        .files
+        .defer_meta(&inode, None, (Some(md.uid() + 1), None), true)
+        .unwrap());
+    // The owner it has, then a plain mode: they wait.
+    assert!(b.files.defer_meta(&inode, None, me, true).unwrap());
+    assert!(b
+        .files
+        .defer_meta(&inode, Some(0o751), (None, None), true)
+        .unwrap());
+    let (_, times, meta) = b.files.size_and_times(ino, &inode).unwrap();
+    assert_eq!(meta.mode, Some(0o751));
+    assert_eq!(meta.owner, Some((md.uid(), md.gid())));
+    assert!(times.ctime.is_some(), "the change time shown meanwhile");
+    assert_eq!(mode_on_disk(), 0o644, "not on the backing file yet");
+    // A change of the data keeps them (unlike times set explicitly).
+    b.files
+        .change_data(&inode, |c| c.write(0, b"data"), "write")
+        .unwrap();
+    assert_eq!(mode_on_disk(), 0o751, "our next call on the file put them there");
+    assert!(b.files.defer_meta(&inode, Some(0o640), me, true).unwrap());
+    b.files.apply_meta(&inode);
+    assert_eq!(mode_on_disk(), 0o640, "apply_meta puts them there at once");
+    assert!(b
+        .files
+        .defer_meta(&inode, Some(0o600), (None, None), true)
+        .unwrap());
+    b.files.release(ino, &inode, true).unwrap();
+    assert_eq!(mode_on_disk(), 0o600, "the last close puts them there");
+    b.files.commit_now();
+    assert_eq!(b.on_disk("f"), b"data");
+}
