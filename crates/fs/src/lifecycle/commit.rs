@@ -255,8 +255,9 @@ impl Committer {
                             inodes.describe(&inode)
                         );
                     }
-                    keep_times(inodes, &inode, of);
                 }
+                // Whatever waits goes on the file before its state may go.
+                keep_times(inodes, &inode, of);
                 drop_if_closed(inodes, ino, &inode, open);
             }
         }
