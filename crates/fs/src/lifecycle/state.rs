@@ -213,6 +213,21 @@ impl OpenFile {
     pub fn keep_times(&mut self) -> io::Result<()> {
         let moved = self.container.storage().take_modified();
         let waiting = self.times.ctime.is_some();
+        self.apply_meta()?;
+        let file = self.container.storage().file();
+        if (moved || waiting) && self.times.is_set() {
+            let [a, m] = self.times.timespecs();
+            sys::utimens(file, a, m)?;
+        }
+        self.times.ctime = None;
+        Ok(())
+    }
+}
+
+impl OpenFile {
+    /// The owner and mode waiting in memory (rule 7) go on the backing file: chown, then
+    /// chmod.
+    pub fn apply_meta(&mut self) -> io::Result<()> {
         let meta = std::mem::take(&mut self.meta);
         let file = self.container.storage().file();
         if let Some((uid, gid)) = meta.owner {
@@ -221,11 +236,6 @@ impl OpenFile {
         if let Some(mode) = meta.mode {
             sys::fchmod(file, mode)?;
         }
-        if (moved || waiting) && self.times.is_set() {
-            let [a, m] = self.times.timespecs();
-            sys::utimens(file, a, m)?;
-        }
-        self.times.ctime = None;
         Ok(())
     }
 }
