@@ -61,7 +61,7 @@ pub struct Timed<'a> {
 
 impl Drop for Timed<'_> {
     fn drop(&mut self) {
-        let ns = self.start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.requests.nanos[self.kind as usize].fetch_add(ns, Ordering::Relaxed);
     }
 }

@@ -187,6 +187,35 @@ pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
     cvt(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
 
+/// A file's mode, owner, group and whether it is append-only or immutable (`statx`), as a
+/// chmod or chown that is to wait in memory must know them (`Files::defer_meta`).
+pub fn mode_owner_fixed(file: &std::fs::File) -> io::Result<(u32, u32, u32, bool)> {
+    use std::os::fd::AsRawFd;
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::uninit();
+    // SAFETY: the kernel writes a whole `struct statx` into `stx` on success (checked by
+    // cvt before `assume_init`); the empty path is a NUL-terminated literal; `file` is a
+    // live fd borrowed for the call.
+    cvt(unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MODE | libc::STATX_UID | libc::STATX_GID,
+            stx.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: statx succeeded, so `stx` is initialised.
+    let stx = unsafe { stx.assume_init() };
+    let fixed = (libc::STATX_ATTR_APPEND | libc::STATX_ATTR_IMMUTABLE) as u64;
+    let known = stx.stx_attributes_mask & fixed == fixed;
+    Ok((
+        u32::from(stx.stx_mode),
+        stx.stx_uid,
+        stx.stx_gid,
+        !known || stx.stx_attributes & fixed != 0,
+    ))
+}
+
 /// chmod of a file open for I/O (not an O_PATH fd: that is [`chmod`]).
 pub fn fchmod(file: &std::fs::File, mode: u32) -> io::Result<()> {
     use std::os::fd::AsRawFd;

@@ -302,9 +302,17 @@ fn drop_if_closed(
 /// the times back after its own calls.
 pub fn keep_times(inodes: &Inodes, inode: &Arc<Inode>, of: &mut OpenFile) {
     if let Err(e) = of.keep_times() {
-        warn!(
-            "{}: cannot put back the times set on it: {e}",
-            inodes.describe(inode)
-        );
+        lost_meta(inodes, inode, &e);
     }
+}
+
+/// Times, owner or mode set on a file, whose caller was answered before they went on the
+/// backing file, could not be put there: logged with the file's name and kept for its
+/// next fsync, as a lost write is (rule 10).
+pub fn lost_meta(inodes: &Inodes, inode: &Arc<Inode>, e: &std::io::Error) {
+    warn!(
+        "{}: cannot put the times, owner or mode set on it on the backing file: {e}",
+        inodes.describe(inode)
+    );
+    inode.file.lost_write(e.raw_os_error().unwrap_or(libc::EIO));
 }

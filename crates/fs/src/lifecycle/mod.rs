@@ -228,7 +228,7 @@ impl Files {
         }
         if let Some(of) = open.as_mut() {
             if matches!(change, Change::Data) {
-                of.times = Times::default();
+                of.times = of.times.forgotten(of.meta.is_set());
             } else if matches!(change, Change::KernelWrite) {
                 // The kernel's mtime stays what it was until it sends another (rule 7):
                 // the backing file's, pinned before our write-out can move it.
@@ -400,19 +400,22 @@ impl Files {
 
     /// chmod and chown of a file being written (`tar -x` sets owner and mode before its
     /// close, `cp -p` too): they wait in memory with its times, shown by `stat`, and go on
-    /// the backing file at the next of our calls on it, its last close or an fsync (rule
-    /// 7), so the caller does not wait for the backing filesystem. Returns false, having
-    /// done nothing, for what must be done now: a file with no writer, one that may have
-    /// an access ACL (a chmod rewrites it), setuid or setgid bits to set, or a chown that
-    /// changes the owner or group (it may be refused, and clears those bits). What is left
-    /// to wait for then is only ever a chown to the owner the file has (whose effect is the
-    /// change time) and plain permission bits.
+    /// the backing file at the next of our calls on it, its last close (or its last
+    /// writer's) or an fsync (rule 7), so the caller does not wait for the backing
+    /// filesystem. Returns false, having done nothing, for what must be done now: a file
+    /// with no writer, one that may have an access ACL (`no_acl` false: a chmod rewrites
+    /// it), setuid or setgid bits to set, a chown that changes the owner or group (it may
+    /// be refused, and clears those bits), a backing file the daemon may not change (not
+    /// its own, without root) or that refuses changes (append-only, immutable), or one
+    /// whose attributes cannot be read. What is left to wait for is only ever a chown to
+    /// the owner the file has (whose effect is the change time) and plain permission bits.
     pub fn defer_meta(
         &self,
         inode: &Arc<Inode>,
         mode: Option<u32>,
         owner: (Option<u32>, Option<u32>),
         no_acl: bool,
+        as_root: bool,
     ) -> Result<bool, Errno> {
         if !no_acl || mode.is_some_and(|m| m & (libc::S_ISUID | libc::S_ISGID) != 0) {
             return Ok(false);
@@ -421,8 +424,15 @@ impl Files {
         let Some(of) = open.as_mut().filter(|of| of.writers > 0) else {
             return Ok(false);
         };
-        let st = sys::fstat(of.container.storage().file())?;
-        let (now_mode, uid, gid) = of.meta.over(&st);
+        let Ok((st_mode, st_uid, st_gid, fixed)) = sys::mode_owner_fixed(of.container.storage().file())
+        else {
+            return Ok(false);
+        };
+        if fixed || !(as_root || st_uid == sys::euid()) {
+            return Ok(false);
+        }
+        let now_mode = of.meta.mode.unwrap_or(st_mode & 0o7777);
+        let (uid, gid) = of.meta.owner.unwrap_or((st_uid, st_gid));
         if owner.0.is_some() || owner.1.is_some() {
             let same = owner.0.is_none_or(|u| u == uid) && owner.1.is_none_or(|g| g == gid);
             if !same || now_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
@@ -506,7 +516,7 @@ impl Files {
         of.writers += u32::from(writable);
         if truncate {
             // A change of the data (rule 7).
-            of.times = Times::default();
+            of.times = of.times.forgotten(of.meta.is_set());
             of.container
                 .set_size(0)
                 .map_err(|e| self.error(inode, "truncate", e))?;
@@ -603,6 +613,10 @@ impl Files {
             of.writers = of.writers.saturating_sub(1);
         }
         if of.handles > 0 {
+            // Owner and mode wait only while the file has a writer (rule 7).
+            if of.writers == 0 && of.meta.is_set() {
+                self.keep_times(inode, of);
+            }
             return Ok(());
         }
         // Owner and mode waiting (rule 7) first, before the write-back: measured, a
@@ -611,10 +625,7 @@ impl Files {
         // changes of this RELEASE, which nobody waits for, then overlap that file's create
         // and first write, and its write finds the clock moved: docs/BENCHMARKS.md).
         if let Err(e) = of.apply_meta() {
-            warn!(
-                "{}: cannot set the owner or mode set on it: {e}",
-                self.inodes.describe(inode)
-            );
+            commit::lost_meta(&self.inodes, inode, &e);
         }
         let written = of.container.write_back().map(Ticketed::from);
         self.keep_times(inode, of);

@@ -150,6 +150,15 @@ impl Times {
         self.atime.is_some() || self.mtime.is_some()
     }
 
+    /// After a change of the data: the times set are forgotten, but the change time shown
+    /// stays while an owner or mode still waits (`keep_meta`).
+    pub fn forgotten(&self, keep_meta: bool) -> Times {
+        Times {
+            ctime: self.ctime.filter(|_| keep_meta),
+            ..Times::default()
+        }
+    }
+
     /// As `utimensat` takes them (`UTIME_OMIT` for a time not set).
     fn timespecs(&self) -> [libc::timespec; 2] {
         let ts = |t: Option<(i64, i64)>| match t {
@@ -167,8 +176,9 @@ impl Times {
 }
 
 /// An owner and a mode set through the mount on a file with a writer, waiting in memory
-/// like its times (rule 7): applied to the backing file chown first, then chmod, as they
-/// came (a chown after a chmod is folded into the mode: see `Files::defer_meta`).
+/// like its times (rule 7): applied to the backing file chown first, then chmod, whatever
+/// order they came in (the same result: the chown that waits names the owner the file has,
+/// on a file without setuid or setgid bits, and the mode has none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
     /// The owner and group to give (only ever the ones the file already has: the chown
@@ -213,30 +223,33 @@ impl OpenFile {
     pub fn keep_times(&mut self) -> io::Result<()> {
         let moved = self.container.storage().take_modified();
         let waiting = self.times.ctime.is_some();
-        self.apply_meta()?;
+        let meta = self.apply_meta();
         let file = self.container.storage().file();
         if (moved || waiting) && self.times.is_set() {
             let [a, m] = self.times.timespecs();
             sys::utimens(file, a, m)?;
         }
         self.times.ctime = None;
-        Ok(())
+        meta
     }
 }
 
 impl OpenFile {
     /// The owner and mode waiting in memory (rule 7) go on the backing file: chown, then
     /// chmod.
+    /// Both are tried whatever the first did; the first error is returned.
     pub fn apply_meta(&mut self) -> io::Result<()> {
         let meta = std::mem::take(&mut self.meta);
         let file = self.container.storage().file();
-        if let Some((uid, gid)) = meta.owner {
-            sys::chown(file, Some(uid), Some(gid))?;
-        }
-        if let Some(mode) = meta.mode {
-            sys::fchmod(file, mode)?;
-        }
-        Ok(())
+        let owned = match meta.owner {
+            Some((uid, gid)) => sys::chown(file, Some(uid), Some(gid)),
+            None => Ok(()),
+        };
+        let moded = match meta.mode {
+            Some(mode) => sys::fchmod(file, mode),
+            None => Ok(()),
+        };
+        owned.and(moded)
     }
 }
 

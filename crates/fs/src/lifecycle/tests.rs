@@ -404,26 +404,26 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
     let md = std::fs::metadata(b.dir.join("f")).unwrap();
     let me = (Some(md.uid()), Some(md.gid()));
     // No writer: done by the caller.
-    assert!(!b.files.defer_meta(&inode, Some(0o600), me, true).unwrap());
+    assert!(!b.files.defer_meta(&inode, Some(0o600), me, true, false).unwrap());
     b.files.attach(&inode, false, true).unwrap();
     // A possible ACL, setuid/setgid bits, another owner: done by the caller.
     assert!(!b
         .files
-        .defer_meta(&inode, Some(0o600), (None, None), false)
+        .defer_meta(&inode, Some(0o600), (None, None), false, false)
         .unwrap());
     assert!(!b
         .files
-        .defer_meta(&inode, Some(0o4755), (None, None), true)
+        .defer_meta(&inode, Some(0o4755), (None, None), true, false)
         .unwrap());
     assert!(!b
         .files
-        .defer_meta(&inode, None, (Some(md.uid() + 1), None), true)
+        .defer_meta(&inode, None, (Some(md.uid() + 1), None), true, false)
         .unwrap());
     // The owner it has, then a plain mode: they wait.
-    assert!(b.files.defer_meta(&inode, None, me, true).unwrap());
+    assert!(b.files.defer_meta(&inode, None, me, true, false).unwrap());
     assert!(b
         .files
-        .defer_meta(&inode, Some(0o751), (None, None), true)
+        .defer_meta(&inode, Some(0o751), (None, None), true, false)
         .unwrap());
     let (_, times, meta) = b.files.size_and_times(ino, &inode).unwrap();
     assert_eq!(meta.mode, Some(0o751));
@@ -435,12 +435,12 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
         .change_data(&inode, |c| c.write(0, b"data"), "write")
         .unwrap();
     assert_eq!(mode_on_disk(), 0o751, "our next call on the file put them there");
-    assert!(b.files.defer_meta(&inode, Some(0o640), me, true).unwrap());
+    assert!(b.files.defer_meta(&inode, Some(0o640), me, true, false).unwrap());
     b.files.apply_meta(&inode);
     assert_eq!(mode_on_disk(), 0o640, "apply_meta puts them there at once");
     assert!(b
         .files
-        .defer_meta(&inode, Some(0o600), (None, None), true)
+        .defer_meta(&inode, Some(0o600), (None, None), true, false)
         .unwrap());
     b.files.release(ino, &inode, true).unwrap();
     assert_eq!(mode_on_disk(), 0o600, "the last close puts them there");

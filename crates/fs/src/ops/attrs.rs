@@ -162,7 +162,11 @@ impl Core {
             // of `lifecycle::state`); whatever waits goes first when they cannot.
             let no_acl = inode.no_xattrs.has(NO_ACCESS_ACL);
             let only_meta = a.size.is_none() && a.atime.is_none() && a.mtime.is_none();
-            if only_meta && self.files.defer_meta(&inode, a.mode, owner, no_acl)? {
+            if only_meta
+                && self
+                    .files
+                    .defer_meta(&inode, a.mode, owner, no_acl, self.as_root)?
+            {
                 return self.attr(ino.0, &inode);
             }
             self.files.apply_meta(&inode);

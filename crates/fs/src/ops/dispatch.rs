@@ -300,10 +300,10 @@ impl Filesystem for SqueezeFs {
         }
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
-            Node::Backing(ino) => reply::empty(reply, self.do_fsync(ino)),
+            Node::Backing(ino) => reply::empty(reply, self.do_fsync(ino, datasync)),
         }
     }
 

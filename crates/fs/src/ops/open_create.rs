@@ -231,9 +231,23 @@ impl Core {
 
     /// fsync(2): everything written and durable, and an error no caller was told of since
     /// the last one reported (rule 10).
-    pub(super) fn do_fsync(&self, ino: INodeNo) -> Result<(), Errno> {
+    ///
+    /// Times, owner and mode waiting in memory go on the backing file first (rule 7); an
+    /// fsync that is not a datasync then makes them durable too (the container's own sync
+    /// may be a `fdatasync`, which need not commit an inode change without data).
+    pub(super) fn do_fsync(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
         let i = self.inode(ino)?;
-        self.files.with_container(&i, |c| c.fsync(), "fsync")?;
+        self.files.with_container(
+            &i,
+            |c| {
+                c.fsync()?;
+                if !datasync {
+                    c.storage().file().sync_all()?;
+                }
+                Ok(())
+            },
+            "fsync",
+        )?;
         match i.file.take_unreported() {
             Some(e) => Err(Errno::from_i32(e)),
             None => Ok(()),

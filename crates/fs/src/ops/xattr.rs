@@ -108,13 +108,13 @@ impl Core {
         }
         let c = sys::cstr(name)?;
         i.no_caps.store(false, Ordering::Relaxed);
-        // An ACL rewrites the mode: a mode waiting in memory goes first (rule 7).
+        // Absences learnt from here on may be stale (`inode::Absent`, and a file made now
+        // in a directory getting a default ACL: `create_new`); then an ACL rewrites the
+        // mode, so a mode waiting in memory goes first (rule 7).
+        i.no_xattrs.changed();
         if i.is_reg {
             self.files.apply_meta(&i);
         }
-        // Absences learnt from here on may be stale (`inode::Absent`, and a file made now
-        // in a directory getting a default ACL: `create_new`).
-        i.no_xattrs.changed();
         let fd = self.fd(&i)?;
         let caps = name.as_bytes() == CAPS && self.as_root;
         let r = if caps {
@@ -221,10 +221,10 @@ impl Core {
             return Err(Errno::EPERM);
         }
         let c = sys::cstr(name)?;
+        i.no_xattrs.changed();
         if i.is_reg {
             self.files.apply_meta(&i);
         }
-        i.no_xattrs.changed();
         let fd = self.fd(&i)?;
         let r = if name.as_bytes() == CAPS && self.as_root {
             let stored = sys::xattr_remove(&fd, CAPS_STORED);
