@@ -21,16 +21,23 @@ const HELPER: &str = "/usr/sbin/mount.fuse.squeezefs";
 /// back whatever was there when dropped.
 struct Helper {
     before: Option<PathBuf>,
+    /// One test at a time has the helper: another's drop would remove it (or put back what
+    /// was there before either began) while this one still mounts through it; mount(8)
+    /// then falls back to mount.fuse3, which finds no `squeezefs` on its PATH.
+    _only: std::sync::MutexGuard<'static, ()>,
 }
+
+static HELPER_IN_USE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Helper {
     fn install() -> Helper {
         common::require_root("mount(8) helpers need root: run the tests as root");
         require_fuse();
+        let only = HELPER_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
         let before = fs::read_link(HELPER).ok();
         let _ = fs::remove_file(HELPER);
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_squeezefs"), HELPER).unwrap();
-        Helper { before }
+        Helper { before, _only: only }
     }
 }
 
