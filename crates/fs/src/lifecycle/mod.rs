@@ -459,9 +459,9 @@ impl Files {
         }
     }
 
-    /// Rule 7 after one of our calls on a file's container: the times set explicitly go
-    /// back on the backing file if that call moved them (a failure is logged: the data is
-    /// safe, only the times are not).
+    /// Rule 7 after one of our calls on a file's container: an owner and mode waiting go on
+    /// the backing file, and the times set explicitly go back on it if that call moved them
+    /// (a failure is logged and kept for the next fsync: `commit::lost_meta`).
     pub fn keep_times(&self, inode: &Arc<Inode>, of: &mut OpenFile) {
         keep_times(&self.inodes, inode, of);
     }
