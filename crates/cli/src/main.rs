@@ -258,6 +258,15 @@ fn mount_help() -> String {
         nofill_cache                hand the kernel only the pages a read asks for; by default\n                              \
         the rest of each extent a read decompressed goes into the page\n                              \
         cache too (as btrfs keeps it), while memory is not short\n  \
+        max_dirty=SIZE              memory for bytes written but not compressed yet, all files\n                              \
+        together (default: a tenth of the memory available at mount,\n                              \
+        8M to 4G). A write that fills an extent is compressed at once;\n                              \
+        partial extents (a random writer's) wait, so each is compressed\n                              \
+        once at close or fsync, not once per page, until the budget is\n                              \
+        spent and the writer compresses its own\n  \
+        dirty_expire=SECS           write those waiting bytes to BACKING after SECS (default\n                              \
+        30, as the kernel's dirty pages) even while the file stays open;\n                              \
+        as with any filesystem, only fsync makes data durable\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs); files are opened by the kernel\n                              \

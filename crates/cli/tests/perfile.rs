@@ -832,3 +832,107 @@ fn a_read_only_mount_opens_nothing_and_its_statistics_stay_fresh() {
     let out = umount.join().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The statistics file's `dirty` object: bytes held, budget, delay.
+fn dirty(m: &Mount) -> (u64, u64, u64) {
+    let d = &stats_doc(m)["dirty"];
+    let get = |k: &str| d[k].as_u64().unwrap_or_else(|| panic!("dirty.{k} in {d}"));
+    (get("bytes"), get("max"), get("expire_s"))
+}
+
+fn extents_compressed(m: &Mount) -> u64 {
+    stats_doc(m)["extents"]["compressed"]
+        .as_u64()
+        .expect("extents.compressed")
+}
+
+/// One 4 KiB page into each of `n` extents, at page `page` of each, through `f`; the same
+/// into `model`; then the kernel's dirty pages are written back (WRITEs, no fsync).
+fn a_page_per_extent(f: &fs::File, model: &mut [u8], n: usize, page: usize, fill: u8) {
+    use std::os::unix::fs::FileExt;
+    let ext = 128 << 10;
+    for i in 0..n {
+        let off = i * ext + page * 4096;
+        let bytes = vec![fill.wrapping_add(i as u8); 4096];
+        f.write_all_at(&bytes, off as u64).unwrap();
+        model[off..off + 4096].copy_from_slice(&bytes);
+    }
+    assert_eq!(common::sys::write_back_pages(f), 0);
+}
+
+/// Random partial writes wait in the daemon's memory while the mount's dirty budget
+/// (`max_dirty=`) lasts, so each extent is compressed once, at the fsync, however many
+/// WRITEs it got; the statistics file shows what waits. With a small budget the writer
+/// compresses its own extents whenever the budget is spent. And what has waited for
+/// `dirty_expire=` goes to the backing file while the file stays open: a kill -9 after that
+/// loses none of it, with no fsync.
+#[test]
+fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
+    let dir = scratch("dirty");
+    let data = sixteen_extents();
+    let m = Mount::new(&dir, "compress=zstd:1");
+    fs::write(m.path("f"), &data).unwrap();
+    m.unmount();
+    let ext = 128 << 10;
+    // 16 extents written twice, a page at a time, in two rounds the kernel writes back:
+    // with room for them all, and with room for four.
+    for (max, large) in [("64M", true), ("512K", false)] {
+        let m = Mount::new(&dir, &format!("compress=zstd:1,max_dirty={max}"));
+        let mut model = fs::read(m.path("f")).unwrap();
+        let f = fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
+        let before = extents_compressed(&m);
+        a_page_per_extent(&f, &mut model, 16, 1, b'a');
+        a_page_per_extent(&f, &mut model, 16, 6, b'A');
+        let (bytes, limit, expire) = dirty(&m);
+        let compressed = extents_compressed(&m) - before;
+        if large {
+            assert_eq!((bytes, limit, expire), (16 * ext as u64, 64 << 20, 30));
+            assert_eq!(
+                compressed, 0,
+                "max_dirty={max}: nothing compressed before the fsync"
+            );
+        } else {
+            assert!(bytes <= 5 * ext as u64, "max_dirty={max}: {bytes} dirty bytes");
+            assert!(compressed >= 24, "max_dirty={max}: {compressed} compressions");
+        }
+        f.sync_all().unwrap();
+        let compressed = extents_compressed(&m) - before;
+        assert_eq!(dirty(&m).0, 0, "max_dirty={max}: nothing waits after the fsync");
+        if large {
+            assert_eq!(compressed, 16, "max_dirty={max}: each extent once");
+        } else {
+            assert!(compressed >= 28, "max_dirty={max}: {compressed} compressions");
+        }
+        drop(f);
+        assert!(
+            fs::read(m.path("f")).unwrap() == model,
+            "max_dirty={max}: contents"
+        );
+        m.unmount();
+    }
+    // The write-behind: a file left open with partial extents dirty.
+    let m = Mount::new(&dir, "compress=zstd:1,dirty_expire=1");
+    let mut model = fs::read(m.path("f")).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
+    a_page_per_extent(&f, &mut model, 4, 9, b'z');
+    assert_eq!(dirty(&m).2, 1);
+    let start = std::time::Instant::now();
+    while dirty(&m).0 > 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the write-behind did not come: {:?}",
+            dirty(&m)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    m.kill();
+    drop(f);
+    let m = Mount::new(&dir, "compress=zstd:1");
+    assert!(
+        fs::read(m.path("f")).unwrap() == model,
+        "written behind, then killed"
+    );
+    m.unmount();
+    common::check_clean(&dir.join("backing"), "after the write-behind and a kill -9");
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -20,7 +20,10 @@ pub mod stats;
 mod storage;
 pub mod usage;
 
-pub use container::{AheadPlan, Container, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER, RETRY_EVERY};
+pub use container::{
+    AheadPlan, Container, DirtyBudget, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER,
+    DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
+};
 pub use stats::Stats;
 pub use storage::{keeping_times, open_as_owner, read_full, with_owner_access, FileStorage, Storage};
 

@@ -10,17 +10,31 @@ use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
-use squeezefs_container::{AheadPlan, Container, Error, Fetched, Options, Storage, WriteBack};
+use squeezefs_container::{
+    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Storage, WriteBack, DEFAULT_DIRTY_BYTES,
+};
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
 /// directory, crashing with it.
-fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>) -> Options {
+fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>, dirty: usize) -> Options {
     Options {
         codec,
         extent_shift: shift,
         packs: packs.map(|d| Arc::new(Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap())),
+        dirty: DirtyBudget::new(dirty),
         ..Default::default()
     }
+}
+
+/// The mount's dirty budget: spent by any partial write (0), after a few pages or an
+/// extent or two, or never in these small files (the default).
+fn dirty_strategy() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(0usize),
+        Just(1 << 12),
+        Just(3 << 16),
+        Just(DEFAULT_DIRTY_BYTES)
+    ]
 }
 
 /// What a group commit's `syncfs` does: every pack and the backing file durable, metadata
@@ -344,10 +358,11 @@ proptest! {
             (Just(shift), Just(codec), prop::collection::vec(op_strategy(max), 1..40))
         }),
         packed in any::<bool>(),
+        dirty in dirty_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref());
+        let opts = options(codec, shift, packs.as_ref(), dirty);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
         // The file's own properties, kept by superblocks and location records alike (a
@@ -402,10 +417,11 @@ proptest! {
         crash_at in 0u64..60,
         reboot_seed in any::<u64>(),
         packed in any::<bool>(),
+        dirty in dirty_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref());
+        let opts = options(codec, shift, packs.as_ref(), dirty);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap(); // the file exists durably, empty
         disk.crash_after(crash_at);
@@ -414,7 +430,7 @@ proptest! {
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
-        let opts = options(codec, shift, packs2.as_ref());
+        let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
@@ -493,10 +509,11 @@ proptest! {
         reboot_seed in any::<u64>(),
         packed in any::<bool>(),
         fresh in any::<bool>(),
+        dirty in dirty_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref());
+        let opts = options(codec, shift, packs.as_ref(), dirty);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         if !fresh {
             // The file exists durably, empty; a fresh one gets its first superblock below
@@ -509,7 +526,7 @@ proptest! {
         let crash2 = Crash::new();
         let disk2 = disk.reboot_killed_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
-        let opts = options(codec, shift, packs2.as_ref());
+        let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
@@ -718,7 +735,7 @@ fn deferred_commit_writes_the_superblock_only_for_the_state_written_back() {
 fn a_packed_file_written_back_twice_keeps_its_pending_record() {
     let disk = MemDisk::new();
     let dir = MemPackDir::new(disk.crash());
-    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir));
+    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     c.write(0, b"hello").unwrap();
     assert!(matches!(c.write_back().unwrap(), WriteBack::Commit(_)));
@@ -742,7 +759,7 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
 fn a_whole_extent_overwrite_of_an_unloaded_packed_file_keeps_the_new_bytes() {
     let disk = MemDisk::new();
     let dir = MemPackDir::new(disk.crash());
-    let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir));
+    let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir), DEFAULT_DIRTY_BYTES);
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     c.write(0, &[1u8; 4096]).unwrap();
     c.fsync().unwrap();
@@ -763,7 +780,7 @@ fn truncate_to_zero_of_a_packed_file_then_extend_reads_zeros() {
     for reopen in [true, false] {
         let disk = MemDisk::new();
         let dir = MemPackDir::new(disk.crash());
-        let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir));
+        let opts = options("zstd:1".parse().unwrap(), 12, Some(&dir), DEFAULT_DIRTY_BYTES);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.write(0, &[7u8; 100]).unwrap();
         c.fsync().unwrap();
@@ -800,7 +817,12 @@ fn a_small_file_cached_short_grows_shrinks_and_is_written_like_any_other() {
     for packed in [true, false] {
         let disk = MemDisk::new();
         let dir = MemPackDir::new(disk.crash());
-        let opts = options("zstd:1".parse().unwrap(), 13, packed.then_some(&dir));
+        let opts = options(
+            "zstd:1".parse().unwrap(),
+            13,
+            packed.then_some(&dir),
+            DEFAULT_DIRTY_BYTES,
+        );
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8 + 1).collect();
         c.write(0, &model).unwrap();
@@ -846,7 +868,7 @@ fn a_small_file_cached_short_grows_shrinks_and_is_written_like_any_other() {
 fn truncate_zero_then_smaller_extent_size_then_grow() {
     let disk = MemDisk::new();
     let dir = MemPackDir::new(disk.crash());
-    let opts = options("zstd:1".parse().unwrap(), 13, Some(&dir));
+    let opts = options("zstd:1".parse().unwrap(), 13, Some(&dir), DEFAULT_DIRTY_BYTES);
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     c.write(0, &[7u8; 6000]).unwrap();
     c.fsync().unwrap();
@@ -855,4 +877,64 @@ fn truncate_zero_then_smaller_extent_size_then_grow() {
     c.set_size(8192).unwrap();
     let got = c.read(0, 8192).unwrap();
     assert!(got == vec![0u8; 8192]);
+}
+
+/// A random writer keeps its partial extents in memory until its write-back while the
+/// mount's dirty budget lasts (each extent then compressed once, not once per page), and
+/// writes its own out once the budget is spent, by itself or by another file sharing it.
+#[test]
+fn partial_writes_wait_for_the_write_back_while_the_shared_budget_lasts() {
+    let shift = 13u8;
+    let ext = 1usize << shift;
+    let budget = DirtyBudget::new(10 * ext);
+    let opts = Options {
+        codec: "zstd:1".parse().unwrap(),
+        extent_shift: shift,
+        dirty: budget.clone(),
+        ..Default::default()
+    };
+    let disk = MemDisk::new();
+    let mut a = Container::create(disk.clone(), &opts);
+    let page = vec![7u8; 512];
+    // One page into each of 10 extents: all wait, nothing compressed yet.
+    for i in 0..10u64 {
+        a.write(i * ext as u64 + 100, &page).unwrap();
+    }
+    assert_eq!(a.dirty_bytes(), 10 * ext);
+    assert_eq!(budget.used(), 10 * ext);
+    // More pages into the same extents merge in memory.
+    for i in 0..10u64 {
+        a.write(i * ext as u64 + 3000, &page).unwrap();
+    }
+    assert_eq!(a.dirty_bytes(), 10 * ext, "the same extents, merged");
+    // An eleventh extent spends the budget: the writer writes all of its own out.
+    a.write(10 * ext as u64 + 5, &page).unwrap();
+    assert_eq!(a.dirty_bytes(), 0);
+    assert_eq!(budget.used(), 0);
+    // Another file sharing the budget holds most of it; `a`'s next partial write finds the
+    // budget spent and writes its own out, leaving `b`'s to `b`.
+    let disk_b = MemDisk::new();
+    let mut b = Container::create(disk_b.clone(), &opts);
+    for i in 0..10u64 {
+        b.write(i * ext as u64 + 1, &page).unwrap();
+    }
+    assert_eq!(b.dirty_bytes(), 10 * ext);
+    a.write(3, &page).unwrap();
+    assert_eq!(a.dirty_bytes(), 0, "over the shared budget: written out");
+    assert_eq!(b.dirty_bytes(), 10 * ext);
+    // A truncate drops dirty extents from the count; a dropped container gives its share
+    // back.
+    b.set_size(2 * ext as u64).unwrap();
+    assert_eq!(b.dirty_bytes(), 2 * ext);
+    drop(b);
+    assert_eq!(budget.used(), 0);
+    // And everything written reads back, after a flush and a reopen.
+    a.fsync().unwrap();
+    drop(a);
+    let mut a = Container::open(disk, &opts).unwrap();
+    for i in 0..10u64 {
+        let at = i * ext as u64;
+        assert_eq!(a.read(at + 100, 512).unwrap(), page, "extent {i}");
+        assert_eq!(a.read(at + 3000, 512).unwrap(), page, "extent {i}");
+    }
 }

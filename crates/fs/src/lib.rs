@@ -31,7 +31,7 @@ use fuser::{Config, MountOption, SessionACL};
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::format::{DEFAULT_EXTENT_SHIFT, FORMAT_VERSION, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
 use squeezefs_container::pack::format::PACKS_FORMAT_VERSION;
-use squeezefs_container::Options;
+use squeezefs_container::{DirtyBudget, Options, DEFAULT_DIRTY_BYTES};
 
 pub use ops::SqueezeFs;
 
@@ -66,6 +66,13 @@ pub struct MountConfig {
     /// the extent is handed to the kernel's page cache (`pagecache.rs`), as btrfs keeps
     /// every page it decompressed.
     pub fill_cache: bool,
+    /// `max_dirty=SIZE`: decompressed bytes written but not yet compressed that all files
+    /// together may hold in the daemon's memory (partial extents, as a random writer leaves
+    /// them) before a writer compresses its own; `None`: [`default_max_dirty`].
+    pub max_dirty: Option<usize>,
+    /// `dirty_expire=SECS` (default 30): dirty bytes held that long are written out to the
+    /// backing file while their file stays open (`lifecycle::behind`).
+    pub dirty_expire: u64,
     /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
     /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
     pub create: bool,
@@ -102,7 +109,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]], compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, allow_other, default_permissions, ro, rw, create";
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -118,11 +125,31 @@ impl Default for MountConfig {
             pack_reclaim: true,
             pack_gc: DEFAULT_PACK_GC,
             fill_cache: true,
+            max_dirty: None,
+            dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
             create: false,
             other: Vec::new(),
             mount_attrs: Vec::new(),
         }
     }
+}
+
+/// The dirty budget of a mount without `max_dirty=`: a tenth of the memory available
+/// when it mounts (`MemAvailable`), as the kernel starts writing its own dirty pages back
+/// at a tenth (`vm.dirty_background_ratio`); at least 8 MiB, at most 4 GiB.
+pub fn default_max_dirty() -> usize {
+    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+        let kb: u64 = line["MemAvailable:".len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb.saturating_mul(1024))
+    });
+    let want = avail.map_or(DEFAULT_DIRTY_BYTES as u64, |a| a / 10);
+    want.clamp(DEFAULT_DIRTY_BYTES as u64, 4 << 30) as usize
 }
 
 /// Parses a size such as `131072`, `128K`, `128KiB`, `1M`, `2G`.
@@ -189,6 +216,25 @@ impl MountConfig {
                         .filter(|n| *n <= 1 << 40)
                         .ok_or_else(|| format!("pack_cache={v}: too large"))?
                 }
+                ("max_dirty" | "max-dirty", Some(v)) => {
+                    self.max_dirty = Some(
+                        usize::try_from(parse_size(v)?)
+                            .ok()
+                            .filter(|n| *n <= 1 << 40)
+                            .ok_or_else(|| format!("max_dirty={v}: too large"))?,
+                    )
+                }
+                ("dirty_expire" | "dirty-expire", Some(v)) => {
+                    self.dirty_expire =
+                        v.parse()
+                            .ok()
+                            .filter(|n| (1..=86400).contains(n))
+                            .ok_or_else(|| {
+                                format!(
+                                    "dirty_expire={v}: seconds dirty data may wait in memory (1 to 86400)"
+                                )
+                            })?
+                }
                 ("pack_gc" | "pack-gc", Some(v)) => {
                     self.pack_gc = v
                         .parse()
@@ -234,7 +280,8 @@ impl MountConfig {
                 ("x-systemd.automount", _) => {}
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
-                | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc", None)
+                | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
+                | ("dirty_expire" | "dirty-expire", None)
                 | (
                     "allow_other"
                     | "default_permissions"
@@ -282,6 +329,10 @@ impl MountConfig {
             force: self.force,
             stats: Default::default(),
             packs: None,
+            dirty: DirtyBudget::with_expire(
+                self.max_dirty.unwrap_or_else(default_max_dirty),
+                std::time::Duration::from_secs(self.dirty_expire),
+            ),
         }
     }
 

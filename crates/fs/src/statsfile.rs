@@ -65,7 +65,8 @@ fn packs(packs: Option<&Packs>) -> Value {
 
 /// The document: mount settings, the container counters, the packs, the requests answered
 /// (`requests`: how many of each kind, `request_us`: the daemon's time answering them), the
-/// pages handed to the kernel (`page_cache`) and the workspace pool.
+/// pages handed to the kernel (`page_cache`), the bytes written but not compressed yet
+/// (`dirty`: held now, the mount's budget, the write-behind's delay) and the workspace pool.
 pub fn render(
     backing: &str,
     opts: &Options,
@@ -150,6 +151,11 @@ pub fn render(
         "requests": requests.0,
         "request_us": requests.1,
         "page_cache": page_cache,
+        "dirty": {
+            "bytes": opts.dirty.used(),
+            "max": opts.dirty.limit(),
+            "expire_s": opts.dirty.expire().as_secs(),
+        },
         "workspaces": {
             "max": pool.max_workspaces,
             "count": pool.total,

@@ -101,6 +101,17 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
         format!("checksum errors   {}", n(v, &["checksum_errors"])),
     );
     line(&mut o, page_cache(v));
+    if let Some(d) = v["dirty"].as_object().filter(|d| d.contains_key("max")) {
+        line(
+            &mut o,
+            format!(
+                "dirty             {} written, not compressed yet (budget {}; written out after {} s)",
+                human(d["bytes"].as_u64().unwrap_or(0)),
+                human(d["max"].as_u64().unwrap_or(0)),
+                d["expire_s"].as_u64().unwrap_or(0)
+            ),
+        );
+    }
     line(&mut o, String::new());
     line(
         &mut o,

@@ -221,3 +221,20 @@ pub fn limit_open_files(cmd: &mut Command, n: u64) {
         cmd.pre_exec(move || setrlimit(Resource::RLIMIT_NOFILE, n, n).map_err(std::io::Error::from));
     }
 }
+
+/// `sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER` over the
+/// whole file: the kernel writes its dirty pages back (on FUSE: WRITE requests) and waits
+/// for them, without an fsync. 0, or -1 with errno set.
+pub fn write_back_pages(fd: impl AsFd) -> i32 {
+    // SAFETY: the descriptor is borrowed, so open for the whole call; no memory is passed.
+    unsafe {
+        libc::sync_file_range(
+            fd.as_fd().as_raw_fd(),
+            0,
+            0,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    }
+}

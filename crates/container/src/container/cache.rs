@@ -160,13 +160,31 @@ impl Packed {
         let len = self.extent_len();
         let clock = self.tick();
         let e = self.exts.entry(idx).or_default();
+        if !e.dirty {
+            self.share.add(len);
+        }
         e.dirty = true;
         e.last_use = clock;
         Ok(e.whole(len))
     }
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.
+    ///
+    /// Called at every read and write, so it must not scan thousands of dirty extents
+    /// each time (a random writer of a large file holds one per extent it touched): when
+    /// the entries that are not dirty cannot exceed the budget there is nothing to do, and
+    /// otherwise the scan runs once per `entries / 64` calls, so the cache overshoots its
+    /// budget by at most that many extents in between.
     pub(super) fn trim_cache(&mut self) {
+        let dirty = self.share.bytes() >> self.shift;
+        if self.exts.len().saturating_sub(dirty) <= self.cache_extents {
+            return;
+        }
+        self.trim_calls += 1;
+        if self.trim_calls * 64 < self.exts.len() {
+            return;
+        }
+        self.trim_calls = 0;
         self.trim_cache_to(self.cache_extents);
     }
 

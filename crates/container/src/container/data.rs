@@ -1,8 +1,9 @@
 //! The file operations on bytes: read, write, truncate/extend, punch a hole, SEEK_DATA and
 //! SEEK_HOLE, and the in-place recompression `rewrite`, with the changes they make to the
 //! extent cache (growing, shrinking, zeroing, punching whole extents). Writes only mark
-//! extents dirty, except extents a write has covered completely (and everything once
-//! [`MAX_DIRTY_BYTES`] are dirty), which go out at once through `writeout.rs`.
+//! extents dirty, except extents a write has covered completely (and all of a file's dirty
+//! extents once the mount's dirty budget is spent, `dirty.rs`), which go out at once
+//! through `writeout.rs`.
 
 use std::ops::Range;
 
@@ -13,8 +14,8 @@ use crate::layout::{read_half, Half};
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
 
-/// Dirty bytes per file before extents are written out regardless of write pattern.
-pub(super) const MAX_DIRTY_BYTES: usize = 8 << 20;
+/// Bytes `rewrite` recompresses between two flushes.
+const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
 const MAX_SIZE: u64 = 1 << 50;
 
@@ -49,7 +50,7 @@ impl<S: Storage> Container<S> {
                 self.write(idx << shift, &data)?;
                 done += data.len() as u64;
                 since_flush += data.len() as u64;
-                if since_flush >= MAX_DIRTY_BYTES as u64 {
+                if since_flush >= REWRITE_FLUSH_BYTES {
                     self.flush()?;
                     since_flush = 0;
                 }
@@ -155,9 +156,10 @@ impl<S: Storage> Container<S> {
                     done += take;
                 }
                 // Extents that writes have now covered entirely go out now, in parallel;
-                // partial ones stay in memory until covered or the file is flushed.
+                // partial ones stay in memory until covered, the file is written back, or
+                // the mount's dirty budget is spent (`dirty.rs`).
                 let mut out: Vec<u64> = touched.iter().filter(|t| t.1).map(|t| t.0).collect();
-                if p.dirty_bytes() > MAX_DIRTY_BYTES {
+                if p.share.must_write_out() {
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
                 }
                 // (A file that goes to a pack at its write-out has nothing to write early.)
@@ -296,6 +298,7 @@ impl Packed {
         for i in dropped {
             self.exts.remove(&i);
         }
+        self.recount_dirty();
         if keep < self.stale_from.unwrap_or(u64::MAX) {
             self.stale_from = Some(keep);
         }
@@ -382,6 +385,7 @@ impl Packed {
             e.data = None;
             e.punched();
         }
+        self.recount_dirty();
         Ok(())
     }
 }

@@ -195,4 +195,13 @@ impl<S: Storage> Container<S> {
             Mode::Packed(p) => p.dirty_bytes(),
         }
     }
+
+    /// Since when the file has held dirty bytes in memory (none: it holds none), for a
+    /// write-behind of the ones held too long.
+    pub fn dirty_since(&self) -> Option<std::time::Instant> {
+        match &self.mode {
+            Mode::Plain => None,
+            Mode::Packed(p) => p.share.since(),
+        }
+    }
 }

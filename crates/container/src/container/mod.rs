@@ -32,6 +32,7 @@
 mod ahead;
 mod cache;
 mod data;
+mod dirty;
 mod lifecycle;
 mod packing;
 mod policy;
@@ -46,6 +47,7 @@ use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
 pub use ahead::{AheadPlan, Fetched};
+pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 use state::{Ext, Mode, Packed};
@@ -78,6 +80,10 @@ pub struct Options {
     /// files of at most one extent are written to them when they are writable. `None`:
     /// files are containers only, and a packed file is refused.
     pub packs: Option<Arc<Packs>>,
+    /// Dirty bytes every container of the mount may hold together before a writer writes
+    /// its own out (`dirty.rs`); the default is a budget of [`DEFAULT_DIRTY_BYTES`] of
+    /// its own.
+    pub dirty: Arc<DirtyBudget>,
 }
 
 impl Default for Options {
@@ -88,6 +94,7 @@ impl Default for Options {
             force: false,
             stats: Arc::default(),
             packs: None,
+            dirty: Arc::default(),
         }
     }
 }
@@ -130,11 +137,13 @@ impl Packed {
             sb_dirty: true,
             stale_from: None,
             exts: BTreeMap::new(),
+            share: dirty::DirtyShare::new(opts.dirty.clone()),
             clock: 0,
             unsynced: false,
             epoch: 0,
             instance: ahead::next_instance(),
             cache_extents: cache::CACHE_EXTENTS,
+            trim_calls: 0,
             pending: None,
             packs: opts.packs.clone(),
             loc: None,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use squeezefs_codec::CodecSpec;
 
+use super::dirty::DirtyShare;
 use crate::format::ExtentHeader;
 use crate::pack::{Location, Packs, Slot};
 use crate::stats::Stats;
@@ -164,6 +165,8 @@ pub(super) struct Packed {
     /// Extents at or after this index hold nothing of the file on disk.
     pub(super) stale_from: Option<u64>,
     pub(super) exts: BTreeMap<u64, Ext>,
+    /// The dirty extents' bytes, counted in the mount's budget ([`super::dirty`]).
+    pub(super) share: DirtyShare,
     pub(super) clock: u64,
     /// Extent writes or punches not yet covered by a sync.
     pub(super) unsynced: bool,
@@ -175,6 +178,8 @@ pub(super) struct Packed {
     pub(super) instance: u64,
     /// Clean extents the cache keeps (`cache.rs`).
     pub(super) cache_extents: usize,
+    /// Calls of `trim_cache` since its last scan (`cache.rs`).
+    pub(super) trim_calls: usize,
     /// `write_back` left the superblock to write after a sync, at this epoch.
     pub(super) pending: Option<u64>,
     /// The mount's packs: where a packed file's bytes are, and (when writable) where a file
@@ -242,7 +247,15 @@ impl Packed {
         self.exts.get(&idx).is_some_and(|e| e.data.is_some())
     }
 
+    /// Decompressed bytes in memory that no write-out has taken yet.
     pub(super) fn dirty_bytes(&self) -> usize {
-        self.exts.values().filter(|e| e.dirty).count() << self.shift
+        self.share.bytes()
+    }
+
+    /// Counts the dirty extents again (after a write-out, a truncate or a punch, which
+    /// clean or drop them): the share of the budget is exact again ([`super::dirty`]).
+    pub(super) fn recount_dirty(&mut self) {
+        let n = self.exts.values().filter(|e| e.dirty).count();
+        self.share.set(n << self.shift);
     }
 }

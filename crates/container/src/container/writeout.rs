@@ -211,6 +211,7 @@ impl Packed {
                 }
             }
         }
+        self.recount_dirty();
         if let Some(err) = first_err {
             return Err(err.into());
         }
@@ -224,6 +225,7 @@ impl Packed {
             e.written = true;
             self.stats.hole();
         }
+        self.recount_dirty();
         Ok(())
     }
 
@@ -258,6 +260,7 @@ impl Packed {
                 x.covered.clear();
             }
             self.exts.retain(|i, x| *i == 0 && x.data.is_some());
+            self.recount_dirty();
             if let Some(x) = self.exts.get_mut(&0) {
                 x.disk = None;
                 x.written = false;

@@ -10,6 +10,7 @@
 //! / [`Files::release`] (a handle comes and goes), [`Files::set_times`] (`utimens`, kept
 //! over our later write-outs) and [`Files::size_and_times`] (what `stat` shows).
 
+pub mod behind;
 pub mod commit;
 mod spill;
 pub mod state;
@@ -25,6 +26,7 @@ use squeezefs_container::{Container, FileStorage, Options, WriteBack};
 use crate::inode::{Inode, Inodes};
 use crate::readahead::{self, ReadAhead};
 use crate::sys;
+pub use behind::WriteBehind;
 use commit::{keep_times, Committer, Ticketed};
 pub use spill::Spill;
 use state::{Closed, Meta, OpenFile, Times};
@@ -128,6 +130,14 @@ impl Files {
     /// The kept containers (for pack reclaim rounds, which close them first).
     pub fn kept(&self) -> Arc<Kept> {
         self.idle.clone()
+    }
+
+    /// The write-behind of dirty extents held too long, for the housekeeping thread.
+    pub fn write_behind(&self) -> WriteBehind {
+        WriteBehind {
+            inodes: self.inodes.clone(),
+            budget: self.opts.dirty.clone(),
+        }
     }
 
     /// The container options this mount writes with.

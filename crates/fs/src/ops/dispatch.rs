@@ -64,15 +64,18 @@ impl Filesystem for SqueezeFs {
             Ordering::Relaxed,
         );
         self.files.start()?;
-        // Housekeeping every 5 s; the thread ends with the daemon. Idle zstd workspaces are
+        // Housekeeping every 5 s; the thread ends with the daemon. Dirty extents held in
+        // memory for `dirty_expire=` are written out (`lifecycle::behind`). Idle zstd workspaces are
         // freed after 45 s. After FORGETs, the inode table gives back its room and the heap
         // its free pages (`sys::trim_heap`: glibc keeps freed memory in its per-thread
         // arenas; measured in docs/BENCHMARKS.md, "Memory after a million files").
         let inodes = self.inodes.clone();
+        let behind = self.files.write_behind();
         std::thread::Builder::new()
             .name("squeezefs-reclaim".into())
             .spawn(move || loop {
                 std::thread::sleep(Duration::from_secs(5));
+                behind.run();
                 squeezefs_codec::workspace::global().reclaim();
                 if inodes.compact() >= TRIM_AFTER_FORGETS {
                     crate::sys::trim_heap();
