@@ -8,6 +8,7 @@
 //! * `props.rs` — the file's settings and properties (codec, extent size, dictionary).
 //! * `data.rs` — read, write, set_size, punch_hole, SEEK_DATA/SEEK_HOLE, rewrite.
 //! * `cache.rs` — the extent cache: loading the current copy of an extent, trimming.
+//! * `dirty.rs` — the mount's dirty budget, shared by its containers, and each one's share.
 //! * `ahead.rs` — loading extents ahead of a sequential reader, off the file's lock.
 //! * `policy.rs` — whether an extent is tried at all (HAMMER2 backoff) and the
 //!   `encode::Policy` handed to `encode`.
