@@ -868,6 +868,7 @@ fn a_page_per_extent(f: &fs::File, model: &mut [u8], n: usize, page: usize, fill
 /// loses none of it, with no fsync.
 #[test]
 fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
+    use std::os::unix::fs::FileExt;
     let dir = scratch("dirty");
     let data = sixteen_extents();
     let m = Mount::new(&dir, "compress=zstd:1");
@@ -910,11 +911,21 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
         );
         m.unmount();
     }
-    // The write-behind: a file left open with partial extents dirty.
+    // The write-behind: files left open with partial extents dirty, one of them grown,
+    // one new. Written behind and committed, they survive a kill -9 with no fsync.
     let m = Mount::new(&dir, "compress=zstd:1,dirty_expire=1");
     let mut model = fs::read(m.path("f")).unwrap();
     let f = fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
     a_page_per_extent(&f, &mut model, 4, 9, b'z');
+    let tail = vec![b't'; 70_000];
+    f.write_all_at(&tail, model.len() as u64).unwrap();
+    model.extend_from_slice(&tail);
+    let new: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let g = common::open_rw_new(&m.path("g"));
+    g.write_all_at(&new, 0).unwrap();
+    for f in [&f, &g] {
+        assert_eq!(common::sys::write_back_pages(f), 0);
+    }
     assert_eq!(dirty(&m).2, 1);
     let start = std::time::Instant::now();
     while dirty(&m).0 > 0 {
@@ -925,12 +936,20 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // The write-behind queues the files for the group commit, which opening the
+    // statistics file runs at once.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    stats_doc(&m);
     m.kill();
-    drop(f);
+    drop((f, g));
     let m = Mount::new(&dir, "compress=zstd:1");
     assert!(
         fs::read(m.path("f")).unwrap() == model,
         "written behind, then killed"
+    );
+    assert!(
+        fs::read(m.path("g")).unwrap() == new,
+        "a new file written behind, then killed"
     );
     m.unmount();
     common::check_clean(&dir.join("backing"), "after the write-behind and a kill -9");

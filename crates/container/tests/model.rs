@@ -938,3 +938,41 @@ fn partial_writes_wait_for_the_write_back_while_the_shared_budget_lasts() {
         assert_eq!(a.read(at + 3000, 512).unwrap(), page, "extent {i}");
     }
 }
+
+/// The extent cache stays within twice its budget of clean extents whatever writes leave
+/// behind: a sequential writer's extents written out (entries it cannot drop until a sync
+/// settles them), and a random writer's dirty extents once its fsync has written them.
+#[test]
+fn written_out_extents_leave_the_cache_within_its_budget() {
+    let shift = 12u8;
+    let ext = 1usize << shift;
+    let most = (2 * 8 + 1) * ext;
+    let opts = Options {
+        codec: "zstd:1".parse().unwrap(),
+        extent_shift: shift,
+        dirty: DirtyBudget::new(1 << 30),
+        ..Default::default()
+    };
+    let mut c = Container::create(MemDisk::new(), &opts);
+    let data: Vec<u8> = (0..ext).map(|i| (i % 97) as u8).collect();
+    for i in 0..600u64 {
+        c.write(i * ext as u64, &data).unwrap();
+        assert!(
+            c.cached_bytes() <= most,
+            "after extent {i}: {} bytes cached",
+            c.cached_bytes()
+        );
+    }
+    // Partial writes into every extent: all wait, then the fsync writes them out.
+    for i in 0..600u64 {
+        c.write(i * ext as u64 + 10, &data[..100]).unwrap();
+    }
+    assert_eq!(c.dirty_bytes(), 600 * ext);
+    c.fsync().unwrap();
+    assert_eq!(c.dirty_bytes(), 0);
+    assert!(
+        c.cached_bytes() <= most,
+        "after the fsync: {} bytes cached",
+        c.cached_bytes()
+    );
+}

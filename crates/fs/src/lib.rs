@@ -135,21 +135,61 @@ impl Default for MountConfig {
 }
 
 /// The dirty budget of a mount without `max_dirty=`: a tenth of the memory available
-/// when it mounts (`MemAvailable`), as the kernel starts writing its own dirty pages back
-/// at a tenth (`vm.dirty_background_ratio`); at least 8 MiB, at most 4 GiB.
+/// when it mounts, as the kernel starts writing its own dirty pages back at a tenth
+/// (`vm.dirty_background_ratio`); at least 8 MiB, at most 4 GiB. Available is the
+/// system's `MemAvailable`, or what the daemon's cgroup (v2) has left under its
+/// `memory.max` when that is less (a container's limit: the OOM killer would take the
+/// dirty bytes with the daemon).
 pub fn default_max_dirty() -> usize {
-    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-        let kb: u64 = line["MemAvailable:".len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb.saturating_mul(1024))
-    });
+    let avail = [mem_available(), cgroup_memory_left()]
+        .into_iter()
+        .flatten()
+        .min();
     let want = avail.map_or(DEFAULT_DIRTY_BYTES as u64, |a| a / 10);
     want.clamp(DEFAULT_DIRTY_BYTES as u64, 4 << 30) as usize
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes.
+fn mem_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line["MemAvailable:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// What this process's memory cgroup has left under its limit, when it has one.
+fn cgroup_memory_left() -> Option<u64> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroup_memory_left_in(Path::new("/sys/fs/cgroup"), &own)
+}
+
+/// [`cgroup_memory_left`] under the cgroup mount `root`, for `/proc/self/cgroup` = `own`:
+/// cgroup v1's memory controller (`N:memory:/path`, `memory.limit_in_bytes` less
+/// `memory.usage_in_bytes`; a limit of 2^63 or more is none) or v2's (`0::/path`,
+/// `memory.max` less `memory.current`; "max" is none).
+fn cgroup_memory_left_in(root: &Path, own: &str) -> Option<u64> {
+    let read = |dir: &Path, name: &str| -> Option<u64> {
+        std::fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+    };
+    let v1 = own.lines().find_map(|l| {
+        let (_, rest) = l.split_once(':')?;
+        let (ctrls, path) = rest.split_once(':')?;
+        ctrls.split(',').any(|c| c == "memory").then_some(path)
+    });
+    if let Some(path) = v1 {
+        let dir = root.join("memory").join(path.trim_start_matches('/'));
+        let limit = read(&dir, "memory.limit_in_bytes").filter(|&l| l < 1 << 62)?;
+        return Some(limit.saturating_sub(read(&dir, "memory.usage_in_bytes").unwrap_or(0)));
+    }
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let dir = root.join(path.trim_start_matches('/'));
+    let max = read(&dir, "memory.max")?;
+    Some(max.saturating_sub(read(&dir, "memory.current").unwrap_or(0)))
 }
 
 /// Parses a size such as `131072`, `128K`, `128KiB`, `1M`, `2G`.
@@ -615,6 +655,50 @@ fn set_mount_attrs(mountpoint: &Path, attrs: &[String]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dirty_options_parse() {
+        let mut c = MountConfig::default();
+        assert_eq!((c.max_dirty, c.dirty_expire), (None, 30));
+        c.apply_options("max_dirty=64M,dirty_expire=5").unwrap();
+        assert_eq!((c.max_dirty, c.dirty_expire), (Some(64 << 20), 5));
+        let o = c.container_options();
+        assert_eq!(o.dirty.limit(), 64 << 20);
+        assert_eq!(o.dirty.expire(), std::time::Duration::from_secs(5));
+        assert!(c
+            .apply_options("dirty_expire=0")
+            .unwrap_err()
+            .contains("1 to 86400"));
+        assert!(c.apply_options("max_dirty").unwrap_err().contains("malformed"));
+        assert!(c.apply_options("max_dirty=lots").is_err());
+        let d = default_max_dirty();
+        assert!((DEFAULT_DIRTY_BYTES..=4 << 30).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn a_memory_cgroup_limit_is_read_in_v1_and_v2() {
+        let root = std::env::temp_dir().join(format!("sq-cgroup-{}", std::process::id()));
+        let v1 = root.join("memory/box");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("memory.limit_in_bytes"), "419430400\n").unwrap();
+        std::fs::write(v1.join("memory.usage_in_bytes"), "19430400\n").unwrap();
+        let own = "9:name=systemd:/\n4:memory:/box\n0::/\n";
+        assert_eq!(cgroup_memory_left_in(&root, own), Some(400_000_000));
+        std::fs::write(v1.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(cgroup_memory_left_in(&root, own), None, "v1 without a limit");
+        let v2 = root.join("slice/box");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.max"), "1000\n").unwrap();
+        std::fs::write(v2.join("memory.current"), "400\n").unwrap();
+        assert_eq!(cgroup_memory_left_in(&root, "0::/slice/box\n"), Some(600));
+        std::fs::write(v2.join("memory.max"), "max\n").unwrap();
+        assert_eq!(
+            cgroup_memory_left_in(&root, "0::/slice/box\n"),
+            None,
+            "v2 without a limit"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn options_parse() {

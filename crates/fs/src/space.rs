@@ -7,7 +7,9 @@
 //! `fsync`. A kernel filesystem reserves space at `write` to fail there instead; we cannot
 //! reserve space on someone else's filesystem, but we can stop deferring once it runs low:
 //! below [`LOW_SPACE`] free, every WRITE writes its extents out at once, so a file that
-//! does not fit fails its `write` or `close`, as it did when FLUSH did the write-out.
+//! does not fit fails its `write` or `close`, as it did when FLUSH did the write-out. "Free"
+//! leaves out what the partial extents waiting in memory (the mount's dirty budget, up to
+//! gigabytes for a random writer) may take once written.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -150,6 +150,9 @@ impl<S: Storage> Container<S> {
         }
         let clock = p.tick();
         let e = p.exts.entry(plan.idx).or_default();
+        if e.data.is_none() {
+            p.cached_clean += 1;
+        }
         e.data = Some(f.data);
         e.disk = Some(f.state);
         e.last_use = clock;

@@ -140,6 +140,9 @@ impl Packed {
         buf[valid..].fill(0);
         let clock = self.tick();
         let e = self.exts.entry(idx).or_default();
+        if e.data.is_none() {
+            self.cached_clean += 1;
+        }
         e.data = Some(buf);
         e.disk = Some(state);
         e.last_use = clock;
@@ -159,9 +162,13 @@ impl Packed {
         }
         let len = self.extent_len();
         let clock = self.tick();
+        let stale = self.is_stale(idx);
         let e = self.exts.entry(idx).or_default();
         if !e.dirty {
             self.share.add(len);
+            if e.data.is_some() && !stale {
+                self.cached_clean = self.cached_clean.saturating_sub(1);
+            }
         }
         e.dirty = true;
         e.last_use = clock;
@@ -170,22 +177,16 @@ impl Packed {
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.
     ///
-    /// Called at every read and write, so it must not scan thousands of dirty extents
-    /// each time (a random writer of a large file holds one per extent it touched): when
-    /// the entries that are not dirty cannot exceed the budget there is nothing to do, and
-    /// otherwise the scan runs once per `entries / 64` calls, so the cache overshoots its
-    /// budget by at most that many extents in between.
+    /// Called at every read and write, so it must not scan every entry each time (a random
+    /// writer of a large file holds one dirty extent per extent it touched; a sequential
+    /// writer leaves one entry per extent written until a sync settles it): it scans only
+    /// once the clean cached extents ([`Packed::cached_clean`]) reach twice the budget, and
+    /// then trims them to the budget. So a file holds at most twice its budget of clean
+    /// extents, and a writer pays one scan per budget's worth of extents written out.
     pub(super) fn trim_cache(&mut self) {
-        let dirty = self.share.bytes() >> self.shift;
-        if self.exts.len().saturating_sub(dirty) <= self.cache_extents {
-            return;
+        if self.cached_clean > 2 * self.cache_extents {
+            self.trim_cache_to(self.cache_extents);
         }
-        self.trim_calls += 1;
-        if self.trim_calls * 64 < self.exts.len() {
-            return;
-        }
-        self.trim_calls = 0;
-        self.trim_cache_to(self.cache_extents);
     }
 
     pub(super) fn trim_cache_to(&mut self, keep: usize) {
@@ -197,6 +198,7 @@ impl Packed {
             .filter(|(i, e)| !e.dirty && e.data.is_some() && !self.is_stale(**i))
             .map(|(i, e)| (e.last_use, *i))
             .collect();
+        self.cached_clean = clean.len().min(keep);
         if clean.len() <= keep {
             return;
         }

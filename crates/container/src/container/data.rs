@@ -298,7 +298,7 @@ impl Packed {
         for i in dropped {
             self.exts.remove(&i);
         }
-        self.recount_dirty();
+        self.recount();
         if keep < self.stale_from.unwrap_or(u64::MAX) {
             self.stale_from = Some(keep);
         }
@@ -385,7 +385,7 @@ impl Packed {
             e.data = None;
             e.punched();
         }
-        self.recount_dirty();
+        self.recount();
         Ok(())
     }
 }

@@ -11,9 +11,9 @@
 //! dirty page cache bounds it: by the budget, and by the write-back at last close and fsync.
 //!
 //! The budget is shared, and counted with atomics so containers never lock each other.
-//! A container's own count is exact after every write-out and incremental in between (an
-//! extent becoming dirty adds one); extents dropped while dirty (a truncate, a punch) are
-//! counted until the next recount, which errs on the side of writing out early.
+//! A container's own count is incremental (an extent becoming dirty adds one) and counted
+//! again after everything that cleans or drops dirty extents: a write-out, a truncate, a
+//! punch, a hand-off to a pack (`Packed::recount`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

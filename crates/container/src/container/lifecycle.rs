@@ -77,6 +77,8 @@ impl<S: Storage> Container<S> {
             Mode::Plain => Ok(()),
             Mode::Packed(p) => {
                 p.flush(&self.storage, false)?;
+                // What was written out stays cached up to the cache's budget only.
+                p.trim_cache();
                 // A record a deferred write-back left for the commit is set now.
                 p.commit_location(&self.storage)?;
                 p.pending = None;
@@ -93,6 +95,7 @@ impl<S: Storage> Container<S> {
             Mode::Plain => Ok(WriteBack::Done),
             Mode::Packed(p) => {
                 let pending = p.flush(&self.storage, true)?;
+                p.trim_cache();
                 p.pending = pending.then_some(p.epoch);
                 Ok(if pending {
                     WriteBack::Commit(Ticket(p.epoch))
@@ -195,6 +198,26 @@ impl<S: Storage> Container<S> {
             Mode::Plain => 0,
             Mode::Packed(p) => p.dirty_bytes(),
         }
+    }
+
+    /// Decompressed bytes held in memory, dirty and clean (a walk of the extent cache: for
+    /// tests and diagnostics, not for every request).
+    pub fn cached_bytes(&self) -> usize {
+        match &self.mode {
+            Mode::Plain => 0,
+            Mode::Packed(p) => p
+                .exts
+                .values()
+                .filter_map(|e| e.data.as_ref())
+                .map(|d| d.len())
+                .sum(),
+        }
+    }
+
+    /// Whether its next write-back puts it in a pack (a file of at most one extent on a
+    /// mount that packs): a write-back before its last close would pack it again later.
+    pub fn goes_to_a_pack(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.packs_it())
     }
 
     /// Since when the file has held dirty bytes in memory (none: it holds none), for a

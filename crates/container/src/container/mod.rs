@@ -144,7 +144,7 @@ impl Packed {
             epoch: 0,
             instance: ahead::next_instance(),
             cache_extents: cache::CACHE_EXTENTS,
-            trim_calls: 0,
+            cached_clean: 0,
             pending: None,
             packs: opts.packs.clone(),
             loc: None,

@@ -86,7 +86,7 @@ impl Packed {
                 ..Ext::default()
             },
         );
-        self.recount_dirty();
+        self.recount();
         self.loc_unloaded = false;
         self.pin = None;
         Ok(())
@@ -121,7 +121,7 @@ impl Packed {
         // waiting for a group commit cost their own bytes, not an extent each. Nothing of
         // the file is in the backing file's extent slots any more.
         self.exts.clear();
-        self.recount_dirty();
+        self.recount();
         self.loc_unloaded = len > 0;
         self.stale_from = Some(0);
         self.sb_dirty = false;
@@ -151,7 +151,7 @@ impl Packed {
                     if let Some(x) = self.exts.get_mut(&0) {
                         x.dirty = true;
                     }
-                    self.recount_dirty();
+                    self.recount();
                     self.loc_pending = None;
                     self.sb_dirty = true;
                     return Err(e);

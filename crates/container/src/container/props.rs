@@ -87,7 +87,7 @@ impl<S: Storage> Container<S> {
                 // Anything left on disk (or in a pack) was laid out for the old size: never
                 // read it.
                 p.exts.clear();
-                p.recount_dirty();
+                p.recount();
                 p.loc_unloaded = false;
                 p.pin = None;
                 p.shift = s;

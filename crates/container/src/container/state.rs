@@ -178,8 +178,11 @@ pub(super) struct Packed {
     pub(super) instance: u64,
     /// Clean extents the cache keeps (`cache.rs`).
     pub(super) cache_extents: usize,
-    /// Calls of `trim_cache` since its last scan (`cache.rs`).
-    pub(super) trim_calls: usize,
+    /// Clean extents holding decompressed bytes that the cache may drop (not in the stale
+    /// range): exact after every [`Packed::recount`] and trim, counted up as extents are
+    /// loaded and down as clean ones become dirty, so `trim_cache` scans only when there
+    /// is something to drop (`cache.rs`).
+    pub(super) cached_clean: usize,
     /// `write_back` left the superblock to write after a sync, at this epoch.
     pub(super) pending: Option<u64>,
     /// The mount's packs: where a packed file's bytes are, and (when writable) where a file
@@ -252,10 +255,16 @@ impl Packed {
         self.share.bytes()
     }
 
-    /// Counts the dirty extents again (after a write-out, a truncate or a punch, which
-    /// clean or drop them): the share of the budget is exact again ([`super::dirty`]).
-    pub(super) fn recount_dirty(&mut self) {
-        let n = self.exts.values().filter(|e| e.dirty).count();
-        self.share.set(n << self.shift);
+    /// Counts the dirty extents and the clean cached ones again (after a write-out, a
+    /// truncate or a punch, which clean or drop them): the share of the budget and
+    /// [`Packed::cached_clean`] are exact again ([`super::dirty`], `cache.rs`).
+    pub(super) fn recount(&mut self) {
+        let dirty = self.exts.values().filter(|e| e.dirty).count();
+        self.share.set(dirty << self.shift);
+        self.cached_clean = self
+            .exts
+            .iter()
+            .filter(|(i, e)| !e.dirty && e.data.is_some() && !self.is_stale(**i))
+            .count();
     }
 }

@@ -211,22 +211,26 @@ impl Packed {
                 }
             }
         }
-        self.recount_dirty();
+        self.recount();
         if let Some(err) = first_err {
             return Err(err.into());
         }
         // 4. All-zero extents become holes.
         self.unsynced |= !holes.is_empty();
+        let mut punched = Ok(());
         for idx in holes {
             let start = half_offset(self.shift, idx, 0);
-            st.punch(start, 2 * slot_size(self.shift))?;
+            if let Err(e) = st.punch(start, 2 * slot_size(self.shift)) {
+                punched = Err(e);
+                break;
+            }
             let e = self.exts.get_mut(&idx).expect("hole");
             e.punched();
             e.written = true;
             self.stats.hole();
         }
-        self.recount_dirty();
-        Ok(())
+        self.recount();
+        Ok(punched?)
     }
 
     /// Writes everything out; with `defer`, stops before a superblock that needs a sync
@@ -260,7 +264,7 @@ impl Packed {
                 x.covered.clear();
             }
             self.exts.retain(|i, x| *i == 0 && x.data.is_some());
-            self.recount_dirty();
+            self.recount();
             if let Some(x) = self.exts.get_mut(&0) {
                 x.disk = None;
                 x.written = false;
@@ -284,6 +288,7 @@ impl Packed {
                 }
             }
         }
+        self.recount();
         let dirty: Vec<u64> = self
             .exts
             .iter()

@@ -137,6 +137,7 @@ impl Files {
         WriteBehind {
             inodes: self.inodes.clone(),
             budget: self.opts.dirty.clone(),
+            committer: self.committer.clone(),
         }
     }
 

@@ -101,6 +101,15 @@
 //!     off ([`FileState::holds`]) and, if one is under way, is served on a thread of its
 //!     own that waits for it (`ops/dispatch.rs`, `defer`).
 //!
+//! 12. **Write-behind** (`lifecycle::behind`): the partial extents a file with handles holds
+//!     in memory (the mount's dirty budget, `max_dirty=`) are written out by the
+//!     housekeeping thread once they are `dirty_expire=` old, and the file is queued for
+//!     the group commit (rule 3), which leaves it open (it has handles). Like any of our
+//!     write-outs it moves the backing file's mtime (rule 7: the times go back on it) and
+//!     its errors wait for the next fsync (rule 10). It takes the file's lock with
+//!     `try_lock` only (it never waits for a request) and queues the file once it has let
+//!     the lock go, as a last close does.
+//!
 //! # Lock order
 //! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
 //! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`

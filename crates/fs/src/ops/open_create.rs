@@ -211,12 +211,14 @@ impl Core {
         self.files.write(&i, offset, data, now)
     }
 
-    /// Bytes of the backing filesystem free for us.
+    /// Bytes of the backing filesystem free for us, less what the dirty extents waiting in
+    /// memory may take once written (at most their decompressed size).
     fn free_space(&self) -> std::io::Result<u64> {
         let st = self
             .do_statfs()
             .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
-        Ok(st.f_bavail * st.f_frsize)
+        let waiting = self.files.opts().dirty.used() as u64;
+        Ok((st.f_bavail * st.f_frsize).saturating_sub(waiting))
     }
 
     pub(super) fn do_release(&self, ino: INodeNo, fh: u64, flags: i32) -> Result<(), Errno> {
