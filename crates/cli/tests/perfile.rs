@@ -927,6 +927,9 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
         assert_eq!(common::sys::write_back_pages(f), 0);
     }
     assert_eq!(dirty(&m).2, 1);
+    let committed_before = stats_doc(&m)["commit"]["commits"]
+        .as_u64()
+        .expect("commit.commits");
     let start = std::time::Instant::now();
     while dirty(&m).0 > 0 {
         assert!(
@@ -936,10 +939,21 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    // The write-behind queues the files for the group commit, which opening the
-    // statistics file runs at once.
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    stats_doc(&m);
+    // The write-behind queues both files for the group commit (each read of the
+    // statistics file runs it at once): their superblocks, with the new sizes.
+    let commits = |m: &Mount| {
+        stats_doc(m)["commit"]["commits"]
+            .as_u64()
+            .expect("commit.commits")
+    };
+    while commits(&m) < committed_before + 2 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "no group commit after the write-behind: {}",
+            stats_doc(&m)["commit"]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     m.kill();
     drop((f, g));
     let m = Mount::new(&dir, "compress=zstd:1");

@@ -66,13 +66,15 @@ fn packs(packs: Option<&Packs>) -> Value {
 /// The document: mount settings, the container counters, the packs, the requests answered
 /// (`requests`: how many of each kind, `request_us`: the daemon's time answering them), the
 /// pages handed to the kernel (`page_cache`), the bytes written but not compressed yet
-/// (`dirty`: held now, the mount's budget, the write-behind's delay) and the workspace pool.
+/// (`dirty`: held now, the mount's budget, the write-behind's delay), the group commit
+/// (`commit`: superblocks committed, syncs issued) and the workspace pool.
 pub fn render(
     backing: &str,
     opts: &Options,
     read_only: bool,
     requests: (Value, Value),
     page_cache: Value,
+    commit: Value,
 ) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
@@ -151,6 +153,7 @@ pub fn render(
         "requests": requests.0,
         "request_us": requests.1,
         "page_cache": page_cache,
+        "commit": commit,
         "dirty": {
             "bytes": opts.dirty.used(),
             "max": opts.dirty.limit(),
@@ -198,6 +201,7 @@ mod tests {
             opts,
             false,
             (Value::Null, Value::Null),
+            Value::Null,
             Value::Null,
         ))
         .unwrap()

@@ -127,7 +127,7 @@ impl<S: Storage> Container<S> {
     pub fn reserve_ahead(&mut self, bytes: u64) {
         if let Mode::Packed(p) = &mut self.mode {
             p.cache_extents = super::cache::CACHE_EXTENTS + bytes.div_ceil(1 << p.shift) as usize;
-            p.trim_cache();
+            p.trim_cache_to(p.cache_extents);
         }
     }
 

@@ -38,14 +38,30 @@
 //! `sync_data`, then 4: afterwards everything is durable and settled.
 //! [`Container::drop_cache`] only forgets clean cached extents.
 
+use super::state::Packed;
 use super::{Container, Mode};
 use crate::storage::Storage;
 use crate::Result;
 
-/// A state of the file (its epoch): what a commit or a settle was promised for. Redeeming a
-/// ticket for a state the file has since left does nothing.
+/// A state of the file (its epoch, in this container instance): what a commit or a settle
+/// was promised for. Redeeming a ticket for a state the file has since left does nothing,
+/// and so does redeeming it on another container of the same file (opened after this one
+/// was dropped, its epochs counting from 0 again: a ticket left queued by an earlier
+/// write-back must not commit or settle what the new one wrote).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
+pub struct Ticket {
+    epoch: u64,
+    instance: u64,
+}
+
+impl Ticket {
+    fn of(p: &Packed) -> Ticket {
+        Ticket {
+            epoch: p.epoch,
+            instance: p.instance,
+        }
+    }
+}
 
 /// What [`Container::write_back`] leaves to do once a sync covers what it wrote.
 #[must_use = "a pending superblock or replaced copies wait for the caller's sync"]
@@ -98,9 +114,9 @@ impl<S: Storage> Container<S> {
                 p.trim_cache();
                 p.pending = pending.then_some(p.epoch);
                 Ok(if pending {
-                    WriteBack::Commit(Ticket(p.epoch))
+                    WriteBack::Commit(Ticket::of(p))
                 } else if p.unsettled() {
-                    WriteBack::Settle(Ticket(p.epoch))
+                    WriteBack::Settle(Ticket::of(p))
                 } else {
                     WriteBack::Done
                 })
@@ -114,7 +130,7 @@ impl<S: Storage> Container<S> {
     /// changed since (then `write_back` again).
     pub fn commit(&mut self, ticket: Ticket) -> Result<Option<Ticket>> {
         match &mut self.mode {
-            Mode::Packed(p) if p.pending == Some(p.epoch) && ticket.0 == p.epoch => {
+            Mode::Packed(p) if p.pending == Some(p.epoch) && ticket == Ticket::of(p) => {
                 p.pending = None;
                 if p.loc_pending.is_some() {
                     // The caller's sync covered the backing file, not necessarily the
@@ -125,7 +141,7 @@ impl<S: Storage> Container<S> {
                     p.write_superblock(&self.storage, None, true)?;
                     p.stale_from = None;
                 }
-                Ok(Some(Ticket(p.epoch)))
+                Ok(Some(Ticket::of(p)))
             }
             _ => Ok(None),
         }
@@ -134,8 +150,11 @@ impl<S: Storage> Container<S> {
     /// The file's current state, as a ticket (what a commit or settle now would be for).
     pub fn ticket(&self) -> Ticket {
         match &self.mode {
-            Mode::Packed(p) => Ticket(p.epoch),
-            Mode::Plain => Ticket(0),
+            Mode::Packed(p) => Ticket::of(p),
+            Mode::Plain => Ticket {
+                epoch: 0,
+                instance: 0,
+            },
         }
     }
 
@@ -146,7 +165,7 @@ impl<S: Storage> Container<S> {
     pub fn settle(&mut self, ticket: Ticket) -> Result<()> {
         match &mut self.mode {
             Mode::Packed(p)
-                if p.epoch == ticket.0 && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
+                if ticket == Ticket::of(p) && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
             {
                 p.synced_all(&self.storage)
             }

@@ -264,12 +264,12 @@ impl Packed {
                 x.covered.clear();
             }
             self.exts.retain(|i, x| *i == 0 && x.data.is_some());
-            self.recount();
             if let Some(x) = self.exts.get_mut(&0) {
                 x.disk = None;
                 x.written = false;
             }
             self.stale_from = Some(0);
+            self.recount();
             let dict = alg == Algorithm::Zstd && squeezefs_codec::dict::frame_dict_id(&payload).is_some();
             self.dict_used |= dict;
             self.write_superblock(st, Some((alg, payload)), false)?;

@@ -132,6 +132,16 @@ impl Files {
         self.idle.clone()
     }
 
+    /// The statistics file's `commit` object: superblocks the group commit wrote, and the
+    /// syncs it issued.
+    pub fn commit_json(&self) -> serde_json::Value {
+        use std::sync::atomic::Ordering::Relaxed;
+        serde_json::json!({
+            "commits": self.committer.commits.load(Relaxed),
+            "syncs": self.committer.syncs.load(Relaxed),
+        })
+    }
+
     /// The write-behind of dirty extents held too long, for the housekeeping thread.
     pub fn write_behind(&self) -> WriteBehind {
         WriteBehind {

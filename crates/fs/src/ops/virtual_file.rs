@@ -149,6 +149,7 @@ impl Core {
             self.read_only,
             (self.requests.to_json(), self.requests.service_json()),
             self.page_cache.to_json(),
+            self.files.commit_json(),
         )
     }
 }
