@@ -259,8 +259,16 @@ fn incompressible_data_is_judged_flagged_and_backed_off_unless_forced() {
     let m = Mount::new(&dir, "compress=zstd:3");
     write_file(&m.path("noise"), &noise);
     let s = live_stats(&m);
-    assert!(n(&s, "raw_because", "heuristic") >= 8, "{s}");
-    assert!(n(&s, "raw_because", "backoff") >= 16, "{s}");
+    // 32 extents, all stored raw: at least BACKOFF_AFTER (8) judged by the heuristic before
+    // the file is flagged, most of the rest not tried at all. How many are judged depends
+    // on how the kernel's writeback cut the file into WRITEs (1 MiB each on a quiet
+    // machine; under load it splits some, and an extent a WRITE leaves partial goes out
+    // with the next batch, whose skips were decided before the first batch's failures
+    // were learnt): at most two batches (8 + 9 extents) go before the flag, then one in
+    // RETRY_EVERY (8) of the other 15.
+    let (judged, skipped) = (n(&s, "raw_because", "heuristic"), n(&s, "raw_because", "backoff"));
+    assert_eq!(judged + skipped, 32, "{s}");
+    assert!(judged >= 8 && skipped >= 12, "{s}");
     assert_eq!(
         n(&s, "raw_because", "no_gain"),
         0,
