@@ -149,16 +149,7 @@ fn store_thread(rx: Receiver<(INodeNo, Spill)>, notifier: Arc<OnceLock<Notifier>
 /// From `/proc/meminfo`: whether `MemAvailable` is at least an eighth of `MemTotal` and at
 /// least 256 MiB (`None` when either line is missing).
 fn memory_plenty(meminfo: &str) -> Option<bool> {
-    let field = |name: &str| -> Option<u64> {
-        let line = meminfo.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line[name.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kb * 1024)
-    };
+    let field = |name: &str| crate::sys::meminfo_bytes(meminfo, name);
     let total = field("MemTotal:")?;
     let avail = field("MemAvailable:")?;
     Some(avail >= total / MIN_AVAILABLE_FRACTION && avail >= MIN_AVAILABLE_BYTES)

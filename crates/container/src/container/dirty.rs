@@ -43,11 +43,15 @@ impl DirtyBudget {
     }
 
     pub fn with_expire(limit: usize, expire: Duration) -> Arc<DirtyBudget> {
-        Arc::new(DirtyBudget {
+        Arc::new(DirtyBudget::unshared(limit, expire))
+    }
+
+    fn unshared(limit: usize, expire: Duration) -> DirtyBudget {
+        DirtyBudget {
             limit,
             expire,
             used: AtomicUsize::new(0),
-        })
+        }
     }
 
     pub fn limit(&self) -> usize {
@@ -70,11 +74,7 @@ impl DirtyBudget {
 
 impl Default for DirtyBudget {
     fn default() -> DirtyBudget {
-        DirtyBudget {
-            limit: DEFAULT_DIRTY_BYTES,
-            expire: DEFAULT_DIRTY_EXPIRE,
-            used: AtomicUsize::new(0),
-        }
+        DirtyBudget::unshared(DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE)
     }
 }
 

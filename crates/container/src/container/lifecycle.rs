@@ -164,9 +164,7 @@ impl<S: Storage> Container<S> {
     /// since (what was written since may not be durable).
     pub fn settle(&mut self, ticket: Ticket) -> Result<()> {
         match &mut self.mode {
-            Mode::Packed(p)
-                if ticket == Ticket::of(p) && p.pending.is_none() && !p.exts.values().any(|e| e.dirty) =>
-            {
+            Mode::Packed(p) if ticket == Ticket::of(p) && p.pending.is_none() && p.share.bytes() == 0 => {
                 p.synced_all(&self.storage)
             }
             _ => Ok(()),

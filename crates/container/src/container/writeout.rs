@@ -52,8 +52,17 @@ fn write_half<S: Storage>(st: &S, half: &[u8], off: u64, careful: Careful) -> st
 }
 
 impl Packed {
-    /// Compresses and writes extents `idxs` (dirty ones), in parallel.
+    /// Compresses and writes extents `idxs` (dirty ones), in parallel. Whatever the
+    /// outcome, the dirty share and the clean count are exact afterwards (one recount on
+    /// every exit, early errors included).
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+        let r = self.write_extents_counted_after(st, idxs);
+        self.recount();
+        r
+    }
+
+    /// [`Packed::write_extents`] without the recount.
+    fn write_extents_counted_after<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
         // Nothing goes to the backing file of a packed file before it leaves its pack.
         self.leave_pack(st)?;
         // 1. Learn each target's halves where unknown (stale extents included: their
@@ -211,7 +220,6 @@ impl Packed {
                 }
             }
         }
-        self.recount();
         if let Some(err) = first_err {
             return Err(err.into());
         }
@@ -229,7 +237,6 @@ impl Packed {
             e.written = true;
             self.stats.hole();
         }
-        self.recount();
         Ok(punched?)
     }
 
@@ -288,7 +295,7 @@ impl Packed {
                 }
             }
         }
-        self.recount();
+        // (`write_extents` recounts the share these may have joined.)
         let dirty: Vec<u64> = self
             .exts
             .iter()

@@ -35,16 +35,14 @@ pub struct WriteBehind {
 
 impl WriteBehind {
     /// Writes out the dirty extents of every open file that has held some for the
-    /// budget's `expire` or longer, and queues it for the group commit; returns how many
-    /// files it wrote. Looks at nothing while no file holds dirty bytes (the budget says
+    /// budget's `expire` or longer, and queues it for the group commit. Looks at nothing while no file holds dirty bytes (the budget says
     /// so), and passes over a file whose lock is taken (a request is working on it: it
     /// comes round again at the next call).
-    pub fn run(&self) -> usize {
+    pub fn run(&self) {
         let expire = self.budget.expire();
         if self.budget.used() == 0 {
-            return 0;
+            return;
         }
-        let mut written = 0;
         for inode in self.inodes.all() {
             let Ok(mut open) = inode.file.open.try_lock() else {
                 continue;
@@ -57,10 +55,7 @@ impl WriteBehind {
                 continue;
             }
             let left = match of.container.write_back() {
-                Ok(w) => {
-                    written += 1;
-                    Ticketed::from(w)
-                }
+                Ok(w) => Ticketed::from(w),
                 Err(e) => {
                     // Nobody waits for this: the error waits for the file's next fsync
                     // (rule 10), logged once however often it is tried again.
@@ -77,6 +72,5 @@ impl WriteBehind {
                 self.committer.push(ino, inode.clone(), t);
             }
         }
-        written
     }
 }

@@ -258,7 +258,7 @@ impl Files {
                         of.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
                     }
                 }
-            } else if of.times.ctime.is_some() || of.meta.is_set() {
+            } else if of.meta_waits() {
                 // Times, owner and mode waiting to go on the backing file go first: an
                 // fsync then makes them durable with the rest (rule 7).
                 self.keep_times(inode, of);
@@ -452,8 +452,7 @@ impl Files {
         if fixed || !(as_root || st_uid == sys::euid()) {
             return Ok(false);
         }
-        let now_mode = of.meta.mode.unwrap_or(st_mode & 0o7777);
-        let (uid, gid) = of.meta.owner.unwrap_or((st_uid, st_gid));
+        let (now_mode, uid, gid) = of.meta.over_parts(st_mode, st_uid, st_gid);
         if owner.0.is_some() || owner.1.is_some() {
             let same = owner.0.is_none_or(|u| u == uid) && owner.1.is_none_or(|g| g == gid);
             if !same || now_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
@@ -472,10 +471,7 @@ impl Files {
     /// (before a change that must see them there: an xattr, an owner or mode done at once).
     pub fn apply_meta(&self, inode: &Arc<Inode>) {
         let mut open = inode.file.open.lock().unwrap();
-        if let Some(of) = open
-            .as_mut()
-            .filter(|of| of.meta.is_set() || of.times.ctime.is_some())
-        {
+        if let Some(of) = open.as_mut().filter(|of| of.meta_waits()) {
             self.keep_times(inode, of);
         }
     }

@@ -204,16 +204,26 @@ impl Meta {
 
     /// `st`'s mode, owner and group as they are once this is applied.
     pub fn over(&self, st: &libc::stat) -> (u32, u32, u32) {
+        self.over_parts(st.st_mode, st.st_uid, st.st_gid)
+    }
+
+    /// [`Meta::over`] for a mode, owner and group read some other way (`statx`).
+    pub fn over_parts(&self, st_mode: u32, uid: u32, gid: u32) -> (u32, u32, u32) {
         let mode = match self.mode {
-            Some(m) => (st.st_mode & libc::S_IFMT) | m,
-            None => st.st_mode,
+            Some(m) => (st_mode & libc::S_IFMT) | m,
+            None => st_mode,
         };
-        let (uid, gid) = self.owner.unwrap_or((st.st_uid, st.st_gid));
+        let (uid, gid) = self.owner.unwrap_or((uid, gid));
         (mode, uid, gid)
     }
 }
 
 impl OpenFile {
+    /// Whether an owner, mode or change time waits in memory to go on the backing file.
+    pub fn meta_waits(&self) -> bool {
+        self.times.ctime.is_some() || self.meta.is_set()
+    }
+
     /// A new state, with no time set (boxed: see [`FileState::open`]).
     pub fn new(container: Container<FileStorage>, handles: u32, writers: u32) -> Box<OpenFile> {
         Box::new(OpenFile {
