@@ -267,6 +267,11 @@ fn mount_help() -> String {
         dirty_expire=SECS           write those waiting bytes to BACKING after SECS (default\n                              \
         30, as the kernel's dirty pages) even while the file stays open;\n                              \
         as with any filesystem, only fsync makes data durable\n  \
+        spin=MICROS                 after a request, one session thread keeps reading /dev/fuse\n                              \
+        that long instead of sleeping (default 0: off; try 100): a tree\n                              \
+        walk's next request is taken at once, not after a wake-up. Measured\n                              \
+        on VMs: 5-15 % off extracts, small-file creates, ls -l, git status;\n                              \
+        4-11 % onto cold reads; the spin's CPU is taken from other programs\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs); files are opened by the kernel\n                              \

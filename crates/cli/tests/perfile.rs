@@ -969,3 +969,70 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
     common::check_clean(&dir.join("backing"), "after the write-behind and a kill -9");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// CPU ticks (user + system) process `pid` has used (`/proc/PID/stat`, fields 14 and 15).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_second() -> u64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Mount option `spin=` (`spin.rs`): a burst of requests makes a session thread spin on
+/// /dev/fuse instead of sleeping, and the spin ends by itself once they stop: an idle daemon
+/// uses no CPU. On a non-root mount, whose device descriptor fusermount3 passed, as on
+/// root's; by default nothing spins.
+#[test]
+fn the_spin_on_dev_fuse_starts_with_requests_and_ends_when_they_stop() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("spin");
+    common::open_to_others(&d);
+    let m = Mount::as_user(&d, "spin=100", "tests");
+    let mnt = m.mnt.display().to_string();
+    let out = common::as_tests(&[
+        "sh",
+        "-c",
+        &format!("cd {mnt} && for i in $(seq 300); do echo $i > f$i; done && cat f* | wc -l"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300");
+    let out = common::as_tests(&["cat", &format!("{mnt}/.squeezefs-stats")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["spin"]["window_us"], 100, "{}", doc["spin"]);
+    assert!(doc["spin"]["bursts"].as_u64().unwrap() >= 1, "{}", doc["spin"]);
+
+    // Idle: a thread still spinning would take a whole CPU, about 2 s in these 2 s.
+    let pid = m.child.as_ref().unwrap().id();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = cpu_ticks(pid);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let used = cpu_ticks(pid) - t0;
+    let hz = clock_ticks_per_second();
+    assert!(
+        used * 10 <= 2 * hz,
+        "the idle daemon used {used} ticks ({hz}/s) in 2 s: still spinning"
+    );
+    drop(m);
+
+    let d = scratch("spin-off");
+    let m = Mount::new(&d, "");
+    for i in 0..50 {
+        fs::write(m.path(&format!("f{i}")), format!("{i}\n")).unwrap();
+    }
+    let spin = &stats_doc(&m)["spin"];
+    assert_eq!(
+        (spin["window_us"].as_u64(), spin["bursts"].as_u64()),
+        (Some(0), Some(0)),
+        "{spin}"
+    );
+}

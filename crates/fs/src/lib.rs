@@ -18,6 +18,7 @@ mod readahead;
 pub mod reclaim;
 mod requests;
 mod space;
+mod spin;
 pub mod statsfile;
 /// The one module with `unsafe`: raw system calls behind safe wrappers that take
 /// `AsFd`, each block justified by a `SAFETY:` comment.
@@ -73,6 +74,10 @@ pub struct MountConfig {
     /// `dirty_expire=SECS` (default 30): dirty bytes held that long are written out to the
     /// backing file while their file stays open (`lifecycle::behind`).
     pub dirty_expire: u64,
+    /// `spin=MICROS` (default [`spin::DEFAULT_SPIN_US`], off; 0: off): after a request, a
+    /// session thread keeps reading /dev/fuse instead of sleeping until that long passes
+    /// without one (`spin.rs`).
+    pub spin_us: u64,
     /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
     /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
     pub create: bool,
@@ -109,7 +114,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]], compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, allow_other, default_permissions, ro, rw, create";
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -127,6 +132,7 @@ impl Default for MountConfig {
             fill_cache: true,
             max_dirty: None,
             dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
+            spin_us: spin::DEFAULT_SPIN_US,
             create: false,
             other: Vec::new(),
             mount_attrs: Vec::new(),
@@ -150,15 +156,7 @@ pub fn default_max_dirty() -> usize {
 
 /// `MemAvailable` from `/proc/meminfo`, in bytes.
 fn mem_available() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line["MemAvailable:".len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb.saturating_mul(1024))
+    sys::meminfo_bytes(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemAvailable:")
 }
 
 /// The memory limit of this process's cgroup, the smallest along its ancestors.
@@ -285,6 +283,14 @@ impl MountConfig {
                                 )
                             })?
                 }
+                ("spin", Some(v)) => {
+                    self.spin_us = v.parse().ok().filter(|n| *n <= 1_000_000).ok_or_else(|| {
+                        format!(
+                            "spin={v}: µs a session thread spins after a request (0: off, at most 1000000; try {})",
+                            spin::SUGGESTED_SPIN_US
+                        )
+                    })?
+                }
                 ("pack_gc" | "pack-gc", Some(v)) => {
                     self.pack_gc = v
                         .parse()
@@ -331,7 +337,7 @@ impl MountConfig {
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
-                | ("dirty_expire" | "dirty-expire", None)
+                | ("dirty_expire" | "dirty-expire" | "spin", None)
                 | (
                     "allow_other"
                     | "default_permissions"
@@ -584,10 +590,17 @@ pub fn mount(
         log::info!("files are reopened by name (no CAP_DAC_READ_SEARCH for file handles)");
     }
     let notifier = fs.notifier_slot();
+    let spin = fs.spin_handle();
     let mut session = fuser::Session::new(fs, mountpoint, &cfg.fuse_config(&backing))?;
     // Returning an error here drops the session, which unmounts.
     set_mount_attrs(mountpoint, &cfg.mount_attrs)?;
     let _ = notifier.set(session.notifier());
+    {
+        use std::os::fd::AsFd;
+        if let Err(e) = spin.attach(session.as_fd(), std::time::Duration::from_micros(cfg.spin_us)) {
+            log::warn!("not spinning on /dev/fuse: {e}");
+        }
+    }
     let mut unmounter = session.unmount_callable();
     std::thread::spawn(move || {
         let sig = wait_for_signal();
@@ -598,7 +611,9 @@ pub fn mount(
     });
     ready();
     // `run` returns once the filesystem is destroyed (every file written out and synced).
-    session_ended(session.run())?;
+    let ended = session.run();
+    spin.stop();
+    session_ended(ended)?;
     log::info!("unmounted {}: every file written out", mountpoint.display());
     after_unmount(&backing);
     Ok(())
@@ -683,6 +698,21 @@ mod tests {
         assert!(c.apply_options("max_dirty=lots").is_err());
         let d = default_max_dirty();
         assert!((DEFAULT_DIRTY_BYTES..=4 << 30).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn spin_option_parses() {
+        let mut c = MountConfig::default();
+        assert_eq!(c.spin_us, 0, "off unless asked for");
+        c.apply_options("spin=100").unwrap();
+        assert_eq!(c.spin_us, spin::SUGGESTED_SPIN_US);
+        c.apply_options("spin=0").unwrap();
+        assert_eq!(c.spin_us, 0);
+        c.apply_options("spin=250").unwrap();
+        assert_eq!(c.spin_us, 250);
+        assert!(c.apply_options("spin").unwrap_err().contains("malformed"));
+        assert!(c.apply_options("spin=-1").unwrap_err().contains("0: off"));
+        assert!(c.apply_options("spin=2000000").is_err());
     }
 
     #[test]

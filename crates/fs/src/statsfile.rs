@@ -67,7 +67,9 @@ fn packs(packs: Option<&Packs>) -> Value {
 /// (`requests`: how many of each kind, `request_us`: the daemon's time answering them), the
 /// pages handed to the kernel (`page_cache`), the bytes written but not compressed yet
 /// (`dirty`: held now, the mount's budget, the write-behind's delay), the group commit
-/// (`commit`: superblocks committed, syncs issued) and the workspace pool.
+/// (`commit`: superblocks committed, syncs issued), the spin on /dev/fuse (`spin`: its
+/// window, how many bursts of requests started one, whether one runs now) and the
+/// workspace pool.
 pub fn render(
     backing: &str,
     opts: &Options,
@@ -75,6 +77,7 @@ pub fn render(
     requests: (Value, Value),
     page_cache: Value,
     commit: Value,
+    spin: Value,
 ) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
@@ -154,6 +157,7 @@ pub fn render(
         "request_us": requests.1,
         "page_cache": page_cache,
         "commit": commit,
+        "spin": spin,
         "dirty": {
             "bytes": opts.dirty.used(),
             "max": opts.dirty.limit(),
@@ -201,6 +205,7 @@ mod tests {
             opts,
             false,
             (Value::Null, Value::Null),
+            Value::Null,
             Value::Null,
             Value::Null,
         ))

@@ -258,6 +258,47 @@ pub fn utimens(fd: impl AsFd, atime: libc::timespec, mtime: libc::timespec) -> i
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), t.as_ptr(), 0) }).map(drop)
 }
 
+/// The bytes of a `kB` field of `/proc/meminfo`'s text (`name` with its colon, e.g.
+/// `"MemAvailable:"`).
+pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(name))?;
+    let kb: u64 = line[name.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// The status flags of the open file description behind `fd` (`F_GETFL`).
+pub fn status_flags(fd: impl AsFd) -> io::Result<i32> {
+    // SAFETY: F_GETFL takes no argument; the descriptor is borrowed for the call.
+    let flags = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags)
+}
+
+/// Sets or clears `O_NONBLOCK` on the open file description behind `fd` (shared by its
+/// duplicates).
+pub fn set_nonblocking(fd: impl AsFd, on: bool) -> io::Result<()> {
+    let flags = status_flags(&fd)?;
+    let new = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    if new != flags {
+        // SAFETY: F_SETFL takes an int; the descriptor is borrowed for the call.
+        if unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_SETFL, new) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 pub fn statvfs(fd: impl AsFd) -> io::Result<libc::statvfs> {
     let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: the kernel fills the whole struct on success, checked before assume_init.

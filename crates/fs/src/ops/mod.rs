@@ -130,6 +130,9 @@ pub struct Core {
     /// Background pack reclaim (`reclaim.rs`), when this mount writes packs, and its thread.
     reclaimer: Option<Arc<Reclaimer>>,
     reclaim_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Spins on the session's channel while requests are coming (`spin.rs`; attached by
+    /// the mount once the session exists).
+    spin: Arc<crate::spin::Spin>,
 }
 
 impl SqueezeFs {
@@ -189,6 +192,7 @@ impl SqueezeFs {
             kernel_flushes: Default::default(),
             reclaimer,
             reclaim_thread: Mutex::new(reclaim_thread),
+            spin: Default::default(),
         })))
     }
 
@@ -202,6 +206,11 @@ impl Core {
     /// Where the mount puts the session's notifier once the session exists.
     pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
         self.notifier.clone()
+    }
+
+    /// The spin the mount attaches to the session's channel (`spin.rs`).
+    pub fn spin_handle(&self) -> Arc<crate::spin::Spin> {
+        self.spin.clone()
     }
 
     /// Whether inode fds are cached and reopened by handle (see `inode.rs`).

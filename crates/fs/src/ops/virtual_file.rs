@@ -150,6 +150,7 @@ impl Core {
             (self.requests.to_json(), self.requests.service_json()),
             self.page_cache.to_json(),
             self.files.commit_json(),
+            self.spin.to_json(),
         )
     }
 }
