@@ -502,3 +502,69 @@ fn chattr_c_and_m_set_the_compression_property_and_lsattr_shows_them() {
     common::check_clean(&dir.join("backing"), "after chattr");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `compress=zstd:adapt:MIN-MAX`: files without a compression property of their own are
+/// written at the level the controller holds, always within the range, and the statistics
+/// show the controller; a file under a directory's own property keeps that level; a range
+/// that is not one is refused before anything is mounted.
+#[test]
+fn an_adaptive_mount_writes_within_its_range_and_properties_still_win() {
+    let dir = scratch("adapt");
+    let m = Mount::new(&dir, "compress=zstd:adapt:2-4");
+    let data = text(8 << 20);
+    for i in 0..4 {
+        write_file(&m.path(&format!("f{i}")), &data);
+    }
+    fs::create_dir(m.path("d")).unwrap();
+    setx(&m.path("d"), "user.squeezefs.compression", "zstd:7").unwrap();
+    write_file(&m.path("d/own"), &data);
+    let s = live_stats(&m);
+    assert_eq!(s["mount"]["compress"], "zstd:adapt:2-4", "{}", s["mount"]);
+    let a = &s["adapt"];
+    assert_eq!((a["min"].as_i64(), a["max"].as_i64()), (Some(2), Some(4)), "{a}");
+    assert!((2..=4).contains(&a["level"].as_i64().unwrap()), "{a}");
+    let mut adaptive_bytes = 0;
+    for c in s["codecs"].as_array().unwrap() {
+        let name = c["codec"].as_str().unwrap();
+        let bytes = c["bytes_in"].as_u64().unwrap();
+        match name {
+            "zstd:7" => assert!(bytes >= 8 << 20, "the property's level: {c}"),
+            "zstd:2" | "zstd:3" | "zstd:4" => adaptive_bytes += bytes,
+            other => panic!(
+                "{other}: outside the range and no property says so: {}",
+                s["codecs"]
+            ),
+        }
+    }
+    assert!(adaptive_bytes >= 4 * (8 << 20), "{}", s["codecs"]);
+    for i in 0..4 {
+        assert!(fs::read(m.path(&format!("f{i}"))).unwrap() == data, "f{i}");
+    }
+    assert!(fs::read(m.path("d/own")).unwrap() == data);
+    let out = squeezefs(&["stats", "--live", m.mnt.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("adaptive level    zstd:") && table.contains("(range 2-4;"),
+        "{table}"
+    );
+    drop(m);
+
+    for bad in [
+        "compress=zstd:adapt:9-2",
+        "compress=zstd:adapt:0-5",
+        "compress=zstd:adapt:1-30",
+    ] {
+        let out = squeezefs(&[
+            "mount",
+            dir.join("backing").to_str().unwrap(),
+            dir.join("mnt").to_str().unwrap(),
+            "-o",
+            bad,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("zstd:adapt:MIN-MAX"),
+            "{bad}: {err}"
+        );
+    }
+}

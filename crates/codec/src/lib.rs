@@ -24,7 +24,7 @@ mod zlib;
 mod zstd;
 
 pub use registry::{codec, compress, decompress};
-pub use spec::{Algorithm, CodecSpec, ParseError};
+pub use spec::{Algorithm, CodecSpec, ParseError, ZSTD_LEVELS};
 
 /// Why a compression or decompression failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 // The only `unsafe` is the two system calls in `storage::sys` (allowed there).
 #![deny(unsafe_code)]
 
+pub mod adapt;
 pub mod check;
 mod container;
 pub mod convert;

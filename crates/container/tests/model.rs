@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
+use squeezefs_container::adapt::Adaptive;
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
@@ -16,13 +17,33 @@ use squeezefs_container::{
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
 /// directory, crashing with it.
+/// zstd:2 in [`config_strategy`] stands for `compress=zstd:adapt:1-4`, on a clock that
+/// moves at every look so the level changes within a file.
 fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>, dirty: usize) -> Options {
+    let adaptive = codec == "zstd:2".parse().unwrap();
     Options {
         codec,
         extent_shift: shift,
         packs: packs.map(|d| Arc::new(Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap())),
         dirty: DirtyBudget::new(dirty),
+        adapt: adaptive.then(|| Adaptive::with_clock(1, 4, Arc::new(TickingClock::default()))),
         ..Default::default()
+    }
+}
+
+/// A clock that moves at each read: a compression (begin and end are two reads) lasts
+/// 61 ms and the gap after it 5 ms for 20 extents, then the other way round for 20, so the
+/// level goes down and up within a file.
+#[derive(Default)]
+struct TickingClock(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
+
+impl squeezefs_codec::workspace::Clock for TickingClock {
+    fn now(&self) -> std::time::Duration {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.1.fetch_add(1, Relaxed);
+        let busy_phase = (n / 40) % 2 == 0;
+        let step = if (n % 2 == 0) == busy_phase { 61 } else { 5 };
+        std::time::Duration::from_millis(self.0.fetch_add(step, Relaxed))
     }
 }
 
@@ -187,6 +208,8 @@ fn config_strategy() -> impl Strategy<Value = (u8, CodecSpec, u64)> {
         Just("zstd:3".parse().unwrap()),
         Just("zstd:9".parse().unwrap()),
         Just("zstd-fast:5".parse().unwrap()),
+        // The adaptive level (see `options`).
+        Just("zstd:2".parse().unwrap()),
     ];
     // (extent shift, codec, largest offset used)
     (prop_oneof![Just(12u8), Just(13u8), Just(17u8)], codecs).prop_map(|(shift, codec)| {

@@ -43,6 +43,9 @@ pub const DEFAULT_PACK_GC: u64 = 60;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountConfig {
     pub codec: CodecSpec,
+    /// `compress=zstd:adapt[:MIN-MAX]`: the level range of the adaptive controller
+    /// (`squeezefs_container::adapt`); `codec` is then zstd at its starting level.
+    pub adapt: Option<(i32, i32)>,
     /// `compress-force=`: compress every extent, without the heuristic, the per-file
     /// backoff or the early abort.
     pub force: bool,
@@ -120,6 +123,7 @@ impl Default for MountConfig {
     fn default() -> MountConfig {
         MountConfig {
             codec: CodecSpec::DEFAULT,
+            adapt: None,
             force: false,
             extent_shift: DEFAULT_EXTENT_SHIFT,
             allow_other: false,
@@ -239,10 +243,25 @@ impl MountConfig {
             };
             match (key, value) {
                 ("compress", Some(v)) | ("compress-force", Some(v)) | ("compress_force", Some(v)) => {
-                    self.codec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
+                    match squeezefs_container::adapt::parse(v) {
+                        Some(range) => {
+                            let (min, max) = range.map_err(|e| format!("{key}={v}: {e}"))?;
+                            self.adapt = Some((min, max));
+                            self.codec = CodecSpec::new(
+                                squeezefs_codec::Algorithm::Zstd,
+                                squeezefs_container::adapt::START_LEVEL.clamp(min, max),
+                            )
+                            .map_err(|e| format!("{key}={v}: {e}"))?;
+                        }
+                        None => {
+                            self.adapt = None;
+                            self.codec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
+                        }
+                    }
                     self.force = key != "compress";
                 }
                 ("compress", None) => {
+                    self.adapt = None;
                     self.codec = CodecSpec::DEFAULT;
                     self.force = false;
                 }
@@ -381,6 +400,9 @@ impl MountConfig {
     pub fn container_options(&self) -> Options {
         Options {
             codec: self.codec,
+            adapt: self
+                .adapt
+                .map(|(min, max)| squeezefs_container::adapt::Adaptive::new(min, max)),
             extent_shift: self.extent_shift,
             force: self.force,
             stats: Default::default(),
@@ -574,7 +596,7 @@ pub fn mount(
         "mounting {} at {} (compress={}, extent size {} KiB, format {})",
         backing.display(),
         mountpoint.display(),
-        cfg.codec,
+        opts.compress_name(),
         (1u32 << cfg.extent_shift) / 1024,
         if packs.writable() {
             PACKS_FORMAT_VERSION
@@ -698,6 +720,27 @@ mod tests {
         assert!(c.apply_options("max_dirty=lots").is_err());
         let d = default_max_dirty();
         assert!((DEFAULT_DIRTY_BYTES..=4 << 30).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn adaptive_compression_parses() {
+        let mut c = MountConfig::default();
+        c.apply_options("compress=zstd:adapt").unwrap();
+        assert_eq!(
+            (c.adapt, c.codec.to_string()),
+            (Some((1, 9)), "zstd:3".to_string())
+        );
+        assert_eq!(c.container_options().compress_name(), "zstd:adapt:1-9");
+        c.apply_options("compress-force=zstd:adapt:5-12").unwrap();
+        assert_eq!((c.adapt, c.codec.level, c.force), (Some((5, 12)), 5, true));
+        c.apply_options("compress=lz4").unwrap();
+        assert_eq!(c.adapt, None, "a later compress= replaces it");
+        assert!(c.container_options().adapt.is_none());
+        let e = c.apply_options("compress=zstd:adapt:12-5").unwrap_err();
+        assert!(
+            e.contains("compress=zstd:adapt:12-5") && e.contains("MIN <= MAX"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -67,7 +67,9 @@ fn packs(packs: Option<&Packs>) -> Value {
 /// (`requests`: how many of each kind, `request_us`: the daemon's time answering them), the
 /// pages handed to the kernel (`page_cache`), the bytes written but not compressed yet
 /// (`dirty`: held now, the mount's budget, the write-behind's delay), the group commit
-/// (`commit`: superblocks committed, syncs issued), the spin on /dev/fuse (`spin`: its
+/// (`commit`: superblocks committed, syncs issued), the adaptive level (`adapt`, null
+/// unless `compress=zstd:adapt`: its range, level now, moves down and up, the share of
+/// time spent compressing in its last deciding window), the spin on /dev/fuse (`spin`: its
 /// window, how many bursts of requests started one, whether one runs now) and the
 /// workspace pool.
 pub fn render(
@@ -109,7 +111,7 @@ pub fn render(
         "format": STATS_FORMAT,
         "mount": {
             "backing": backing,
-            "compress": opts.codec.to_string(),
+            "compress": opts.compress_name(),
             "force": opts.force,
             "extent_size": 1u64 << opts.extent_shift,
             "read_only": read_only,
@@ -158,6 +160,14 @@ pub fn render(
         "page_cache": page_cache,
         "commit": commit,
         "spin": spin,
+        "adapt": opts.adapt.as_ref().map(|a| {
+            let a = a.snapshot();
+            json!({
+                "min": a.min, "max": a.max, "level": a.level,
+                "lowered": a.lowered, "raised": a.raised,
+                "busy": (a.busy * 1000.0).round() / 1000.0,
+            })
+        }),
         "dirty": {
             "bytes": opts.dirty.used(),
             "max": opts.dirty.limit(),

@@ -112,6 +112,20 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
             ),
         );
     }
+    if let Some(a) = v["adapt"].as_object() {
+        line(
+            &mut o,
+            format!(
+                "adaptive level    zstd:{} (range {}-{}; lowered {}, raised {}; compressor busy {:.0} %)",
+                a["level"].as_i64().unwrap_or(0),
+                a["min"].as_i64().unwrap_or(0),
+                a["max"].as_i64().unwrap_or(0),
+                a["lowered"].as_u64().unwrap_or(0),
+                a["raised"].as_u64().unwrap_or(0),
+                a["busy"].as_f64().unwrap_or(0.0) * 100.0
+            ),
+        );
+    }
     line(&mut o, String::new());
     line(
         &mut o,

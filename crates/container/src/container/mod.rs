@@ -85,6 +85,23 @@ pub struct Options {
     /// its own out (`dirty.rs`); the default is a budget of [`DEFAULT_DIRTY_BYTES`] of
     /// its own.
     pub dirty: Arc<DirtyBudget>,
+    /// `compress=zstd:adapt`: the level files without a compression property of their own
+    /// are written at follows this controller (`adapt.rs`); `codec` is then zstd at its
+    /// starting level.
+    pub adapt: Option<Arc<crate::adapt::Adaptive>>,
+}
+
+impl Options {
+    /// The mount's codec as `compress=` spells it (`zstd:adapt:1-9` for an adaptive one).
+    pub fn compress_name(&self) -> String {
+        match &self.adapt {
+            Some(a) => {
+                let (min, max) = a.range();
+                format!("zstd:adapt:{min}-{max}")
+            }
+            None => self.codec.to_string(),
+        }
+    }
 }
 
 impl Default for Options {
@@ -96,6 +113,7 @@ impl Default for Options {
             stats: Arc::default(),
             packs: None,
             dirty: Arc::default(),
+            adapt: None,
         }
     }
 }
@@ -119,6 +137,7 @@ impl Packed {
             codec_prop: false,
             shift_prop: false,
             mount_codec: opts.codec,
+            adapt: opts.adapt.clone(),
             dict: None,
             dict_used: false,
             force: opts.force,

@@ -114,7 +114,7 @@ impl Packed {
             // one extent).
             let mut data = Vec::with_capacity(len);
             self.append_bytes(st, 0, 0, len, &mut data)?;
-            PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
+            PendingLoc::Bytes(self.packs()?.append(self.policy().codec, self.shift, &data)?)
         };
         // The slot keeps the bytes until the record is set (`load_packed` reads them back
         // from it), so the file drops its extent-sized copy now: thousands of small files

@@ -9,6 +9,8 @@
 //! `writeout.rs` asks [`Packed::backoff_skips`] before compressing and tells
 //! [`Packed::learn`] what came out.
 
+use squeezefs_codec::{Algorithm, CodecSpec};
+
 use crate::encode::{Outcome, Policy};
 
 use super::state::Packed;
@@ -21,13 +23,26 @@ pub const RETRY_EVERY: u32 = 8;
 
 impl Packed {
     /// What [`crate::encode::encode_extent`] needs to know of the file: its codec (the
-    /// file's property, else the mount's), `compress-force`, and its dictionary.
+    /// file's property, else the mount's, at the adaptive level now if the mount has one),
+    /// `compress-force`, and its dictionary.
     pub(super) fn policy(&self) -> Policy {
+        let codec = match self.adaptive() {
+            Some(a) => CodecSpec {
+                alg: Algorithm::Zstd,
+                level: a.level(),
+            },
+            None => self.codec,
+        };
         Policy {
-            codec: self.codec,
+            codec,
             force: self.force,
             dict: self.dict,
         }
+    }
+
+    /// The mount's adaptive level, when it decides this file's (no property of its own).
+    pub(super) fn adaptive(&self) -> Option<&std::sync::Arc<crate::adapt::Adaptive>> {
+        self.adapt.as_ref().filter(|_| !self.codec_prop)
     }
 
     /// HAMMER2's backoff: once `BACKOFF_AFTER` extents in a row resisted compression, only

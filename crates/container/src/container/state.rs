@@ -128,6 +128,9 @@ pub(super) struct Packed {
     pub(super) shift_prop: bool,
     /// The mount's codec, used again when the file's property is removed.
     pub(super) mount_codec: CodecSpec,
+    /// The mount's adaptive zstd level (`compress=zstd:adapt`), followed while the file has
+    /// no compression property of its own.
+    pub(super) adapt: Option<std::sync::Arc<crate::adapt::Adaptive>>,
     /// The file's dictionary property (`PROP_DICTIONARY`): small zstd data uses it.
     pub(super) dict: Option<u32>,
     /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).

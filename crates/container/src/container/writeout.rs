@@ -179,8 +179,13 @@ impl Packed {
             })
             .collect();
         // 3. Compress and write in parallel; each job writes its own half.
+        // The adaptive level learns how long the writer waits for compression (extents
+        // the backoff skips are not compressed, and teach it nothing).
+        let adapt = self.adaptive();
         let run = |(j, skip): (&Job<'_>, &bool)| {
+            let timed = adapt.filter(|_| !*skip).map(|a| a.compressing());
             let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
+            drop(timed);
             self.stats
                 .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
             write_half(st, &half, half_offset(shift, j.idx, j.half), j.careful).map(|()| outcome)
@@ -260,7 +265,7 @@ impl Packed {
             let len = self.size as usize;
             let mut data = Vec::with_capacity(len);
             self.append_bytes(st, 0, 0, len, &mut data)?;
-            inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
+            inline = encode_inline(self.policy().codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
         if let Some((alg, payload)) = inline {
