@@ -41,8 +41,8 @@ impl squeezefs_codec::workspace::Clock for TickingClock {
     fn now(&self) -> std::time::Duration {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.1.fetch_add(1, Relaxed);
-        let busy_phase = (n / 40) % 2 == 0;
-        let step = if (n % 2 == 0) == busy_phase { 61 } else { 5 };
+        let busy_phase = (n / 40).is_multiple_of(2);
+        let step = if n.is_multiple_of(2) == busy_phase { 61 } else { 5 };
         std::time::Duration::from_millis(self.0.fetch_add(step, Relaxed))
     }
 }
