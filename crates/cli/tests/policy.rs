@@ -547,6 +547,21 @@ fn an_adaptive_mount_writes_within_its_range_and_properties_still_win() {
         table.contains("adaptive level    zstd:") && table.contains("(range 2-4;"),
         "{table}"
     );
+    // Slack (issue 30, point 5): what rounding each extent copy up to 4 KiB blocks costs,
+    // per type and in all, less than a block per extent.
+    let st = common::squeezefs_json(&[std::ffi::OsStr::new("stats"), m.mnt.as_os_str()]);
+    let slack = st["slack"].as_u64().unwrap();
+    let per_type: u64 = st["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["slack"].as_u64().unwrap())
+        .sum();
+    let extents = st["extents"].as_u64().unwrap();
+    assert!(slack > 0 && slack == per_type && slack < extents * 4096, "{st}");
+    let out = squeezefs(&["stats", m.mnt.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Slack: "), "{text}");
     drop(m);
 
     for bad in [

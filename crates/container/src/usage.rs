@@ -31,6 +31,9 @@ pub struct Part {
     pub disk: u64,
     /// Bytes those extents hold once decompressed.
     pub uncompressed: u64,
+    /// Of `disk`, what rounding the copies up to whole blocks adds (the rest of each
+    /// copy's last block): 0 for inline data and packed files, whose bytes sit back to back.
+    pub slack: u64,
 }
 
 impl Part {
@@ -38,6 +41,7 @@ impl Part {
         self.extents += o.extents;
         self.disk += o.disk;
         self.uncompressed += o.uncompressed;
+        self.slack += o.slack;
     }
 }
 
@@ -165,6 +169,7 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
                     extents: 1,
                     disk: 0,
                     uncompressed: sb.size,
+                    slack: 0,
                 },
             );
         }
@@ -199,10 +204,12 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
                 },
             )
         };
+        let copy = EXTENT_HEADER_LEN as u64 + cur.stored_len as u64;
         u.parts.entry(kind).or_default().add(&Part {
             extents: 1,
-            disk: blocks(EXTENT_HEADER_LEN as u64 + cur.stored_len as u64),
+            disk: blocks(copy),
             uncompressed: cur.logical_len as u64,
+            slack: blocks(copy) - copy,
         });
         u.leftover += torn
             + copies[1..]
@@ -249,6 +256,7 @@ fn packed(u: &mut Usage, packs: Option<&Packs>, loc: Location, leftover: u64) ->
             extents: 0,
             disk: stored_share(&h, loc.len as u64),
             uncompressed: loc.len as u64,
+            slack: 0,
         },
     );
     Ok(())
@@ -257,7 +265,7 @@ fn packed(u: &mut Usage, packs: Option<&Packs>, loc: Location, leftover: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::half_offset;
+    use crate::format::{half_offset, ExtentHeader};
     use crate::sim::MemDisk;
     use crate::storage::read_full;
     use crate::{Container, Options};
@@ -294,6 +302,47 @@ mod tests {
         assert_eq!(Kind::Extent(Algorithm::Zstd, 7).label(), "zstd:7");
         assert_eq!(Kind::Extent(Algorithm::Zstd, -5).label(), "zstd-fast:5");
         assert_eq!(Kind::Extent(Algorithm::Lzo, 0).label(), "lzo");
+    }
+
+    #[test]
+    fn slack_is_the_rest_of_each_copys_last_block() {
+        // Raw 128 KiB extents: 48 header bytes push each copy into a 33rd block.
+        let mut noise = vec![0u8; 3 << 17];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for b in noise.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let u = usage(&written("none", &noise).clone(), None).unwrap();
+        let p = u.parts[&Kind::Extent(Algorithm::None, 0)];
+        assert_eq!(p.extents, 3);
+        assert_eq!(p.slack, 3 * (BLOCK - EXTENT_HEADER_LEN as u64), "{p:?}");
+        assert_eq!(p.disk, 3 * ((128 << 10) + BLOCK));
+
+        // Compressed ones: each copy's slack is what its last block leaves unused.
+        let text: Vec<u8> = (0..60_000u32)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
+        let disk = written("zstd:3", &text);
+        let u = usage(&disk.clone(), None).unwrap();
+        let p = u.parts[&Kind::Extent(Algorithm::Zstd, 3)];
+        let mut want = 0;
+        for idx in 0..p.extents {
+            let h = (0..2u8)
+                .filter_map(|half| {
+                    let mut hb = [0u8; EXTENT_HEADER_LEN];
+                    read_full(&disk, &mut hb, half_offset(17, idx, half)).ok()?;
+                    ExtentHeader::decode(&hb, idx, 17).ok()
+                })
+                .max_by_key(|h| h.generation)
+                .unwrap();
+            let copy = EXTENT_HEADER_LEN as u64 + h.stored_len as u64;
+            want += copy.div_ceil(BLOCK) * BLOCK - copy;
+        }
+        assert_eq!(p.slack, want);
+        assert!(p.slack > 0 && p.slack < p.extents * BLOCK);
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Totals {
     pub overhead: u64,
     /// Of which copies left by interrupted writes (`check --repair` removes them).
     pub leftover: u64,
+    /// What the current extent copies of containers take (the base of the slack's share).
+    pub in_extents: u64,
     /// Allocated bytes of the directories walked (each PATH that is one, and those below):
     /// in the total, as `du` counts them, so `du` through the mount and `stats` agree.
     pub directories: u64,
@@ -115,6 +117,7 @@ impl Totals {
                 extents: 0,
                 disk: allocated,
                 uncompressed: u.size,
+                slack: 0,
             });
             return;
         }
@@ -134,6 +137,9 @@ impl Totals {
                 p.disk = allocated;
             }
             in_extents += p.disk;
+            if matches!(k.without_dict(), Kind::Extent(..)) {
+                self.in_extents += p.disk;
+            }
             self.rows.entry(k.label()).or_default().add(&p);
         }
         // Superblocks, and copies left by interrupted writes.
@@ -143,6 +149,11 @@ impl Totals {
     /// Logical bytes of the files that use a dictionary (only known with `--dict-gain`).
     pub fn dict_uncompressed(&self) -> u64 {
         self.dict_referenced
+    }
+
+    /// Bytes lost to rounding extent copies up to whole blocks.
+    pub fn slack(&self) -> u64 {
+        self.rows.values().map(|p| p.slack).sum()
     }
 
     pub fn disk(&self) -> u64 {
@@ -464,6 +475,14 @@ pub fn render(t: &Totals, secs: f64) -> String {
     if t.overhead > 0 {
         o += &format!("{:<w$} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
     }
+    if t.slack() > 0 {
+        o += &format!(
+            "Slack: {} of the extents' {} is rounding to 4 KiB blocks ({:.1} %)\n",
+            human(t.slack()),
+            human(t.in_extents),
+            t.slack() as f64 * 100.0 / t.in_extents.max(1) as f64
+        );
+    }
     if t.directories > 0 {
         o += &format!("{:<w$} {:>5} {:>12}\n", "(directories)", "", human(t.directories));
     }
@@ -536,7 +555,7 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         .rows
         .iter()
         .map(|(label, p)| {
-            json!({"type": label, "extents": p.extents, "disk": p.disk, "uncompressed": p.uncompressed})
+            json!({"type": label, "extents": p.extents, "disk": p.disk, "uncompressed": p.uncompressed, "slack": p.slack})
         })
         .collect();
     json!({
@@ -550,6 +569,7 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "uncompressed": t.uncompressed(),
         "referenced": t.referenced,
         "metadata": t.overhead,
+        "slack": t.slack(),
         "directories": t.directories,
         "leftover": t.leftover,
         "damaged_extents": t.damaged_extents,
