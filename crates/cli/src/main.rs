@@ -233,9 +233,10 @@ fn mount_help() -> String {
         compress=ALG[:LEVEL]        codec for new data: none, lz4[:1-12], lzo, zlib[:1-9],\n                              \
         zstd[:1-19], zstd-fast[:1-1000] (default zstd:3), or\n                              \
         zstd:adapt[:MIN-MAX] (default 1-9): a zstd level that goes down\n                              \
-        one step while the compressor is busy over 80 % of the time (writers\n                              \
-        wait for it) and up while under 50 %, within MIN-MAX; files and\n                              \
-        directories with a compression property keep their own level\n  \
+        one step while the compressor is busy over 80 % of the time\n                              \
+        (averaged over about a second: extents queue for it) and up while\n                              \
+        under 50 %, within MIN-MAX; files with a compression property of\n                              \
+        their own (chattr +c sets one) and small packed files keep theirs\n  \
         compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
         incompressible-file backoff, no early abort\n  \
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \

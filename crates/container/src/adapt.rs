@@ -2,14 +2,16 @@
 //!
 //! A writer that fills extents faster than the daemon compresses them waits for the
 //! compressor; one fed from a slow source (a network, a program that computes) does not,
-//! and a higher level costs it nothing. The controller watches how much of the wall time
+//! and a higher level costs it nothing. The controller measures how much of the wall time
 //! the write path is compressing at all — the union of the compressions' intervals, however
-//! many run at once, so the measure means the same on 2 cores as on 64 — over windows of
-//! [`WINDOW`] with at least [`MIN_EXTENTS`] extents (`busy`), and moves the level by one
-//! per decision:
+//! many run at once — in samples of at least [`WINDOW`], and keeps a moving average of it
+//! over about [`TAU`] (`busy`), gaps between writes counting as idle time. FUSE hands the
+//! daemon written data in bursts (the kernel's write-back), each of which keeps the
+//! compressor busy while it lasts; the average over seconds is what tells a stream the
+//! compressor cannot keep up with from bursts it absorbs. It moves the level by one at a
+//! time, at most once per [`SETTLE`]:
 //!
-//! * down while the compressor is busy more than [`HIGH`] of the time: extents queue for
-//!   it, and the writer (or the kernel's write-back, and then the writer) waits,
+//! * down while the compressor is busy more than [`HIGH`] of the time,
 //! * up while it is busy less than [`LOW`], never within [`COOLDOWN`] of a decrease,
 //! * never outside `MIN..=MAX` (default [`DEFAULT_RANGE`]: no higher than zstd:9, as the
 //!   issue and Cassandra's compressor advise).
@@ -18,10 +20,10 @@
 //! is barred from being climbed back to for a penalty that doubles each time (from
 //! [`PENALTY_MIN`] to [`PENALTY_MAX`]): where one level is too fast and the next too slow,
 //! the level settles instead of swinging between the two (zstd's contrib controller skipped
-//! a change after stable rounds for the same reason). A window much longer than
-//! [`WINDOW`] (the writer paused) teaches nothing and decides nothing, so idle time does
-//! not raise the level. Extents the backoff stores raw without trying are not recorded:
-//! incompressible data never moves the level.
+//! a change after stable rounds for the same reason). Extents the backoff stores raw
+//! without trying are not timed: incompressible data never moves the level. The measure is
+//! of the compressor, not of a writer: several writers whose compressions overlap count as
+//! one busy compressor, and spare cores do not count.
 //!
 //! The clock is injected ([`Clock`]): tests move it by hand with a codec whose cost per
 //! level is known (`tests/adapt.rs`).
@@ -36,18 +38,18 @@ use squeezefs_codec::workspace::{Clock, MonotonicClock};
 pub const DEFAULT_RANGE: (i32, i32) = (1, 9);
 /// The level it starts at (the mount default's), within the range.
 pub const START_LEVEL: i32 = 3;
-/// How long a decision window lasts at least (zstd `--adapt` decides every 1/6 s).
+/// How long a sample lasts at least (zstd `--adapt` looks every 1/6 s).
 pub const WINDOW: Duration = Duration::from_millis(167);
-/// A window longer than this many [`WINDOW`]s is a pause: it decides nothing.
-pub const STALE_WINDOWS: u32 = 4;
-/// Extents a window needs before it decides.
-pub const MIN_EXTENTS: u32 = 4;
+/// The moving average's time constant: a sample `t` long weighs `1 - e^(-t/TAU)`.
+pub const TAU: Duration = Duration::from_secs(1);
+/// At most one change of level per this much time (the average then reflects the new one).
+pub const SETTLE: Duration = Duration::from_secs(1);
 /// Above this share of wall time with a compression under way, the level goes down.
 pub const HIGH: f64 = 0.8;
 /// Below this share, it goes up.
 pub const LOW: f64 = 0.5;
 /// No increase this soon after a decrease.
-pub const COOLDOWN: Duration = Duration::from_secs(1);
+pub const COOLDOWN: Duration = Duration::from_secs(2);
 /// The first bar on climbing back to a level left for being too slow; doubles at each
 /// further decrease from that level, up to [`PENALTY_MAX`].
 pub const PENALTY_MIN: Duration = Duration::from_secs(2);
@@ -68,16 +70,18 @@ pub struct Controller {
     level: i32,
     window_start: Duration,
     busy: Duration,
-    extents: u32,
     /// Compressions under way, and since when at least one has been.
     inflight: u32,
     busy_since: Duration,
+    /// The moving average of the busy share, and the last sample.
+    average: f64,
+    sample: f64,
+    /// When the level last changed.
+    changed: Duration,
     /// No increase before this time.
     cooldown_until: Duration,
-    /// Per level above `min`: (barred until, the bar's current length).
+    /// Per level from `min`: (barred until, the bar's current length).
     bars: Vec<(Duration, Duration)>,
-    /// The share of the last window that decided.
-    last_busy: f64,
 }
 
 impl Controller {
@@ -91,12 +95,14 @@ impl Controller {
             level: START_LEVEL.clamp(min, max),
             window_start: now,
             busy: Duration::ZERO,
-            extents: 0,
             inflight: 0,
             busy_since: now,
+            // Neutral: between LOW and HIGH, so the first samples decide.
+            average: (LOW + HIGH) / 2.0,
+            sample: 0.0,
+            changed: now,
             cooldown_until: Duration::ZERO,
             bars: vec![(Duration::ZERO, Duration::ZERO); (max - min + 1) as usize],
-            last_busy: 0.0,
         }
     }
 
@@ -108,9 +114,14 @@ impl Controller {
         (self.min, self.max)
     }
 
-    /// The share of wall time with a compression under way, in the last window that decided.
-    pub fn last_busy(&self) -> f64 {
-        self.last_busy
+    /// The moving average of the share of wall time with a compression under way.
+    pub fn busy(&self) -> f64 {
+        self.average
+    }
+
+    /// That share in the last sample alone.
+    pub fn last_sample(&self) -> f64 {
+        self.sample
     }
 
     /// A compression starts at `now`.
@@ -121,45 +132,45 @@ impl Controller {
         self.inflight += 1;
     }
 
-    /// A compression that began ends at `now`; decides when its window is complete.
+    /// A compression that began ends at `now`; takes a sample when [`WINDOW`] has passed
+    /// since the last one (the time between writes counts as idle), and may change the
+    /// level.
     pub fn end(&mut self, now: Duration) -> Option<Change> {
         self.inflight = self.inflight.saturating_sub(1);
         if self.inflight == 0 {
             self.busy += now.saturating_sub(self.busy_since);
         }
-        self.extents += 1;
         let elapsed = now.saturating_sub(self.window_start);
-        if elapsed < WINDOW || self.extents < MIN_EXTENTS {
-            // A window that has gone on long past its length without filling is a pause.
-            if elapsed > WINDOW * STALE_WINDOWS {
-                self.restart(now);
-            }
+        if elapsed < WINDOW {
             return None;
         }
         if self.inflight > 0 {
-            // The interval under way so far counts in this window, the rest in the next.
+            // The interval under way so far counts in this sample, the rest in the next.
             self.busy += now.saturating_sub(self.busy_since);
         }
-        let busy = (self.busy.as_secs_f64() / elapsed.as_secs_f64().max(1e-9)).min(1.0);
+        self.sample = (self.busy.as_secs_f64() / elapsed.as_secs_f64()).min(1.0);
+        let weight = 1.0 - (-elapsed.as_secs_f64() / TAU.as_secs_f64()).exp();
+        self.average += weight * (self.sample - self.average);
         self.restart(now);
-        if elapsed > WINDOW * STALE_WINDOWS {
+        if now < self.changed + SETTLE {
             return None;
         }
-        self.last_busy = busy;
-        if busy > HIGH && self.level > self.min {
+        if self.average > HIGH && self.level > self.min {
             let bar = &mut self.bars[(self.level - self.min) as usize];
             bar.1 = (bar.1 * 2).clamp(PENALTY_MIN, PENALTY_MAX);
             bar.0 = now + bar.1;
             self.level -= 1;
+            self.changed = now;
             self.cooldown_until = now + COOLDOWN;
             return Some(Change::Lowered(self.level));
         }
-        if busy < LOW
+        if self.average < LOW
             && self.level < self.max
             && now >= self.cooldown_until
             && now >= self.bars[(self.level + 1 - self.min) as usize].0
         {
             self.level += 1;
+            self.changed = now;
             return Some(Change::Raised(self.level));
         }
         None
@@ -168,13 +179,12 @@ impl Controller {
     fn restart(&mut self, now: Duration) {
         self.window_start = now;
         self.busy = Duration::ZERO;
-        self.extents = 0;
         self.busy_since = now;
     }
 }
 
 /// The controller seen from outside: its range and level, how often it moved, and the
-/// share of time spent compressing in the last window that decided.
+/// moving average of the share of time a compression was under way.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Snapshot {
     pub min: i32,
@@ -271,7 +281,7 @@ impl Adaptive {
             level: c.level(),
             lowered: self.lowered.load(Ordering::Relaxed),
             raised: self.raised.load(Ordering::Relaxed),
-            busy: c.last_busy(),
+            busy: c.busy(),
         }
     }
 
@@ -316,11 +326,11 @@ mod tests {
             c.begin(Duration::ZERO);
         }
         for _ in 0..4 {
-            assert_eq!(c.end(ms(100)), None, "the window is not over");
+            assert_eq!(c.end(ms(100)), None, "the sample is not over");
         }
         c.begin(ms(200));
-        assert_eq!(c.end(ms(200)), None, "half busy: between LOW and HIGH, no change");
-        assert!((c.last_busy() - 0.5).abs() < 0.01, "{}", c.last_busy());
+        assert_eq!(c.end(ms(200)), None, "within SETTLE of the start: no change");
+        assert!((c.last_sample() - 0.5).abs() < 0.01, "{}", c.last_sample());
     }
 
     #[test]

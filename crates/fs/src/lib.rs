@@ -116,7 +116,7 @@ pub const KERNEL_OPTIONS: &[&str] = &[
 pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", "defcontext", "rootcontext"];
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
-const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]], compress-force=, extent_size=, pack, nopack, pack_cache=, \
+const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
                            pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {

@@ -19,8 +19,10 @@
 //! Mount option `spin=MICROS` sets the window; 0, the default, never spins. Measured on the
 //! 2-core VMs (docs/BENCHMARKS.md, session 13) it takes 5–15 % off an extract, a small-file
 //! create, a cold `ls -l` and `git status`, but adds 4–11 % to a cold read of a tree, and
-//! it spends CPU that a CPU-bound program on the same machine would otherwise have: so it is
-//! offered, not imposed.
+//! it spends CPU that a CPU-bound program on the same machine would otherwise have — the
+//! daemon's own compressing threads included, during a large write — so it is offered, not
+//! imposed. The session threads on the cloned channels still sleep, and the kernel still
+//! wakes one of them for each request (the spinning thread usually takes it first).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -44,9 +46,6 @@ pub struct Spin {
 }
 
 struct Shared {
-    /// A duplicate of the session's channel: the same open file description, whose
-    /// `O_NONBLOCK` flag is what is switched.
-    fd: OwnedFd,
     window: Duration,
     /// Requests seen; the governor stops the spin when a window passes without one.
     requests: AtomicU64,
@@ -59,8 +58,11 @@ struct Shared {
     spins: AtomicU64,
 }
 
-#[derive(Default)]
 struct State {
+    /// A duplicate of the session's channel: the same open file description, whose
+    /// `O_NONBLOCK` flag is what is switched. Closed by [`Spin::stop`], so that nothing
+    /// holds the device open after the session.
+    fd: Option<OwnedFd>,
     spinning: bool,
     stop: bool,
 }
@@ -73,21 +75,38 @@ impl Spin {
             return Ok(());
         }
         let shared = Arc::new(Shared {
-            fd: fd.try_clone_to_owned()?,
             window,
             requests: AtomicU64::new(0),
             spinning: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                fd: Some(fd.try_clone_to_owned()?),
+                spinning: false,
+                stop: false,
+            }),
             wake: Condvar::new(),
             spins: AtomicU64::new(0),
         });
-        let s = shared.clone();
+        if self.shared.set(shared.clone()).is_err() {
+            return Err(io::Error::other("the spin is attached already"));
+        }
         let handle = std::thread::Builder::new()
             .name("squeezefs-spin".into())
-            .spawn(move || s.govern())?;
-        *self.governor.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
-        let _ = self.shared.set(shared);
-        Ok(())
+            .spawn(move || shared.govern());
+        match handle {
+            Ok(h) => {
+                *self.governor.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                // No governor: never spin (a spin nobody ends would take a core).
+                if let Some(s) = self.shared.get() {
+                    let mut st = s.lock();
+                    st.stop = true;
+                    st.fd = None;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// A request arrived: spin from now on, if not spinning already. One atomic add and
@@ -118,12 +137,13 @@ impl Spin {
         serde_json::json!({"window_us": window, "bursts": bursts, "spinning": spinning})
     }
 
-    /// Stops the governor, leaving the channel blocking.
+    /// Stops the governor, leaving the channel blocking and its duplicate closed.
     pub fn stop(&self) {
         if let Some(s) = self.shared.get() {
             let mut st = s.lock();
             st.stop = true;
             s.set(&mut st, false);
+            st.fd = None;
             s.wake.notify_all();
         }
         if let Some(h) = self.governor.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -155,7 +175,8 @@ impl Shared {
     /// Makes the channel non-blocking (`on`) or blocking; a failure leaves it as it was
     /// (blocking is what fuser expects; a failed switch to it is logged).
     fn set(&self, st: &mut State, on: bool) {
-        match crate::sys::set_nonblocking(self.fd.as_fd(), on) {
+        let Some(fd) = st.fd.as_ref() else { return };
+        match crate::sys::set_nonblocking(fd.as_fd(), on) {
             Ok(()) => {
                 st.spinning = on;
                 self.spinning.store(on, Ordering::Relaxed);
@@ -185,8 +206,9 @@ impl Shared {
             loop {
                 let seen = self.requests.load(Ordering::Relaxed);
                 std::thread::sleep(self.window);
-                if self.requests.load(Ordering::Relaxed) == seen {
-                    let mut st = self.lock();
+                let quiet = self.requests.load(Ordering::Relaxed) == seen;
+                let mut st = self.lock();
+                if quiet || st.stop {
                     if st.spinning {
                         self.set(&mut st, false);
                     }
@@ -210,13 +232,17 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let spin = Spin::default();
         spin.touch(); // not attached: nothing
-        spin.attach(a.as_fd(), Duration::from_millis(20)).unwrap();
+        spin.attach(a.as_fd(), Duration::from_millis(200)).unwrap();
+        assert!(
+            spin.attach(a.as_fd(), Duration::from_millis(200)).is_err(),
+            "once"
+        );
         assert!(!nonblocking(a.as_fd()));
         spin.touch();
         assert!(nonblocking(a.as_fd()));
         // Requests keep coming: still spinning after several windows.
-        for _ in 0..10 {
-            std::thread::sleep(Duration::from_millis(8));
+        for _ in 0..16 {
+            std::thread::sleep(Duration::from_millis(50));
             spin.touch();
         }
         assert!(nonblocking(a.as_fd()));

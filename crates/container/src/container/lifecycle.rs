@@ -163,6 +163,11 @@ impl<S: Storage> Container<S> {
     /// older superblock copy and old extent halves. Does nothing when the file changed
     /// since (what was written since may not be durable).
     pub fn settle(&mut self, ticket: Ticket) -> Result<()> {
+        // The share counts exactly the dirty extents whenever a method returns.
+        debug_assert!(match &self.mode {
+            Mode::Packed(p) => (p.share.bytes() > 0) == p.exts.values().any(|e| e.dirty),
+            Mode::Plain => true,
+        });
         match &mut self.mode {
             Mode::Packed(p) if ticket == Ticket::of(p) && p.pending.is_none() && p.share.bytes() == 0 => {
                 p.synced_all(&self.storage)

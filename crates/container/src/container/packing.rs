@@ -114,7 +114,9 @@ impl Packed {
             // one extent).
             let mut data = Vec::with_capacity(len);
             self.append_bytes(st, 0, 0, len, &mut data)?;
-            PendingLoc::Bytes(self.packs()?.append(self.policy().codec, self.shift, &data)?)
+            // At the file's codec, never the adaptive level: pack groups are keyed by codec and
+            // level, and a moving level would keep one half-filled block open per level.
+            PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
         };
         // The slot keeps the bytes until the record is set (`load_packed` reads them back
         // from it), so the file drops its extent-sized copy now: thousands of small files

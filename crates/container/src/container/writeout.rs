@@ -265,7 +265,7 @@ impl Packed {
             let len = self.size as usize;
             let mut data = Vec::with_capacity(len);
             self.append_bytes(st, 0, 0, len, &mut data)?;
-            inline = encode_inline(self.policy().codec, self.dict, &data, INLINE_MAX);
+            inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
         if let Some((alg, payload)) = inline {

@@ -35,9 +35,9 @@ pub struct WriteBehind {
 
 impl WriteBehind {
     /// Writes out the dirty extents of every open file that has held some for the
-    /// budget's `expire` or longer, and queues it for the group commit. Looks at nothing while no file holds dirty bytes (the budget says
-    /// so), and passes over a file whose lock is taken (a request is working on it: it
-    /// comes round again at the next call).
+    /// budget's `expire` or longer, and queues it for the group commit. Looks at nothing
+    /// while no file holds dirty bytes (the budget says so), and passes over a file whose
+    /// lock is taken (a request is working on it: it comes round again at the next call).
     pub fn run(&self) {
         let expire = self.budget.expire();
         if self.budget.used() == 0 {

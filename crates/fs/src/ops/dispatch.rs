@@ -517,10 +517,13 @@ impl SqueezeFs {
 }
 
 impl Core {
-    /// Counts a request on `ino` and times it while the guard lives, unless it is on the
-    /// statistics file (reading the counts must not change them).
+    /// Counts a request on `ino` and times it while the guard lives, and keeps the spin on
+    /// /dev/fuse going (`spin.rs`), unless it is on the statistics file (reading the counts
+    /// must not change them).
     fn count(&self, ino: INodeNo, k: Kind) -> Option<crate::requests::Timed<'_>> {
-        self.spin.touch();
-        (!matches!(route(ino), Node::Stats)).then(|| self.requests.timed(k))
+        (!matches!(route(ino), Node::Stats)).then(|| {
+            self.spin.touch();
+            self.requests.timed(k)
+        })
     }
 }
