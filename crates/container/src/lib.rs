@@ -22,7 +22,7 @@ mod storage;
 pub mod usage;
 
 pub use container::{
-    AheadPlan, Container, DirtyBudget, Fetched, Options, Ticket, WriteBack, BACKOFF_AFTER,
+    AheadPlan, Container, DirtyBudget, Fetched, Options, Recompressed, Ticket, WriteBack, BACKOFF_AFTER,
     DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
 };
 pub use stats::Stats;

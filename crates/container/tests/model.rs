@@ -104,6 +104,9 @@ enum Op {
     /// A sync of the whole disk, then `settle` (the group commit's second sync): what the
     /// written copies replaced is removed.
     Settle,
+    /// Background recompression of the file's extents to `RECOMPRESS_TARGETS[i]` (bytes
+    /// unchanged; durable when done).
+    Recompress(u8),
     /// What the filesystem does at a last close: `write_back`; with nothing left to do the
     /// container is dropped unflushed and opened again; otherwise a sync, `commit`, a sync,
     /// `settle`.
@@ -166,6 +169,9 @@ fn payload(len: usize, kind: u8, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Targets of background recompression.
+const RECOMPRESS_TARGETS: [&str; 4] = ["zstd:15", "zstd:3", "lz4", "zlib:9"];
+
 /// Codecs a property may switch a file to mid-sequence (files mix codecs across extents).
 const PROP_CODECS: [&str; 5] = ["zstd:9", "lz4", "none", "zlib:1", "zstd-fast:1"];
 
@@ -194,6 +200,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
         1 => any::<bool>().prop_map(Op::SetDict),
         1 => Just(Op::Settle),
+        1 => (0..RECOMPRESS_TARGETS.len() as u8).prop_map(Op::Recompress),
         2 => Just(Op::Close),
         2 => (0..max, 0..max).prop_map(|(off, len)| Op::PlanAhead { off, len }),
         1 => Just(Op::FetchAhead),
@@ -285,6 +292,9 @@ fn apply_container(
             .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
             .map(|_| None),
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
+        Op::Recompress(i) => c
+            .recompress(RECOMPRESS_TARGETS[*i as usize].parse().unwrap())
+            .map(|_| None),
         Op::Settle => {
             let ticket = c.ticket();
             syncfs(disk, opts)?;

@@ -111,3 +111,123 @@ fn copy_into_turns_a_plain_file_into_a_container_with_another_extent_size() {
     assert_eq!(u.parts[&Kind::Extent(Algorithm::Zstd, 3)].extents, 2);
     assert_eq!(contents(&dst_disk), data);
 }
+
+/// zstd:1 text, then noise (stored raw), then a hole, then text again.
+fn mixed_file() -> (MemDisk, Vec<u8>) {
+    let disk = MemDisk::new();
+    let e = 128 << 10;
+    let mut data = log_lines(12 * e);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in &mut data[4 * e..6 * e] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    data[7 * e..8 * e].fill(0);
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    (disk, data)
+}
+
+fn extents_of(disk: &MemDisk, k: Kind) -> u64 {
+    usage(disk, None).unwrap().parts.get(&k).map_or(0, |p| p.extents)
+}
+
+/// Background recompression's step on one file: only extents compressed at another level
+/// are rewritten; raw extents and holes stay as they are; the file's own codec for new
+/// writes does not change; a second pass finds nothing.
+#[test]
+fn recompress_rewrites_only_what_differs_from_the_target() {
+    let (disk, data) = mixed_file();
+    let zstd1 = extents_of(&disk, Kind::Extent(Algorithm::Zstd, 1));
+    let raw = extents_of(&disk, Kind::Extent(Algorithm::None, 0));
+    assert_eq!((zstd1, raw), (9, 2), "{:?}", kinds(&disk));
+    let target: CodecSpec = "zstd:9".parse().unwrap();
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    assert_eq!(c.pending_for(target).unwrap().len(), 9);
+    let done = c.recompress(target).unwrap();
+    assert_eq!(done.extents, 9);
+    assert_eq!(done.bytes, 9 * (128 << 10));
+    assert_eq!(c.recompress(target).unwrap(), Default::default(), "nothing left");
+    // New writes still get the file's codec.
+    c.write(20 << 17, &log_lines(128 << 10)).unwrap();
+    c.fsync().unwrap();
+    drop(c);
+    assert_eq!(extents_of(&disk, Kind::Extent(Algorithm::Zstd, 9)), 9);
+    assert_eq!(
+        extents_of(&disk, Kind::Extent(Algorithm::None, 0)),
+        2,
+        "raw ones are left"
+    );
+    assert_eq!(
+        extents_of(&disk, Kind::Extent(Algorithm::Zstd, 1)),
+        1,
+        "the new write"
+    );
+    assert_eq!(&contents(&disk)[..data.len()], &data[..]);
+}
+
+/// A file with bytes waiting in memory is left for later (a user's write wins), and one
+/// flagged incompressible is never retried.
+#[test]
+fn recompress_leaves_dirty_and_incompressible_files() {
+    let (disk, _) = mixed_file();
+    let target: CodecSpec = "zstd:5".parse().unwrap();
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    c.write(100, b"a partial write").unwrap();
+    assert_eq!(c.recompress(target).unwrap(), Default::default());
+    c.fsync().unwrap();
+    assert_eq!(c.recompress(target).unwrap().extents, 9);
+
+    // Noise only: the backoff flags the file; nothing is pending, ever.
+    let disk = MemDisk::new();
+    let mut noise = vec![0u8; 20 << 17];
+    let mut x = 7u64;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    c.write(0, &noise).unwrap();
+    c.fsync().unwrap();
+    assert!(c.pending_for(target).unwrap().is_empty());
+    assert_eq!(c.recompress(target).unwrap(), Default::default());
+}
+
+#[test]
+fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
+    let (disk, data) = mixed_file();
+    let target: CodecSpec = "zstd:7".parse().unwrap();
+    let mut seen_mixed = false;
+    for n in 0..80u64 {
+        let d = disk.reboot(|| 0);
+        let trial = d.clone();
+        trial.crash_after(n);
+        let mut c = Container::open(trial.clone(), &opts("zstd:1")).unwrap();
+        let finished = c.recompress(target).is_ok();
+        drop(c);
+        let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let after = trial.reboot(|| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        });
+        assert_eq!(contents(&after), data, "crash after {n} operations");
+        let (old, new) = (
+            extents_of(&after, Kind::Extent(Algorithm::Zstd, 1)),
+            extents_of(&after, Kind::Extent(Algorithm::Zstd, 7)),
+        );
+        assert_eq!(old + new, 9, "every extent old or new: crash after {n}");
+        seen_mixed |= old > 0 && new > 0;
+        if finished && !trial.has_crashed() {
+            assert_eq!((old, new), (0, 9));
+            break;
+        }
+    }
+    assert!(seen_mixed, "some crash should land between extents");
+}

@@ -38,6 +38,7 @@ mod lifecycle;
 mod packing;
 mod policy;
 mod props;
+mod recompress;
 mod state;
 mod writeout;
 
@@ -51,6 +52,7 @@ pub use ahead::{AheadPlan, Fetched};
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
+pub use recompress::Recompressed;
 use state::{Ext, Mode, Packed};
 
 use crate::encode::decode_payload;
@@ -138,6 +140,7 @@ impl Packed {
             shift_prop: false,
             mount_codec: opts.codec,
             adapt: opts.adapt.clone(),
+            rewrite_codec: None,
             dict: None,
             dict_used: false,
             force: opts.force,

@@ -26,6 +26,14 @@ impl Packed {
     /// file's property, else the mount's, at the adaptive level now if the mount has one),
     /// `compress-force`, and its dictionary.
     pub(super) fn policy(&self) -> Policy {
+        if let Some(codec) = self.rewrite_codec {
+            // Background recompression: extents that compressed before, at a target level.
+            return Policy {
+                codec,
+                force: true,
+                dict: self.dict,
+            };
+        }
         let codec = match self.adaptive() {
             Some(a) => CodecSpec {
                 alg: Algorithm::Zstd,
@@ -42,7 +50,9 @@ impl Packed {
 
     /// The mount's adaptive level, when it decides this file's (no property of its own).
     pub(super) fn adaptive(&self) -> Option<&std::sync::Arc<crate::adapt::Adaptive>> {
-        self.adapt.as_ref().filter(|_| !self.codec_prop)
+        self.adapt
+            .as_ref()
+            .filter(|_| !self.codec_prop && self.rewrite_codec.is_none())
     }
 
     /// HAMMER2's backoff: once `BACKOFF_AFTER` extents in a row resisted compression, only

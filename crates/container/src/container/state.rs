@@ -131,6 +131,8 @@ pub(super) struct Packed {
     /// The mount's adaptive zstd level (`compress=zstd:adapt`), followed while the file has
     /// no compression property of its own.
     pub(super) adapt: Option<std::sync::Arc<crate::adapt::Adaptive>>,
+    /// While `recompress` runs: the codec its rewrites get (forced), not the file's.
+    pub(super) rewrite_codec: Option<CodecSpec>,
     /// The file's dictionary property (`PROP_DICTIONARY`): small zstd data uses it.
     pub(super) dict: Option<u32>,
     /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
