@@ -36,8 +36,13 @@ use squeezefs_codec::workspace::{Clock, MonotonicClock};
 
 /// The levels `zstd:adapt` moves between when no range is given.
 pub const DEFAULT_RANGE: (i32, i32) = (1, 9);
-/// The level it starts at (the mount default's), within the range.
+/// The level it starts at (the mount default's), within the range ([`start_level`]).
 pub const START_LEVEL: i32 = 3;
+
+/// The level a controller over `min..=max` starts at (and the mount's codec names).
+pub fn start_level(min: i32, max: i32) -> i32 {
+    START_LEVEL.clamp(min, max)
+}
 /// How long a sample lasts at least (zstd `--adapt` looks every 1/6 s).
 pub const WINDOW: Duration = Duration::from_millis(167);
 /// The moving average's time constant: a sample `t` long weighs `1 - e^(-t/TAU)`.
@@ -92,7 +97,7 @@ impl Controller {
         Controller {
             min,
             max,
-            level: START_LEVEL.clamp(min, max),
+            level: start_level(min, max),
             window_start: now,
             busy: Duration::ZERO,
             inflight: 0,

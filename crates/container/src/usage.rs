@@ -307,14 +307,7 @@ mod tests {
     #[test]
     fn slack_is_the_rest_of_each_copys_last_block() {
         // Raw 128 KiB extents: 48 header bytes push each copy into a 33rd block.
-        let mut noise = vec![0u8; 3 << 17];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for b in noise.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
+        let noise = squeezefs_testdata::random(3 << 17, 0x9e37_79b9_7f4a_7c15);
         let u = usage(&written("none", &noise).clone(), None).unwrap();
         let p = u.parts[&Kind::Extent(Algorithm::None, 0)];
         assert_eq!(p.extents, 3);

@@ -6,7 +6,7 @@ use squeezefs_container::convert::copy_into;
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, Options, Storage};
-use squeezefs_testdata::log_lines;
+use squeezefs_testdata::{log_lines, random};
 
 fn opts(codec: &str) -> Options {
     Options {
@@ -34,6 +34,17 @@ fn lz4_file() -> (MemDisk, Vec<u8>) {
     c.write(0, &data).unwrap();
     c.fsync().unwrap();
     (disk, data)
+}
+
+/// `disk` after a power failure, unsynced writes kept or lost as the seed `n` decides.
+fn reboot_scrambled(disk: &MemDisk, n: u64) -> MemDisk {
+    let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    disk.reboot(|| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    })
 }
 
 #[test]
@@ -68,13 +79,7 @@ fn a_crash_anywhere_in_a_rewrite_leaves_the_same_bytes() {
             .unwrap();
         let finished = c.rewrite(0..u64::MAX).is_ok();
         drop(c);
-        let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let after = trial.reboot(|| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        });
+        let after = reboot_scrambled(&trial, n);
         assert_eq!(contents(&after), data, "crash after {n} operations");
         let k = kinds(&after);
         seen_mixed |= k.len() > 1;
@@ -117,13 +122,7 @@ fn mixed_file() -> (MemDisk, Vec<u8>) {
     let disk = MemDisk::new();
     let e = 128 << 10;
     let mut data = log_lines(12 * e);
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    for b in &mut data[4 * e..6 * e] {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    data[4 * e..6 * e].copy_from_slice(&random(2 * e, 0x2545_f491_4f6c_dd1d));
     data[7 * e..8 * e].fill(0);
     let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
     c.write(0, &data).unwrap();
@@ -183,14 +182,7 @@ fn recompress_leaves_dirty_and_incompressible_files() {
 
     // Noise only: the backoff flags the file; nothing is pending, ever.
     let disk = MemDisk::new();
-    let mut noise = vec![0u8; 20 << 17];
-    let mut x = 7u64;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let noise = random(20 << 17, 7);
     let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
     c.write(0, &noise).unwrap();
     c.fsync().unwrap();
@@ -210,13 +202,7 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
         let mut c = Container::open(trial.clone(), &opts("zstd:1")).unwrap();
         let finished = c.recompress(target).is_ok();
         drop(c);
-        let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let after = trial.reboot(|| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        });
+        let after = reboot_scrambled(&trial, n);
         assert_eq!(contents(&after), data, "crash after {n} operations");
         let (old, new) = (
             extents_of(&after, Kind::Extent(Algorithm::Zstd, 1)),

@@ -249,7 +249,7 @@ impl MountConfig {
                             self.adapt = Some((min, max));
                             self.codec = CodecSpec::new(
                                 squeezefs_codec::Algorithm::Zstd,
-                                squeezefs_container::adapt::START_LEVEL.clamp(min, max),
+                                squeezefs_container::adapt::start_level(min, max),
                             )
                             .map_err(|e| format!("{key}={v}: {e}"))?;
                         }

@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use super::recompress::Recompressed;
 use super::state::{Mode, Packed};
 use super::Container;
 use crate::format::{half_offset, slot_size, DATA_START};
@@ -14,7 +15,7 @@ use crate::layout::{read_half, Half};
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
 
-/// Bytes `rewrite` recompresses between two flushes.
+/// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
 const MAX_SIZE: u64 = 1 << 50;
@@ -39,23 +40,37 @@ impl<S: Storage> Container<S> {
             p.stats.flagged(false);
         }
         let (shift, end) = (p.shift, range.end.min(p.size));
+        let mut todo = Vec::new();
         let mut idx = range.start >> shift;
-        let (mut done, mut since_flush) = (0u64, 0u64);
         while (idx << shift) < end {
-            let Mode::Packed(p) = &mut self.mode else {
-                unreachable!()
-            };
             if p.extent_is_data(&self.storage, idx)? {
-                let data = self.read(idx << shift, 1 << shift)?;
-                self.write(idx << shift, &data)?;
-                done += data.len() as u64;
-                since_flush += data.len() as u64;
-                if since_flush >= REWRITE_FLUSH_BYTES {
-                    self.flush()?;
-                    since_flush = 0;
-                }
+                todo.push(idx);
             }
             idx += 1;
+        }
+        Ok(self.rewrite_extents(&todo)?.bytes)
+    }
+
+    /// Reads extents `idxs` and writes them back (the policy in force now decides how they
+    /// are stored), flushing every [`REWRITE_FLUSH_BYTES`], then makes them durable: the
+    /// loop behind [`Container::rewrite`] and [`Container::recompress`].
+    pub(super) fn rewrite_extents(&mut self, idxs: &[u64]) -> Result<Recompressed> {
+        let Mode::Packed(p) = &self.mode else {
+            return Ok(Recompressed::default());
+        };
+        let shift = p.shift;
+        let mut done = Recompressed::default();
+        let mut since_flush = 0u64;
+        for &idx in idxs {
+            let data = self.read(idx << shift, 1 << shift)?;
+            self.write(idx << shift, &data)?;
+            done.extents += 1;
+            done.bytes += data.len() as u64;
+            since_flush += data.len() as u64;
+            if since_flush >= REWRITE_FLUSH_BYTES {
+                self.flush()?;
+                since_flush = 0;
+            }
         }
         self.fsync()?;
         Ok(done)

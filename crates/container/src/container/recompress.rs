@@ -22,9 +22,6 @@ use crate::format::EXTENT_FLAG_DICT;
 use crate::storage::Storage;
 use crate::Result;
 
-/// Bytes `recompress` rewrites between two flushes.
-const FLUSH_BYTES: u64 = 8 << 20;
-
 /// What [`Container::recompress`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Recompressed {
@@ -78,27 +75,5 @@ impl<S: Storage> Container<S> {
         if let Mode::Packed(p) = &mut self.mode {
             p.rewrite_codec = codec;
         }
-    }
-
-    fn rewrite_extents(&mut self, todo: &[u64]) -> Result<Recompressed> {
-        let Mode::Packed(p) = &self.mode else {
-            return Ok(Recompressed::default());
-        };
-        let shift = p.shift;
-        let mut done = Recompressed::default();
-        let mut since_flush = 0u64;
-        for &idx in todo {
-            let data = self.read(idx << shift, 1 << shift)?;
-            self.write(idx << shift, &data)?;
-            done.extents += 1;
-            done.bytes += data.len() as u64;
-            since_flush += data.len() as u64;
-            if since_flush >= FLUSH_BYTES {
-                self.flush()?;
-                since_flush = 0;
-            }
-        }
-        self.fsync()?;
-        Ok(done)
     }
 }
