@@ -31,9 +31,14 @@ pub enum PropertyCmd {
     #[command(after_help = "Properties:\n  \
         compression   none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000]\n  \
         extent_size   4K, 8K, ... 1M (a file's only while it is empty)\n  \
-        dictionary    a zstd dictionary id (see `squeezefs dict`): small zstd data uses it\n\n\
+        dictionary    a zstd dictionary id (see `squeezefs dict`): small zstd data uses it\n  \
+        background_compression\n                \
+        a codec as for compression: while the mount is idle, extents stored\n                \
+        otherwise are recompressed to it (everything below a directory, old\n                \
+        files too; `none`: left alone)\n\n\
         Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
         squeezefs property set /mnt/archive extent_size 1M\n  \
+        squeezefs property set /mnt/archive background_compression zstd:15\n  \
         squeezefs property set -r /mnt/photos compression none\n  \
         squeezefs property set /mnt/logs compression ''      # remove")]
     Set {
@@ -51,8 +56,9 @@ fn prop_named(name: &str) -> Result<Prop, String> {
         "compression" | "compress" => Ok(Prop::Compression),
         "extent_size" | "extent-size" => Ok(Prop::ExtentSize),
         "dictionary" | "dict" => Ok(Prop::Dictionary),
+        "background_compression" | "background-compression" | "background" => Ok(Prop::Background),
         other => Err(format!(
-            "unknown property `{other}` (known: compression, extent_size, dictionary)"
+            "unknown property `{other}` (known: compression, extent_size, dictionary, background_compression)"
         )),
     }
 }
@@ -85,21 +91,25 @@ pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
     ))
 }
 
-/// The mount's defaults, from its live statistics file.
+/// The mount's defaults, from its live statistics file (the whole document).
 fn mount_defaults(path: &Path) -> Option<serde_json::Value> {
     let mount = crate::locate::locate(path).ok()?.mount?;
-    crate::statsfile::read(&mount).ok()?.get("mount").cloned()
+    crate::statsfile::read(&mount).ok()
 }
 
 fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> {
-    let m = defaults.as_ref()?;
+    let doc = defaults.as_ref()?;
+    if p == Prop::Background {
+        return doc.get("background")?.get("target")?.as_str().map(str::to_string);
+    }
+    let m = doc.get("mount")?;
     match p {
         Prop::Compression => m.get("compress")?.as_str().map(str::to_string),
         Prop::ExtentSize => {
             let b = m.get("extent_size")?.as_u64()?;
             Some(props::format(props::Value::Shift(b.trailing_zeros() as u8)))
         }
-        Prop::Dictionary => None,
+        Prop::Dictionary | Prop::Background => None,
     }
 }
 

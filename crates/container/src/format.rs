@@ -1,4 +1,5 @@
-//! On-disk structures of a container, versions 2 and 3 (version 1 is read too). docs/FORMAT.md
+//! On-disk structures of a container, versions 2, 3 and 5 (version 1 is read too; 4 is the
+//! packs' format, `pack::format`, never a container's). docs/FORMAT.md
 //! describes every field; this module is the only code that knows the byte layout. All
 //! integers little-endian.
 
@@ -9,9 +10,12 @@ use xxhash_rust::xxh3::xxh3_64;
 /// and line-ending conversions are detected).
 pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
 /// The newest format version this code reads and writes. A superblock is written as version
-/// 3 only when the file uses a dictionary (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as
-/// version 2, so files without dictionaries stay readable by squeezefs versions before them.
-pub const FORMAT_VERSION: u16 = 3;
+/// 5 only when it keeps a change time (`SB_FLAG_TIMES`), as version 3 when the file uses a
+/// dictionary (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as version 2, so files that use
+/// neither stay readable by squeezefs versions before them.
+pub const FORMAT_VERSION: u16 = 5;
+/// The version written for files that use a dictionary and keep no change time.
+pub const FORMAT_VERSION_DICT: u16 = 3;
 /// The version written for files that use no dictionary.
 pub const FORMAT_VERSION_NO_DICT: u16 = 2;
 /// Oldest format version this code reads.
@@ -39,14 +43,67 @@ pub const SB_FLAG_NOCOMPRESS: u32 = 1 << 1;
 /// the first such payload is written and kept, so the file stays version 3 (older
 /// squeezefs then refuse it as newer instead of reporting its extents as damaged).
 pub const SB_FLAG_DICT: u32 = 1 << 2;
+/// Superblock flag (version 5): the area after the header holds the change and
+/// modification times `stat` shows for this file ([`Superblock::kept_times`]), not the
+/// backing file's: background recompression rewrote the file's extents, which moved the
+/// backing file's times, but changed nothing of the file. Dropped at the file's next
+/// change through a mount. Never with `SB_FLAG_INLINE` (the area is the inline payload's
+/// then).
+pub const SB_FLAG_TIMES: u32 = 1 << 3;
+/// Bytes of the kept times in the area after the header: the change time's seconds (i64)
+/// and nanoseconds (u32, < 10⁹), 4 reserved bytes (zero), the modification time's seconds
+/// and nanoseconds, 4 reserved bytes.
+pub const TIMES_LEN: usize = 32;
+
+/// The times a superblock keeps for `stat` (`SB_FLAG_TIMES`): (seconds, nanoseconds) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptTimes {
+    pub ctime: (i64, u32),
+    pub mtime: (i64, u32),
+}
+
+impl KeptTimes {
+    fn encode(&self) -> Vec<u8> {
+        let mut a = vec![0u8; TIMES_LEN];
+        for (o, (sec, nsec)) in [(0, self.ctime), (16, self.mtime)] {
+            assert!(nsec < 1_000_000_000, "nanoseconds out of range");
+            a[o..o + 8].copy_from_slice(&sec.to_le_bytes());
+            a[o + 8..o + 12].copy_from_slice(&nsec.to_le_bytes());
+        }
+        a
+    }
+
+    fn decode(a: &[u8]) -> Result<KeptTimes, FormatError> {
+        let bad = FormatError::Field("kept times");
+        if a.len() != TIMES_LEN {
+            return Err(bad);
+        }
+        let time = |o: usize| {
+            let nsec = u32_at(a, o + 8);
+            (nsec < 1_000_000_000 && u32_at(a, o + 12) == 0).then_some((u64_at(a, o) as i64, nsec))
+        };
+        match (time(0), time(16)) {
+            (Some(ctime), Some(mtime)) => Ok(KeptTimes { ctime, mtime }),
+            _ => Err(bad),
+        }
+    }
+}
+
 /// Superblock flag bits each version understands; a container with any other bit set is
 /// refused (it was written by a newer squeezefs).
 pub fn sb_known_flags(version: u16) -> u32 {
     match version {
         1 => SB_FLAG_INLINE,
         2 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
-        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT,
+        3 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT,
+        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES,
     }
+}
+
+/// Whether a superblock of `version` is one this code reads: 1, 2, 3 and 5 (4 numbers the
+/// packs' format, never a container's).
+pub fn is_container_version(version: u16) -> bool {
+    matches!(version, MIN_FORMAT_VERSION..=FORMAT_VERSION_DICT | FORMAT_VERSION)
 }
 
 /// Superblock `props` bit (version 2): `codec` is the file's own compression property
@@ -98,7 +155,7 @@ pub enum FormatError {
     Magic,
     #[error("header checksum mismatch")]
     Checksum,
-    #[error("format version {0} is not one this squeezefs understands (1 … 3)")]
+    #[error("format version {0} is not one this squeezefs understands (1 … 3, 5)")]
     Version(u16),
     #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
     Flags(u32),
@@ -147,6 +204,8 @@ pub struct Superblock {
     pub inline_codec: Algorithm,
     /// Stored inline payload (empty unless inline).
     pub inline: Vec<u8>,
+    /// The times `stat` shows (`SB_FLAG_TIMES`, version 5; never on an inline superblock).
+    pub kept_times: Option<KeptTimes>,
 }
 
 impl Superblock {
@@ -154,10 +213,13 @@ impl Superblock {
         self.flags & SB_FLAG_INLINE != 0
     }
 
-    /// The version this superblock is written as: 3 only when it uses a dictionary.
+    /// The version this superblock is written as: 5 only when it keeps a change time, 3
+    /// when it uses a dictionary, else 2.
     pub fn version(&self) -> u16 {
-        if self.flags & SB_FLAG_DICT != 0 || self.props & PROP_DICTIONARY != 0 {
+        if self.kept_times.is_some() {
             FORMAT_VERSION
+        } else if self.flags & SB_FLAG_DICT != 0 || self.props & PROP_DICTIONARY != 0 {
+            FORMAT_VERSION_DICT
         } else {
             FORMAT_VERSION_NO_DICT
         }
@@ -166,11 +228,21 @@ impl Superblock {
     /// The 4096-byte block for this superblock.
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.inline.len() <= INLINE_MAX, "inline payload too large");
-        let mut b = vec![0u8; SB_HEADER_LEN + self.inline.len()];
+        let mut flags = self.flags & !SB_FLAG_TIMES;
+        // The area after the header: the inline payload, or the kept change time.
+        let area = match self.kept_times {
+            Some(t) => {
+                assert!(!self.is_inline(), "kept times on an inline superblock");
+                flags |= SB_FLAG_TIMES;
+                t.encode()
+            }
+            None => self.inline.clone(),
+        };
+        let mut b = vec![0u8; SB_HEADER_LEN + area.len()];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..10].copy_from_slice(&self.version().to_le_bytes());
         b[10..12].copy_from_slice(&(SB_HEADER_LEN as u16).to_le_bytes());
-        b[12..16].copy_from_slice(&self.flags.to_le_bytes());
+        b[12..16].copy_from_slice(&flags.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..32].copy_from_slice(&self.size.to_le_bytes());
         b[32] = self.extent_shift;
@@ -178,13 +250,13 @@ impl Superblock {
         b[34..36].copy_from_slice(&(self.codec.level as i16).to_le_bytes());
         b[36] = self.inline_codec.id();
         b[37] = self.props;
-        b[38..40].copy_from_slice(&(self.inline.len() as u16).to_le_bytes());
-        b[40..48].copy_from_slice(&xxh3_64(&self.inline).to_le_bytes());
+        b[38..40].copy_from_slice(&(area.len() as u16).to_le_bytes());
+        b[40..48].copy_from_slice(&xxh3_64(&area).to_le_bytes());
         b[48..52].copy_from_slice(&self.dict_id.to_le_bytes());
         // 52..56: reserved, zero
         let sum = xxh3_64(&b[0..56]);
         b[56..64].copy_from_slice(&sum.to_le_bytes());
-        b[SB_HEADER_LEN..].copy_from_slice(&self.inline);
+        b[SB_HEADER_LEN..].copy_from_slice(&area);
         b
     }
 
@@ -198,7 +270,7 @@ impl Superblock {
             return Err(FormatError::Checksum);
         }
         let version = u16_at(block, 8);
-        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+        if !is_container_version(version) {
             return Err(FormatError::Version(version));
         }
         if u16_at(block, 10) as usize != SB_HEADER_LEN {
@@ -233,11 +305,19 @@ impl Superblock {
         if flags & SB_FLAG_INLINE != 0 && size > 1u64 << extent_shift {
             return Err(FormatError::Field("inline file larger than one extent"));
         }
-        if flags & SB_FLAG_INLINE == 0 && inline_len != 0 {
+        let kept_times = if flags & SB_FLAG_TIMES != 0 {
+            if flags & SB_FLAG_INLINE != 0 {
+                return Err(FormatError::Field("kept times on an inline file"));
+            }
+            Some(KeptTimes::decode(&inline)?)
+        } else {
+            None
+        };
+        if flags & SB_FLAG_INLINE == 0 && kept_times.is_none() && inline_len != 0 {
             return Err(FormatError::Field("inline payload without inline flag"));
         }
         Ok(Superblock {
-            flags,
+            flags: flags & !SB_FLAG_TIMES,
             generation: u64_at(block, 16),
             size,
             extent_shift,
@@ -245,7 +325,8 @@ impl Superblock {
             props,
             dict_id,
             inline_codec,
-            inline,
+            inline: if kept_times.is_some() { Vec::new() } else { inline },
+            kept_times,
         })
     }
 }
@@ -371,6 +452,21 @@ mod tests {
             dict_id: 0,
             inline_codec: Algorithm::Zstd,
             inline: vec![1, 2, 3],
+            kept_times: None,
+        }
+    }
+
+    /// A file stored in extents whose superblock keeps a change time.
+    fn kept() -> Superblock {
+        Superblock {
+            flags: SB_FLAG_NOCOMPRESS,
+            inline_codec: Algorithm::None,
+            inline: Vec::new(),
+            kept_times: Some(KeptTimes {
+                ctime: (1_700_000_000, 123_456_789),
+                mtime: (1_600_000_000, 999_999_999),
+            }),
+            ..sb()
         }
     }
 
@@ -443,8 +539,11 @@ mod tests {
         let mut s = sb();
         s.flags |= 1 << 7;
         assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
+        // 4 numbers the packs' format, never a container's; 6 is newer than this code.
         let b = with_version(sb().encode(), 4);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(4)));
+        let b = with_version(kept().encode(), 6);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(6)));
         let b = with_version(sb().encode(), 0);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(0)));
         let s = Superblock {
@@ -490,6 +589,89 @@ mod tests {
             bad[i] ^= 0x80;
             assert!(ExtentHeader::decode(&bad, 42, 17).is_err(), "flip at {i}");
         }
+    }
+
+    #[test]
+    fn kept_times_are_version_5_and_every_byte_of_them_is_protected() {
+        let s = kept();
+        let b = s.encode();
+        assert_eq!(u16_at(&b, 8), 5);
+        assert_eq!(b.len(), SB_HEADER_LEN + TIMES_LEN);
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        for i in 0..b.len() {
+            let mut bad = b.clone();
+            bad[i] ^= 0x01;
+            assert!(Superblock::decode(&bad).is_err(), "flip at byte {i} accepted");
+        }
+        // Negative seconds (before 1970) round-trip too.
+        let old = Superblock {
+            kept_times: Some(KeptTimes {
+                ctime: (-5, 7),
+                mtime: (-1, 0),
+            }),
+            ..kept()
+        };
+        assert_eq!(Superblock::decode(&old.encode()).unwrap(), old);
+        // What a version 2 or 3 reader sees: refused as newer, never misread.
+        for v in [2, 3] {
+            assert_eq!(
+                Superblock::decode(&with_version(s.encode(), v)),
+                Err(FormatError::Flags(SB_FLAG_TIMES))
+            );
+        }
+        // Without the flag the same bytes are an inline payload without its flag.
+        let mut b = s.encode();
+        b[12..16].copy_from_slice(&SB_FLAG_NOCOMPRESS.to_le_bytes());
+        let b = with_version(b, 5);
+        assert_eq!(
+            Superblock::decode(&b),
+            Err(FormatError::Field("inline payload without inline flag"))
+        );
+        // The flag with an inline payload, a short area, or nanoseconds out of range.
+        let mut b = sb().encode();
+        b[12..16].copy_from_slice(&(SB_FLAG_INLINE | SB_FLAG_TIMES).to_le_bytes());
+        assert_eq!(
+            Superblock::decode(&with_version(b, 5)),
+            Err(FormatError::Field("kept times on an inline file"))
+        );
+        let mut b = s.encode();
+        let area = [0u8; 8];
+        b.truncate(SB_HEADER_LEN);
+        b.extend_from_slice(&area);
+        b[38..40].copy_from_slice(&8u16.to_le_bytes());
+        b[40..48].copy_from_slice(&xxh3_64(&area).to_le_bytes());
+        assert_eq!(
+            Superblock::decode(&with_version(b, 5)),
+            Err(FormatError::Field("kept times"))
+        );
+        let mut b = s.encode();
+        let mut area = [0u8; TIMES_LEN];
+        area[8..12].copy_from_slice(&1_000_000_000u32.to_le_bytes());
+        b[SB_HEADER_LEN..].copy_from_slice(&area);
+        b[40..48].copy_from_slice(&xxh3_64(&area).to_le_bytes());
+        assert_eq!(
+            Superblock::decode(&with_version(b, 5)),
+            Err(FormatError::Field("kept times"))
+        );
+        // The modification time's nanoseconds, and either reserved field, are checked too.
+        for (at, v) in [(24, 1_000_000_000u32), (12, 1), (28, 1)] {
+            let mut b = s.encode();
+            let mut area = b[SB_HEADER_LEN..].to_vec();
+            area[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            b[SB_HEADER_LEN..].copy_from_slice(&area);
+            b[40..48].copy_from_slice(&xxh3_64(&area).to_le_bytes());
+            assert_eq!(
+                Superblock::decode(&with_version(b, 5)),
+                Err(FormatError::Field("kept times")),
+                "byte {at}"
+            );
+        }
+        // A file that keeps none is written as before: version 2.
+        let none = Superblock {
+            kept_times: None,
+            ..kept()
+        };
+        assert_eq!(u16_at(&none.encode(), 8), 2);
     }
 
     #[test]

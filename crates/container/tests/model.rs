@@ -9,6 +9,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::adapt::Adaptive;
+use squeezefs_container::format::KeptTimes;
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
@@ -105,7 +106,7 @@ enum Op {
     /// written copies replaced is removed.
     Settle,
     /// Background recompression of the file's extents to `RECOMPRESS_TARGETS[i]` (bytes
-    /// unchanged; durable when done).
+    /// unchanged; durable when done), keeping [`KEPT_TIMES`] as the change time shown.
     Recompress(u8),
     /// What the filesystem does at a last close: `write_back`; with nothing left to do the
     /// container is dropped unflushed and opened again; otherwise a sync, `commit`, a sync,
@@ -171,6 +172,24 @@ fn payload(len: usize, kind: u8, seed: u8) -> Vec<u8> {
 
 /// Targets of background recompression.
 const RECOMPRESS_TARGETS: [&str; 4] = ["zstd:15", "zstd:3", "lz4", "zlib:9"];
+/// The backing file's times the background pass hands [`Op::Recompress`].
+const KEPT_TIMES: KeptTimes = KeptTimes {
+    ctime: (1_600_000_000, 123),
+    mtime: (1_500_000_000, 456),
+};
+
+/// The change time a file keeps after `op`, given the one it kept before: a change of the
+/// file drops it (`SB_FLAG_TIMES` lasts only until then), a recompression may set it
+/// (when it had extents to rewrite), anything else keeps it.
+fn kept_after(before: Option<KeptTimes>, op: &Op, size_before: u64) -> Vec<Option<KeptTimes>> {
+    match op {
+        Op::Write { len, .. } if *len > 0 => vec![None],
+        Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) => vec![None],
+        Op::Punch { off, len } if *off < size_before && *len > 0 => vec![None],
+        Op::Recompress(_) if before.is_none() => vec![None, Some(KEPT_TIMES)],
+        _ => vec![before],
+    }
+}
 
 /// Codecs a property may switch a file to mid-sequence (files mix codecs across extents).
 const PROP_CODECS: [&str; 5] = ["zstd:9", "lz4", "none", "zlib:1", "zstd-fast:1"];
@@ -292,9 +311,12 @@ fn apply_container(
             .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
             .map(|_| None),
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
-        Op::Recompress(i) => c
-            .recompress(RECOMPRESS_TARGETS[*i as usize].parse().unwrap())
-            .map(|_| None),
+        Op::Recompress(i) => {
+            let target = RECOMPRESS_TARGETS[*i as usize].parse().unwrap();
+            let todo = c.pending_for(target)?;
+            c.recompress_extents(target, &todo, Some(KEPT_TIMES))
+                .map(|_| None)
+        }
         Op::Settle => {
             let ticket = c.ticket();
             syncfs(disk, opts)?;
@@ -407,7 +429,9 @@ proptest! {
         let (mut dict, mut codec_prop) = (None, None);
         let mut ahead = Ahead::default();
         for op in &ops {
+            let kept = kept_after(c.kept_times(), op, c.size().unwrap());
             let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
+            prop_assert!(kept.contains(&c.kept_times()), "kept ctime {:?} after {:?}, expected one of {:?}", c.kept_times(), op, kept);
             apply_model(&mut model, op);
             match op {
                 Op::SetDict(on) => dict = on.then(test_dict),
@@ -424,7 +448,9 @@ proptest! {
         // Whole file, then after a final reopen.
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         c.flush().unwrap();
+        let kept = c.kept_times();
         let mut c = Container::open(disk.clone(), &opts).unwrap();
+        prop_assert_eq!(c.kept_times(), kept, "the kept change time is what the superblock says");
         prop_assert_eq!(c.size().unwrap(), model.len() as u64);
         prop_assert_eq!(c.dictionary_property(), dict);
         prop_assert_eq!(c.compression_property(), codec_prop);
@@ -469,6 +495,7 @@ proptest! {
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
+        prop_assert!(matches!(c.kept_times(), None | Some(KEPT_TIMES)), "kept ctime {:?}", c.kept_times());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -565,6 +592,7 @@ proptest! {
         let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
+        prop_assert!(matches!(c.kept_times(), None | Some(KEPT_TIMES)), "kept ctime {:?}", c.kept_times());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;

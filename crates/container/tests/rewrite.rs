@@ -3,6 +3,7 @@
 
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::convert::copy_into;
+use squeezefs_container::format::KeptTimes;
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{Container, Options, Storage};
@@ -200,7 +201,8 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
         let trial = d.clone();
         trial.crash_after(n);
         let mut c = Container::open(trial.clone(), &opts("zstd:1")).unwrap();
-        let finished = c.recompress(target).is_ok();
+        let todo = c.pending_for(target).unwrap();
+        let finished = c.recompress_extents(target, &todo, Some(CTIME)).is_ok();
         drop(c);
         let after = reboot_scrambled(&trial, n);
         assert_eq!(contents(&after), data, "crash after {n} operations");
@@ -209,6 +211,14 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
             extents_of(&after, Kind::Extent(Algorithm::Zstd, 7)),
         );
         assert_eq!(old + new, 9, "every extent old or new: crash after {n}");
+        // The change time is kept durably before the first extent is rewritten.
+        let kept = Container::open(after.clone(), &opts("zstd:1"))
+            .unwrap()
+            .kept_times();
+        assert!(
+            new == 0 || kept == Some(CTIME),
+            "crash after {n}: {new} rewritten, kept {kept:?}"
+        );
         seen_mixed |= old > 0 && new > 0;
         if finished && !trial.has_crashed() {
             assert_eq!((old, new), (0, 9));
@@ -216,4 +226,86 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
         }
     }
     assert!(seen_mixed, "some crash should land between extents");
+}
+
+const CTIME: KeptTimes = KeptTimes {
+    ctime: (1_650_000_000, 42),
+    mtime: (1_640_000_000, 7),
+};
+
+/// The change time the pass hands over is kept in the superblock (version 5) until the
+/// file's next change, which drops it; a file with nothing to rewrite gets none.
+#[test]
+fn a_recompressed_file_keeps_its_change_time_until_it_changes() {
+    let (disk, data) = mixed_file();
+    let target: CodecSpec = "zstd:9".parse().unwrap();
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    assert_eq!(c.kept_times(), None);
+    let todo = c.pending_for(target).unwrap();
+    // A few extents at a time, as the daemon's pass hands them over.
+    let (first, rest) = todo.split_at(3);
+    assert_eq!(
+        c.recompress_extents(target, first, Some(CTIME)).unwrap().extents,
+        3
+    );
+    assert_eq!(c.kept_times(), Some(CTIME));
+    // A later part with another time (the backing file's, moved by the first part) keeps
+    // the first one.
+    let later = KeptTimes {
+        ctime: (CTIME.ctime.0 + 100, 0),
+        mtime: CTIME.mtime,
+    };
+    assert_eq!(
+        c.recompress_extents(target, rest, Some(later)).unwrap().extents,
+        6
+    );
+    assert_eq!(
+        c.recompress_extents(target, &todo, Some(later)).unwrap().extents,
+        0
+    );
+    drop(c);
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    assert_eq!(c.kept_times(), Some(CTIME), "kept across a reopen");
+    assert_eq!(c.read(0, data.len()).unwrap(), data);
+    let sb = &disk.contents()[..8192];
+    assert_eq!(
+        u16::from_le_bytes([sb[8], sb[9]]) | u16::from_le_bytes([sb[4096 + 8], sb[4096 + 9]]),
+        5,
+        "a version 5 superblock"
+    );
+    // An overwrite with the same bytes is still a change.
+    c.write(0, &data[..10]).unwrap();
+    assert_eq!(c.kept_times(), None);
+    c.fsync().unwrap();
+    drop(c);
+    assert_eq!(
+        Container::open(disk.clone(), &opts("zstd:1"))
+            .unwrap()
+            .kept_times(),
+        None
+    );
+
+    // Nothing pending among the extents handed over: nothing rewritten, no time kept.
+    let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
+    assert_eq!(
+        c.pending_for(target).unwrap(),
+        vec![0],
+        "only the extent just written"
+    );
+    assert_eq!(
+        c.recompress_extents(target, &[3, 4], Some(CTIME))
+            .unwrap()
+            .extents,
+        0
+    );
+    assert_eq!(c.kept_times(), None);
+    assert_eq!(
+        c.recompress_extents(target, &[0], Some(later)).unwrap().extents,
+        1
+    );
+    assert_eq!(c.kept_times(), Some(later));
+    // A truncate drops it too.
+    c.set_size(data.len() as u64).unwrap();
+    assert_eq!(c.kept_times(), None);
+    assert_eq!(c.read(0, data.len()).unwrap(), data);
 }

@@ -643,6 +643,12 @@ impl Inodes {
         self.t.read().unwrap().entry_number(dev, d_ino)
     }
 
+    /// The known inode of backing file (device, inode) `key`, if the kernel or a pass
+    /// holds one.
+    pub fn known(&self, key: (u64, u64)) -> Option<Arc<Inode>> {
+        self.t.read().unwrap().inode_of(key)
+    }
+
     /// Every known inode (for flushing at unmount).
     pub fn all(&self) -> Vec<Arc<Inode>> {
         self.t.read().unwrap().by_ino.values().cloned().collect()

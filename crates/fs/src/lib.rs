@@ -3,6 +3,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod background;
 mod creds;
 mod devfuse;
 mod inode;
@@ -81,6 +82,9 @@ pub struct MountConfig {
     /// session thread keeps reading /dev/fuse instead of sleeping until that long passes
     /// without one (`spin.rs`).
     pub spin_us: u64,
+    /// `background_compression=CODEC[:LEVEL]`, `background_idle=SECS`,
+    /// `background_rate=SIZE` (a second): the background pass (`background.rs`).
+    pub background: background::Config,
     /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
     /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
     pub create: bool,
@@ -117,7 +121,8 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, allow_other, default_permissions, ro, rw, create";
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, background_compression=, background_idle=, \
+                           background_rate=, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -137,6 +142,7 @@ impl Default for MountConfig {
             max_dirty: None,
             dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
             spin_us: spin::DEFAULT_SPIN_US,
+            background: Default::default(),
             create: false,
             other: Vec::new(),
             mount_attrs: Vec::new(),
@@ -310,6 +316,27 @@ impl MountConfig {
                         )
                     })?
                 }
+                ("background_compression" | "background-compression", Some(v)) => {
+                    let c: CodecSpec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
+                    // `none`: no pass, as when the option is not given.
+                    self.background.target = Some(c).filter(|c| c.alg != squeezefs_codec::Algorithm::None);
+                }
+                ("background_idle" | "background-idle", Some(v)) => {
+                    self.background.idle = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=86400).contains(n))
+                        .map(std::time::Duration::from_secs)
+                        .ok_or_else(|| {
+                            format!("{key}={v}: seconds without a change before the background pass runs (1 to 86400)")
+                        })?
+                }
+                ("background_rate" | "background-rate", Some(v)) => {
+                    self.background.rate = parse_size(v)
+                        .ok()
+                        .filter(|n| *n >= 1 << 20)
+                        .ok_or_else(|| format!("{key}={v}: bytes a second the background pass rewrites (at least 1M; e.g. 64M)"))?
+                }
                 ("pack_gc" | "pack-gc", Some(v)) => {
                     self.pack_gc = v
                         .parse()
@@ -357,6 +384,7 @@ impl MountConfig {
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
                 | ("dirty_expire" | "dirty-expire" | "spin", None)
+                | ("background_compression" | "background_idle" | "background_rate", None)
                 | (
                     "allow_other"
                     | "default_permissions"
@@ -606,7 +634,14 @@ pub fn mount(
     );
     opts.packs = Some(packs);
     let pack_gc = (cfg.pack_gc > 0).then(|| std::time::Duration::from_secs(cfg.pack_gc));
-    let fs = SqueezeFs::new(&backing, opts, cfg.read_only, pack_gc, cfg.fill_cache)?;
+    let fs = SqueezeFs::new(
+        &backing,
+        opts,
+        cfg.read_only,
+        pack_gc,
+        cfg.fill_cache,
+        cfg.background.clone(),
+    )?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() {
         log::info!("files are reopened by name (no CAP_DAC_READ_SEARCH for file handles)");
@@ -741,6 +776,32 @@ mod tests {
             e.contains("compress=zstd:adapt:12-5") && e.contains("MIN <= MAX"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn background_options_parse() {
+        let mut c = MountConfig::default();
+        assert_eq!(
+            c.background,
+            background::Config::default(),
+            "no pass unless asked"
+        );
+        c.apply_options("background_compression=zstd:15,background_idle=2,background_rate=16M")
+            .unwrap();
+        assert_eq!(c.background.target, Some("zstd:15".parse().unwrap()));
+        assert_eq!(c.background.idle, std::time::Duration::from_secs(2));
+        assert_eq!(c.background.rate, 16 << 20);
+        c.apply_options("background_compression=none").unwrap();
+        assert_eq!(c.background.target, None);
+        for (bad, says) in [
+            ("background_compression=zstd:42", "background_compression=zstd:42"),
+            ("background_compression", "malformed"),
+            ("background_idle=0", "1 to 86400"),
+            ("background_rate=4K", "at least 1M"),
+        ] {
+            let e = c.apply_options(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! * `user.squeezefs.dictionary` — a zstd dictionary id (decimal) from the backing
 //!   directory's `.squeezefs-dicts/` (`squeezefs dict train` sets it): small zstd data
 //!   written afterwards is compressed with it
+//! * `user.squeezefs.background_compression` — a codec spec as for `compression`: the
+//!   codec and level the background pass (`crate::background`) recompresses extents to
+//!   while the mount is idle; `none` keeps the pass away. Unlike the others it applies to
+//!   everything below a directory, made before or after it was set (the pass carries it
+//!   down its walk), and a file keeps it as an xattr on its backing file, not in its
+//!   superblock (the pass reads it; nothing else needs it)
 //!
 //! A directory keeps them as real xattrs on its backing directory; a regular file keeps them
 //! in its container superblock (so they cost no extra syscall at open, and travel with the
@@ -22,6 +28,11 @@ use crate::{parse_extent_size, sys};
 pub const COMPRESSION: &str = "user.squeezefs.compression";
 pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
 pub const DICTIONARY: &str = "user.squeezefs.dictionary";
+pub const BACKGROUND: &str = "user.squeezefs.background_compression";
+/// On the backing root: some directory or file was given `BACKGROUND` through a mount, so
+/// the background pass walks the tree at mount even without the mount option. Hidden from
+/// the mount (it would be the mount root's xattr).
+pub const BACKGROUND_SEEN: &str = "user.squeezefs.background_seen";
 /// Not a property but a request (`squeezefs compress` through a mount): setting it on a
 /// regular file rewrites its extents with the codec in force now, crash-safely, inside the
 /// daemon (so no write can slip between a read and its rewrite). The value is empty (the
@@ -47,10 +58,16 @@ pub enum Prop {
     Compression,
     ExtentSize,
     Dictionary,
+    Background,
 }
 
 impl Prop {
-    pub const ALL: [Prop; 3] = [Prop::Compression, Prop::ExtentSize, Prop::Dictionary];
+    pub const ALL: [Prop; 4] = [
+        Prop::Compression,
+        Prop::ExtentSize,
+        Prop::Dictionary,
+        Prop::Background,
+    ];
 
     /// The property an xattr name stands for (`None`: an ordinary xattr).
     pub fn from_xattr(name: &[u8]) -> Option<Prop> {
@@ -58,6 +75,7 @@ impl Prop {
             n if n == COMPRESSION.as_bytes() => Some(Prop::Compression),
             n if n == EXTENT_SIZE.as_bytes() => Some(Prop::ExtentSize),
             n if n == DICTIONARY.as_bytes() => Some(Prop::Dictionary),
+            n if n == BACKGROUND.as_bytes() => Some(Prop::Background),
             _ => None,
         }
     }
@@ -67,10 +85,11 @@ impl Prop {
             Prop::Compression => COMPRESSION,
             Prop::ExtentSize => EXTENT_SIZE,
             Prop::Dictionary => DICTIONARY,
+            Prop::Background => BACKGROUND,
         }
     }
 
-    fn cname(self) -> CString {
+    pub fn cname(self) -> CString {
         CString::new(self.xattr()).expect("no NUL")
     }
 }
@@ -93,7 +112,7 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
         .trim_end_matches('\0')
         .trim();
     match prop {
-        Prop::Compression => text
+        Prop::Compression | Prop::Background => text
             .parse::<CodecSpec>()
             .map(Value::Codec)
             .map_err(|e| e.to_string()),
@@ -125,6 +144,8 @@ pub struct DirProps {
     pub codec: Option<CodecSpec>,
     pub shift: Option<u8>,
     pub dict: Option<u32>,
+    /// `BACKGROUND` set on the directory itself (the pass inherits it down the tree).
+    pub background: Option<CodecSpec>,
 }
 
 impl DirProps {
@@ -133,6 +154,7 @@ impl DirProps {
             Prop::Compression => self.codec.map(Value::Codec),
             Prop::ExtentSize => self.shift.map(Value::Shift),
             Prop::Dictionary => self.dict.map(Value::Dict),
+            Prop::Background => self.background.map(Value::Codec),
         }
     }
 
@@ -144,6 +166,8 @@ impl DirProps {
             (Prop::ExtentSize, None) => self.shift = None,
             (Prop::Dictionary, Some(Value::Dict(d))) => self.dict = Some(d),
             (Prop::Dictionary, None) => self.dict = None,
+            (Prop::Background, Some(Value::Codec(c))) => self.background = Some(c),
+            (Prop::Background, None) => self.background = None,
             _ => {}
         }
     }
@@ -200,6 +224,15 @@ mod tests {
             Some(Prop::Compression)
         );
         assert_eq!(Prop::from_xattr(b"user.other"), None);
+        assert_eq!(
+            Prop::from_xattr(b"user.squeezefs.background_compression"),
+            Some(Prop::Background)
+        );
+        assert_eq!(
+            parse(Prop::Background, b"zstd:15\0"),
+            Ok(Value::Codec("zstd:15".parse().unwrap()))
+        );
+        assert!(parse(Prop::Background, b"zstd:42").is_err());
         assert_eq!(parse(Prop::Dictionary, b"123456\0"), Ok(Value::Dict(123456)));
         assert_eq!(format(Value::Dict(42)), "42");
         for bad in [&b"0"[..], b"-1", b"abc", b"99999999999"] {

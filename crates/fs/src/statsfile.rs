@@ -69,8 +69,9 @@ fn packs(packs: Option<&Packs>) -> Value {
 /// (`dirty`: held now, the mount's budget, the write-behind's delay), the group commit
 /// (`commit`: superblocks committed, syncs issued), the adaptive level (`adapt`, null
 /// unless `compress=zstd:adapt`: its range, level now, moves down and up, the share of
-/// time spent compressing in its last deciding window), the spin on /dev/fuse (`spin`: its
-/// window, how many bursts of requests started one, whether one runs now) and the
+/// time spent compressing in its last deciding window), the daemon's own parts in `parts`
+/// (`spin`, the spin on /dev/fuse: its window, how many bursts of requests started one,
+/// whether one runs now; `background`, the background pass: `crate::background`) and the
 /// workspace pool.
 pub fn render(
     backing: &str,
@@ -79,7 +80,7 @@ pub fn render(
     requests: (Value, Value),
     page_cache: Value,
     commit: Value,
-    spin: Value,
+    parts: Vec<(&'static str, Value)>,
 ) -> Vec<u8> {
     let s = opts.stats.snapshot();
     let pool = workspace::global().stats();
@@ -107,7 +108,7 @@ pub fn render(
         })
         .collect();
     let c = pool.counters;
-    let doc = json!({
+    let mut doc = json!({
         "format": STATS_FORMAT,
         "mount": {
             "backing": backing,
@@ -159,7 +160,6 @@ pub fn render(
         "request_us": requests.1,
         "page_cache": page_cache,
         "commit": commit,
-        "spin": spin,
         "adapt": opts.adapt.as_ref().map(|a| {
             let a = a.snapshot();
             json!({
@@ -190,6 +190,9 @@ pub fn render(
             "evicted": c.evicted,
         },
     });
+    for (name, part) in parts {
+        doc[name] = part;
+    }
     let mut out = serde_json::to_vec_pretty(&doc).expect("json");
     out.push(b'\n');
     out
@@ -217,7 +220,7 @@ mod tests {
             (Value::Null, Value::Null),
             Value::Null,
             Value::Null,
-            Value::Null,
+            vec![("spin", Value::Null)],
         ))
         .unwrap()
     }

@@ -122,6 +122,22 @@ pub fn fstat(fd: impl AsFd) -> io::Result<Stat> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: the entry itself, not what a symlink names.
+pub fn stat_at(dir: impl AsFd, name: &CStr) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<Stat>::uninit();
+    // SAFETY: as in `fstat`; `name` is NUL-terminated.
+    cvt(unsafe {
+        libc::fstatat(
+            raw(&dir),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: fstatat succeeded, so `st` is initialised.
+    Ok(unsafe { st.assume_init() })
+}
+
 pub fn mkdirat(dir: impl AsFd, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is borrowed for it.
     cvt(unsafe { libc::mkdirat(raw(&dir), name.as_ptr(), mode) }).map(drop)
@@ -652,6 +668,33 @@ fn owned(fd: RawFd) -> OwnedFd {
     // SAFETY: only called with an fd a successful open/openat/syscall just returned: open,
     // and owned by nobody else.
     unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Makes the calling thread a background one: nice 19 (on Linux `setpriority` with
+/// `PRIO_PROCESS` and 0 names the calling thread, not the process) and the idle I/O class
+/// (`ioprio_set`, which has no libc wrapper). Best effort: a failure leaves the thread as
+/// it was, and is logged.
+pub fn lower_thread_priority() {
+    // SAFETY: plain syscalls on the calling thread with constant arguments.
+    let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    const IOPRIO_CLASS_SHIFT: libc::c_long = 13;
+    // SAFETY: as above.
+    let io = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0 as libc::c_long,
+            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+        )
+    };
+    if nice != 0 || io != 0 {
+        log::debug!(
+            "background thread priority not lowered: {}",
+            io::Error::last_os_error()
+        );
+    }
 }
 
 #[cfg(test)]

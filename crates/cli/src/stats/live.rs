@@ -126,6 +126,22 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
             ),
         );
     }
+    if let Some(b) = v["background"].as_object().filter(|b| b["state"] != "off") {
+        line(
+            &mut o,
+            format!(
+                "background pass   {} to {}: {} pending; {} rewritten in {} extents, {} walks, {} files in use skipped, {} errors",
+                b["state"].as_str().unwrap_or("?"),
+                b["target"].as_str().unwrap_or("per-directory targets"),
+                human(b["pending_bytes"].as_u64().unwrap_or(0)),
+                human(b["rewritten_bytes"].as_u64().unwrap_or(0)),
+                b["rewritten_extents"].as_u64().unwrap_or(0),
+                b["walks"].as_u64().unwrap_or(0),
+                b["busy_files"].as_u64().unwrap_or(0),
+                b["errors"].as_u64().unwrap_or(0),
+            ),
+        );
+    }
     line(&mut o, String::new());
     line(
         &mut o,

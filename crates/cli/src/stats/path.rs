@@ -627,16 +627,45 @@ pub fn main(paths: &[PathBuf], dict_gain: bool, json: bool) -> Result<u8, String
     let start = Instant::now();
     let t = scan(paths, dict_gain)?;
     let secs = start.elapsed().as_secs_f64();
+    let background = paths.first().and_then(|p| background_of(p));
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&t, secs)).expect("json")
-        );
+        let mut doc = to_json(&t, secs);
+        doc["background"] = background.unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
     } else {
         print!("{}", render(&t, secs));
+        if let Some(b) = background
+            .as_ref()
+            .filter(|b| b["target"].is_string() || b["walks"].as_u64() > Some(0))
+        {
+            println!("{}", background_line(b));
+        }
         for e in &t.errors {
             eprintln!("squeezefs stats: {e}");
         }
     }
     Ok(if t.errors.is_empty() { 0 } else { 1 })
+}
+
+/// The background pass of the mount `path` is on (`background` of its statistics file:
+/// target, state, `pending_bytes`, …), when it is on one.
+fn background_of(path: &Path) -> Option<serde_json::Value> {
+    let mount = crate::locate::locate(path).ok()?.mount?;
+    crate::statsfile::read(&mount).ok()?.get("background").cloned()
+}
+
+/// One line on the background pass: its target and what is left.
+fn background_line(b: &serde_json::Value) -> String {
+    let target = b["target"].as_str().unwrap_or("per directory");
+    let pending = b["pending_bytes"].as_u64().unwrap_or(0);
+    let state = b["state"].as_str().unwrap_or("?");
+    let done = human(b["rewritten_bytes"].as_u64().unwrap_or(0));
+    if pending == 0 {
+        format!("Background: {target}; nothing pending ({done} rewritten since mount)")
+    } else {
+        format!(
+            "Background: {target}; {} pending, {state} ({done} rewritten since mount; it runs while the mount is idle)",
+            human(pending)
+        )
+    }
 }

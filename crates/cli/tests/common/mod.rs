@@ -352,6 +352,12 @@ pub fn check_clean(backing: &Path, what: &str) {
     );
 }
 
+/// A file's change time as (seconds, nanoseconds).
+pub fn ctime(md: &fs::Metadata) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    (md.ctime(), md.ctime_nsec())
+}
+
 /// The test runs as root (`why` says what for; CI runs as root).
 pub fn require_root(why: &str) {
     assert_eq!(nix::unistd::geteuid().as_raw(), 0, "{why}");

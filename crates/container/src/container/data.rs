@@ -149,7 +149,7 @@ impl<S: Storage> Container<S> {
                 if data.is_empty() {
                     return Ok(());
                 }
-                p.epoch += 1;
+                p.changed();
                 if end > p.size {
                     p.grow(&self.storage, end)?;
                 }
@@ -195,7 +195,7 @@ impl<S: Storage> Container<S> {
                 if size > MAX_SIZE {
                     return Err(Error::TooLarge);
                 }
-                p.epoch += 1;
+                p.changed();
                 if size > p.size {
                     p.grow(&self.storage, size)
                 } else {
@@ -216,7 +216,7 @@ impl<S: Storage> Container<S> {
                 if off >= end {
                     return Ok(());
                 }
-                p.epoch += 1;
+                p.changed();
                 let e = p.extent_len() as u64;
                 let first_whole = off.div_ceil(e);
                 let end_whole = end / e;

@@ -141,6 +141,7 @@ impl Packed {
             mount_codec: opts.codec,
             adapt: opts.adapt.clone(),
             rewrite_codec: None,
+            kept_times: None,
             dict: None,
             dict_used: false,
             force: opts.force,
@@ -297,6 +298,7 @@ impl<S: Storage> Container<S> {
             p.loc_stale = true;
         }
         p.sb_inline = sb.is_inline();
+        p.kept_times = sb.kept_times;
         // A lone valid copy is the one to keep whatever happened. With two, the newer may
         // not have reached the disk yet (written earlier in this boot): the first
         // superblock write syncs before overwriting either.

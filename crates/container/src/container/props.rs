@@ -52,7 +52,7 @@ impl<S: Storage> Container<S> {
         p.fails = 0;
         p.nocompress = false;
         p.sb_dirty = true;
-        p.epoch += 1;
+        p.changed();
         Ok(())
     }
 
@@ -96,7 +96,7 @@ impl<S: Storage> Container<S> {
         }
         p.shift_prop = shift.is_some();
         p.sb_dirty = true;
-        p.epoch += 1;
+        p.changed();
         Ok(())
     }
 
@@ -122,7 +122,7 @@ impl<S: Storage> Container<S> {
         }
         p.dict = dict;
         p.sb_dirty = true;
-        p.epoch += 1;
+        p.changed();
         Ok(())
     }
 

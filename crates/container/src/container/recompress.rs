@@ -8,17 +8,18 @@
 //! * raw extents: compression already failed on them (bcachefs#48, #1186 retried such
 //!   data forever), and so a file flagged incompressible;
 //! * extents compressed with a dictionary (the file's own choice, for small data);
-//! * damaged extents (`check` reports them; rewriting could only copy the damage);
+//! * extents with no valid header (`check` reports them; rewriting could only copy the
+//!   damage);
 //! * a packed file (its bytes are in a pack block; rewriting packs is the pass's other
 //!   step) and a file with bytes waiting in memory (a user's write wins: the caller comes
 //!   back to it later).
 
 use squeezefs_codec::{Algorithm, CodecSpec};
 
-use super::cache::probe_halves;
-use super::state::Mode;
+use super::state::{Mode, Packed};
 use super::Container;
-use crate::format::EXTENT_FLAG_DICT;
+use crate::format::{KeptTimes, EXTENT_FLAG_DICT};
+use crate::layout::{newest_halves, read_halves, Tie};
 use crate::storage::Storage;
 use crate::Result;
 
@@ -35,23 +36,13 @@ impl<S: Storage> Container<S> {
     /// The extents whose current copy is compressed with another codec or level than
     /// `target` (see the module's documentation for what is left alone).
     pub fn pending_for(&mut self, target: CodecSpec) -> Result<Vec<u64>> {
-        let Mode::Packed(p) = &mut self.mode else {
-            return Ok(Vec::new());
+        let count = match &self.mode {
+            Mode::Packed(p) if Self::may_recompress(p) => p.extent_count(),
+            _ => return Ok(Vec::new()),
         };
-        if p.nocompress || p.share.bytes() > 0 || p.loc.is_some() || p.loc_pending.is_some() {
-            return Ok(Vec::new());
-        }
         let mut todo = Vec::new();
-        for idx in 0..p.extent_count() {
-            if p.is_stale(idx) {
-                continue;
-            }
-            let Ok(probed) = probe_halves(&self.storage, p.shift, idx) else {
-                continue; // unreadable now: `check` says more
-            };
-            let Some((h, _)) = probed.copy else { continue };
-            let at_target = h.codec == target.alg && i32::from(h.level) == target.level;
-            if h.codec != Algorithm::None && h.flags & EXTENT_FLAG_DICT == 0 && !at_target {
+        for idx in 0..count {
+            if self.extent_pending(idx, target) {
                 todo.push(idx);
             }
         }
@@ -62,13 +53,92 @@ impl<S: Storage> Container<S> {
     /// returns; on an error, each extent is old or new, with the same bytes either way.
     pub fn recompress(&mut self, target: CodecSpec) -> Result<Recompressed> {
         let todo = self.pending_for(target)?;
+        self.recompress_extents(target, &todo, None)
+    }
+
+    /// [`Container::recompress`] for those of extents `idxs` that are still pending (the
+    /// background pass hands a file's extents over a few at a time, so a user's write is
+    /// never kept waiting long). With `keep_times` (the backing file's change and
+    /// modification times before the first rewrite), the superblock keeps them first, made
+    /// durable before any extent is rewritten, so `stat` shows them however the rewrites
+    /// move the backing file's (`SB_FLAG_TIMES`); a file that keeps some already keeps
+    /// those.
+    pub fn recompress_extents(
+        &mut self,
+        target: CodecSpec,
+        idxs: &[u64],
+        keep_times: Option<KeptTimes>,
+    ) -> Result<Recompressed> {
+        match &self.mode {
+            Mode::Packed(p) if Self::may_recompress(p) => {}
+            _ => return Ok(Recompressed::default()),
+        }
+        let todo: Vec<u64> = idxs
+            .iter()
+            .copied()
+            .filter(|&i| self.extent_pending(i, target))
+            .collect();
         if todo.is_empty() {
             return Ok(Recompressed::default());
+        }
+        if let (Some(c), Mode::Packed(p)) = (keep_times, &mut self.mode) {
+            if p.kept_times.is_none() {
+                p.kept_times = Some(c);
+                p.sb_dirty = true;
+                self.fsync()?;
+            }
         }
         self.set_rewrite_codec(Some(target));
         let r = self.rewrite_extents(&todo);
         self.set_rewrite_codec(None);
         r
+    }
+
+    /// The times this file's superblock keeps for `stat` (`SB_FLAG_TIMES`): the backing
+    /// file's before background recompression moved them. `None` when the file changed
+    /// since, or was never recompressed so.
+    pub fn kept_times(&self) -> Option<KeptTimes> {
+        match &self.mode {
+            Mode::Packed(p) => p.kept_times,
+            Mode::Plain => None,
+        }
+    }
+
+    /// Drops the kept change time (the superblock written next has none): the caller is
+    /// about to change the file in a way the container does not see (an owner, mode, time,
+    /// xattr or link count on the backing file), which moves the backing file's ctime.
+    pub fn forget_kept_times(&mut self) {
+        if let Mode::Packed(p) = &mut self.mode {
+            if p.kept_times.take().is_some() {
+                p.sb_dirty = true;
+            }
+        }
+    }
+
+    /// Whether a file's extents may be recompressed at all (the module's documentation).
+    fn may_recompress(p: &Packed) -> bool {
+        !p.nocompress && p.share.bytes() == 0 && p.loc.is_none() && p.loc_pending.is_none()
+    }
+
+    /// Whether extent `idx`'s current copy is compressed, without a dictionary, at another
+    /// codec or level than `target`. Only the headers are read (a walk over a tree already
+    /// at its target reads a few bytes per extent, not the data): the newest valid header
+    /// names the copy a read uses unless its payload is damaged, and then the rewrite reads
+    /// what a read would (the older copy, or an error the pass logs). An extent whose
+    /// headers cannot be read now is not pending (`check` says more).
+    fn extent_pending(&self, idx: u64, target: CodecSpec) -> bool {
+        let Mode::Packed(p) = &self.mode else { return false };
+        if idx >= p.extent_count() || p.is_stale(idx) {
+            return false;
+        }
+        let Ok(halves) = read_halves(&self.storage, p.shift, idx) else {
+            return false;
+        };
+        let Some(&(_, h)) = newest_halves(&halves, Tie::First).first() else {
+            return false; // a hole, or nothing valid
+        };
+        let at_target = h.codec == target.alg && i32::from(h.level) == target.level;
+        h.codec != Algorithm::None && h.flags & EXTENT_FLAG_DICT == 0 && !at_target
     }
 
     fn set_rewrite_codec(&mut self, codec: Option<CodecSpec>) {

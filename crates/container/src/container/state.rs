@@ -11,7 +11,7 @@ use std::sync::Arc;
 use squeezefs_codec::CodecSpec;
 
 use super::dirty::DirtyShare;
-use crate::format::ExtentHeader;
+use crate::format::{ExtentHeader, KeptTimes};
 use crate::pack::{Location, Packs, Slot};
 use crate::stats::Stats;
 
@@ -133,6 +133,11 @@ pub(super) struct Packed {
     pub(super) adapt: Option<std::sync::Arc<crate::adapt::Adaptive>>,
     /// While `recompress` runs: the codec its rewrites get (forced), not the file's.
     pub(super) rewrite_codec: Option<CodecSpec>,
+    /// The change and modification times `stat` shows instead of the backing file's
+    /// (`SB_FLAG_TIMES`): set by background recompression, whose rewrites move the backing
+    /// file's times but change nothing of the file; dropped by the file's next change
+    /// ([`Packed::changed`]).
+    pub(super) kept_times: Option<KeptTimes>,
     /// The file's dictionary property (`PROP_DICTIONARY`): small zstd data uses it.
     pub(super) dict: Option<u32>,
     /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
@@ -228,6 +233,17 @@ pub(super) enum Mode {
 }
 
 impl Packed {
+    /// A change of the file (its data, size or properties): counted ([`Packed::epoch`]),
+    /// and kept times go (the superblock written next has none), since this change moves
+    /// the backing file's times, which `stat` shows again. Not while
+    /// `recompress` rewrites extents: those change nothing of the file.
+    pub(super) fn changed(&mut self) {
+        self.epoch += 1;
+        if self.rewrite_codec.is_none() && self.kept_times.take().is_some() {
+            self.sb_dirty = true;
+        }
+    }
+
     pub(super) fn extent_len(&self) -> usize {
         1 << self.shift
     }

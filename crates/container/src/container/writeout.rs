@@ -403,6 +403,7 @@ impl Packed {
             dict_id: self.dict.unwrap_or(0),
             inline_codec: Algorithm::None,
             inline: Vec::new(),
+            kept_times: None,
         };
         st.write_at(&sb.encode(), sb_offset(0))?;
         self.sb_slot = Some(0);
@@ -447,6 +448,9 @@ impl Packed {
             dict_id: self.dict.unwrap_or(0),
             inline_codec,
             inline: payload,
+            // An inline file keeps none: its area holds the payload (a file that became
+            // inline was changed anyway).
+            kept_times: self.kept_times.filter(|_| !is_inline),
         };
         st.write_at(&sb.encode(), sb_offset(slot))?;
         // The other slot may hold an older copy (always, once a file had a superblock

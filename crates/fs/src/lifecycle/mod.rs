@@ -289,11 +289,45 @@ impl Files {
             return Ok(r);
         }
         drop(open);
+        let _private = inode.file.private.read().unwrap();
         let mut c = self.open_container(inode)?;
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
         c.flush().map_err(|e| self.error(inode, "flush", e))?;
         *inode.file.size.lock().unwrap() = Closed::of(&c);
         Ok(r)
+    }
+
+    /// The background pass's access to a file (`crate::background`): `f` on its
+    /// container while nobody else can use it, or `None`, doing nothing, when the file is
+    /// in use: open (a writer, a reader, a lazy handle), holding bytes not written out, or
+    /// with a commit or settle queued. No handle can come while `f` runs (attaching takes
+    /// the file's lock), and no container of its own either (`FileState::private`). A file
+    /// with no state gets a container for `f` alone, dropped after it.
+    pub fn quiet<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<Option<T>, Errno> {
+        let _private = inode.file.private.write().unwrap();
+        let mut open = inode.file.open.lock().unwrap();
+        if inode.file.lazy.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Ok(None);
+        }
+        if let Some(of) = open.as_mut() {
+            let c = &of.container;
+            if of.handles > 0 || c.dirty_bytes() > 0 || c.commit_pending() || c.settle_pending() {
+                return Ok(None);
+            }
+            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
+            self.keep_times(inode, of);
+            return r.map(Some);
+        }
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
+        c.flush().map_err(|e| self.error(inode, "flush", e))?;
+        *inode.file.size.lock().unwrap() = Closed::of(&c);
+        Ok(Some(r))
     }
 
     /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
@@ -327,16 +361,62 @@ impl Files {
     /// write-out may have moved them a moment ago, and they go back on it right after).
     ///
     /// Also the owner and mode set on it that wait in memory (rule 7), which `stat` shows.
+    ///
+    /// The change and modification times are those the superblock keeps when it keeps
+    /// some (background recompression moved the backing file's, `SB_FLAG_TIMES`).
     pub fn size_and_times(&self, ino: u64, inode: &Arc<Inode>) -> Result<(u64, Times, Meta), Errno> {
         if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
             let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
-            return Ok((s, of.times, of.meta));
+            return Ok((s, of.times.over_kept(of.container.kept_times()), of.meta));
         }
         if let Some(c) = *inode.file.size.lock().unwrap() {
-            return Ok((c.size, Times::default(), Meta::default()));
+            return Ok((c.size, Times::default().over_kept(c.kept), Meta::default()));
         }
-        let s = self.with_kept(ino, inode, |c| c.size(), "size")?;
-        Ok((s, Times::default(), Meta::default()))
+        let (s, kept) = self.with_kept(ino, inode, |c| Ok((c.size()?, c.kept_times())), "size")?;
+        Ok((s, Times::default().over_kept(kept), Meta::default()))
+    }
+
+    /// Before a change through the mount that moves the backing file's ctime but not its
+    /// data (an owner, mode, time, xattr or link count): times the superblock keeps go,
+    /// so `stat` shows the backing file's again, with the kept modification time put on
+    /// it. Costs nothing when the file is
+    /// known to keep none (the usual case: a lookup came first).
+    pub fn drop_kept_times(&self, inode: &Arc<Inode>) -> Result<(), Errno> {
+        if !inode.is_reg {
+            return Ok(());
+        }
+        let known = match inode.file.open.lock().unwrap().as_ref() {
+            Some(of) => Some(of.container.kept_times().is_some()),
+            None => inode.file.size.lock().unwrap().map(|c| c.kept.is_some()),
+        };
+        if known == Some(false) {
+            return Ok(());
+        }
+        self.with_container(
+            inode,
+            |c| {
+                let Some(kept) = c.kept_times() else { return Ok(()) };
+                // The superblock without them goes now, durably, before the change the
+                // caller makes (a crash in between shows the backing file's times, never
+                // kept ones beside the new metadata), and nothing of ours moves the
+                // backing file's ctime after that change. The modification time they
+                // kept goes on the backing file: a change of metadata is not one of data.
+                c.forget_kept_times();
+                c.fsync()?;
+                let (sec, nsec) = kept.mtime;
+                let mtime = libc::timespec {
+                    tv_sec: sec,
+                    tv_nsec: i64::from(nsec),
+                };
+                let omit = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                };
+                sys::utimens(c.storage().file(), omit, mtime)?;
+                Ok(())
+            },
+            "kept times",
+        )
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
@@ -360,6 +440,9 @@ impl Files {
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<T, Errno> {
+        // Until the container is a state (or dropped): what it knows of the halves must
+        // not go stale under a background pass.
+        let _private = inode.file.private.read().unwrap();
         let mut c = self.open_container(inode)?;
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
         *inode.file.size.lock().unwrap() = Closed::of(&c);

@@ -122,6 +122,7 @@
 use std::io;
 use std::sync::{Mutex, Weak};
 
+use squeezefs_container::format::KeptTimes;
 use squeezefs_container::{Container, FileStorage};
 
 use crate::sys;
@@ -319,6 +320,11 @@ pub struct FileState {
     /// Requests about to change the data or open a writer (`Files::hold_spills`): while
     /// any holds, no store starts (rule 11).
     pub holds: std::sync::atomic::AtomicU32,
+    /// Held shared by every use of a container of the file's own, outside its state
+    /// (`Files::with_kept`, a no-state `Files::run`), for its whole life; held exclusively
+    /// by the background pass (`Files::quiet`), so no such container reads halves the
+    /// pass is replacing, or writes beside it. Lock order: this, then `open`.
+    pub private: std::sync::RwLock<()>,
 }
 
 /// A closed file's logical size, and what it takes in its pack if it is packed, kept for
@@ -328,6 +334,21 @@ pub struct Closed {
     pub size: u64,
     /// See [`Container::packed_stored`].
     pub stored: Option<u64>,
+    /// The times its superblock keeps for `stat` ([`Container::kept_times`]).
+    pub kept: Option<KeptTimes>,
+}
+
+impl Times {
+    /// These times, with those `kept` (a superblock's, `SB_FLAG_TIMES`) where none is set:
+    /// what `stat` shows.
+    pub fn over_kept(self, kept: Option<KeptTimes>) -> Times {
+        let wide = |(sec, nsec): (i64, u32)| (sec, i64::from(nsec));
+        Times {
+            atime: self.atime,
+            mtime: self.mtime.or(kept.map(|k| wide(k.mtime))),
+            ctime: self.ctime.or(kept.map(|k| wide(k.ctime))),
+        }
+    }
 }
 
 impl Closed {
@@ -336,6 +357,7 @@ impl Closed {
         Some(Closed {
             size: c.size().ok()?,
             stored: c.packed_stored(),
+            kept: c.kept_times(),
         })
     }
 }

@@ -171,6 +171,11 @@ impl Core {
             }
             self.files.apply_meta(&inode);
         }
+        if meta || a.atime.is_some() || a.mtime.is_some() {
+            // The backing file's ctime moves now: a change time kept from before a
+            // background recompression is no longer the file's.
+            self.files.drop_kept_times(&inode)?;
+        }
         if let Some(m) = a.mode {
             sys::chmod(self.fd(&inode)?, m & 0o7777)?;
         }

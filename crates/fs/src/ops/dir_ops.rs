@@ -206,6 +206,9 @@ impl Core {
     pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         self.check_writable()?;
         let at = self.at(parent, name)?;
+        if flags == 0 {
+            self.entry_changes(&at, true)?;
+        }
         let names = self.inodes.change_names();
         let going = self.inodes.named(&at.dir, &at.name);
         sys::unlinkat(&at.dir, &at.name, flags)?;
@@ -229,6 +232,12 @@ impl Core {
         self.check_writable()?;
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
+        self.entry_changes(&from, false)?;
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            self.entry_changes(&to, false)?;
+        } else {
+            self.entry_changes(&to, true)?;
+        }
         // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         // Path mode: the inodes that move get their new names with the rename, under the
@@ -268,6 +277,7 @@ impl Core {
         self.check_writable()?;
         let to = self.at_new(newparent, newname)?;
         let inode = self.inode(ino)?;
+        self.files.drop_kept_times(&inode)?;
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         sys::linkat(self.fd(&inode)?, &to.dir, &to.name)?;
         if let Some(r) = &self.reclaimer {
@@ -276,5 +286,27 @@ impl Core {
         drop(guard);
         self.dir_changed(newparent);
         self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
+    }
+
+    /// Before a rename or unlink of entry `at`: the regular file it names will have its
+    /// backing ctime moved, so a change time its superblock keeps goes
+    /// (`Files::drop_kept_times`). `other_links_only`: an unlink or a rename's replaced
+    /// target, which leaves the file visible only when it has another link.
+    /// A directory's rename also tells the background pass: what is below it may inherit
+    /// another target now, without a ctime of its own moving.
+    fn entry_changes(&self, at: &super::names::At, other_links_only: bool) -> Result<(), Errno> {
+        let Ok(st) = sys::stat_at(&at.dir, &at.name) else {
+            return Ok(()); // (the call itself reports ENOENT)
+        };
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !other_links_only {
+            self.background.moved();
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (other_links_only && st.st_nlink < 2) {
+            return Ok(());
+        }
+        match self.inodes.known((st.st_dev, st.st_ino)) {
+            Some(i) => self.files.drop_kept_times(&i),
+            None => Ok(()),
+        }
     }
 }

@@ -129,6 +129,7 @@ impl Filesystem for SqueezeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.background.touched(0);
         let _timed = self.count(ino, Kind::Setattr);
         let a = SetAttr {
             mode,
@@ -164,22 +165,27 @@ impl Filesystem for SqueezeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.background.touched(0);
         reply::entry(reply, self.do_mknod(&req.into(), parent, name, mode, umask, rdev))
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.background.touched(0);
         reply::entry(reply, self.do_mkdir(&req.into(), parent, name, mode, umask))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.background.touched(0);
         reply::empty(reply, self.do_remove(parent, name, 0))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.background.touched(0);
         reply::empty(reply, self.do_remove(parent, name, libc::AT_REMOVEDIR))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.background.touched(0);
         reply::entry(reply, self.do_symlink(&req.into(), parent, link_name, target))
     }
 
@@ -193,10 +199,12 @@ impl Filesystem for SqueezeFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.background.touched(0);
         reply::empty(reply, self.do_rename(parent, name, newparent, newname, flags))
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.background.touched(0);
         reply::entry(reply, self.do_link(ino, newparent, newname))
     }
 
@@ -267,6 +275,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.background.touched(data.len() as u64);
         let _timed = self.requests.timed(Kind::Write);
         match self.do_write(&req.into(), ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
@@ -386,6 +395,7 @@ impl Filesystem for SqueezeFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.background.touched(0);
         reply::empty(reply, self.do_setxattr(&req.into(), ino, name, value, flags))
     }
 
@@ -405,6 +415,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.background.touched(0);
         reply::empty(reply, self.do_removexattr(ino, name))
     }
 
@@ -420,6 +431,7 @@ impl Filesystem for SqueezeFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.background.touched(0);
         let r = match route(ino) {
             Node::Stats => Err(Errno::ENOTTY),
             Node::Backing(ino) => flags::Ioctl::parse(cmd, in_data).and_then(|op| self.do_ioctl(ino, op)),
@@ -444,6 +456,7 @@ impl Filesystem for SqueezeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.background.touched(0);
         let _timed = self.requests.timed(Kind::Create);
         let created = |reply: ReplyCreate, r: Result<fuser::FileAttr, Errno>| match r {
             Ok(attr) => reply.created(
@@ -480,6 +493,7 @@ impl Filesystem for SqueezeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.background.touched(0);
         reply::empty(reply, self.do_fallocate(&req.into(), ino, offset, length, mode))
     }
 

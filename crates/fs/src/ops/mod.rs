@@ -14,12 +14,14 @@
 //! | `allocate_seek.rs` | fallocate, lseek (SEEK_DATA/SEEK_HOLE) |
 //! | `xattr.rs` | getxattr, setxattr, listxattr, removexattr; file capabilities |
 //! | `properties.rs` | the `user.squeezefs.*` properties of files and directories, rewrite |
+//! | `background.rs` | the background pass's walk: targets, a file's extents a chunk at a time (`crate::background` governs it) |
 //!
 //! Each `do_x` returns a `Result` and sends nothing, so it can be called (and tested)
 //! without a kernel; policy (what to compress, how to store) lives in the container crate.
 
 mod allocate_seek;
 mod attrs;
+mod background;
 mod dir_ops;
 mod dispatch;
 mod flags;
@@ -133,19 +135,25 @@ pub struct Core {
     /// Spins on the session's channel while requests are coming (`spin.rs`; attached by
     /// the mount once the session exists).
     spin: Arc<crate::spin::Spin>,
+    /// The background pass (`crate::background`): told of every change through the mount,
+    /// and its thread (read-write mounts).
+    background: Arc<crate::background::Pass>,
+    background_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl SqueezeFs {
     /// `pack_gc`: how often background pack reclaim looks for work (`None`: never; a
     /// `user.squeezefs.reclaim` request on the root still runs a round). `fill_cache`: the
     /// rest of an extent a READ decoded goes to the kernel's page cache (rule 11 of
-    /// `lifecycle::state`).
+    /// `lifecycle::state`). `background`: the background pass's settings (it runs on
+    /// read-write mounts where a target may be set: `crate::background`).
     pub fn new(
         backing: &Path,
         opts: Options,
         read_only: bool,
         pack_gc: Option<Duration>,
         fill_cache: bool,
+        background: crate::background::Config,
     ) -> std::io::Result<SqueezeFs> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
@@ -173,7 +181,15 @@ impl SqueezeFs {
             _ => None,
         };
         let notifier: Arc<OnceLock<fuser::Notifier>> = Default::default();
-        Ok(SqueezeFs(Arc::new(Core {
+        // A background property set through an earlier mount (`props::BACKGROUND_SEEN`).
+        let seen = !read_only
+            && sys::xattr_size(
+                inodes.fd(&inodes.get(1).expect("the root"))?,
+                &std::ffi::CString::new(crate::props::BACKGROUND_SEEN).expect("no NUL"),
+            )
+            .is_ok();
+        let background = Arc::new(crate::background::Pass::new(background, seen));
+        let core = Arc::new(Core {
             files,
             inodes,
             read_only,
@@ -193,7 +209,13 @@ impl SqueezeFs {
             reclaimer,
             reclaim_thread: Mutex::new(reclaim_thread),
             spin: Default::default(),
-        })))
+            background: background.clone(),
+            background_thread: Mutex::new(None),
+        });
+        if !read_only {
+            *core.background_thread.lock().unwrap() = Some(background.start(Arc::downgrade(&core))?);
+        }
+        Ok(SqueezeFs(core))
     }
 
     /// The shared core, for work handed to another thread.
@@ -227,6 +249,10 @@ impl Core {
     /// Commits what waits, then writes out every file still open and makes it all durable
     /// (unmount).
     pub fn flush_all(&self) {
+        self.background.stop();
+        if let Some(t) = self.background_thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
         if let Some(r) = &self.reclaimer {
             r.stop();
         }

@@ -59,7 +59,11 @@ impl Core {
 
     /// The entry `name` of `parent` registered in the inode table (one lookup counted),
     /// with the backing file's `stat`.
-    fn register(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, Arc<Inode>, libc::stat), Errno> {
+    pub(super) fn register(
+        &self,
+        parent: &Arc<Inode>,
+        name: &OsStr,
+    ) -> Result<(u64, Arc<Inode>, libc::stat), Errno> {
         let at = self.at_in(parent.clone(), name)?;
         let naming = self.inodes.naming();
         let fd = sys::open_path(&at.dir, &at.name)?;

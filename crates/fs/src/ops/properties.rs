@@ -50,10 +50,14 @@ impl Core {
         if !inode.is_reg {
             return Ok(None);
         }
+        if p == Prop::Background {
+            return Ok(self.file_background(inode));
+        }
         self.files.with_container(
             inode,
             |c| {
                 Ok(match p {
+                    Prop::Background => None, // (above)
                     Prop::Compression => c.compression_property().map(Value::Codec),
                     Prop::ExtentSize => c
                         .extent_size_property()
@@ -122,6 +126,17 @@ impl Core {
                 Errno::ENODATA
             });
         }
+        if p == Prop::Background && v.is_some() {
+            self.background_seen()?;
+        }
+        if inode.is_reg && p == Prop::Background {
+            // An xattr of the backing file (`props`): its ctime moves.
+            self.files.drop_kept_times(inode)?;
+            return props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
+                warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
+                Errno::from(e)
+            });
+        }
         if inode.is_dir {
             props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
@@ -142,9 +157,37 @@ impl Core {
                 (Prop::ExtentSize, _) => c.set_extent_size_property(None),
                 (Prop::Dictionary, Some(Value::Dict(d))) => c.set_dictionary_property(Some(d)),
                 (Prop::Dictionary, _) => c.set_dictionary_property(None),
+                (Prop::Background, _) => Ok(()), // (above)
             },
             "set property",
         )
+    }
+
+    /// A regular file's own `background_compression` (an xattr of its backing file; one
+    /// that does not parse, stored around squeezefs, is none).
+    pub(crate) fn file_background(&self, inode: &Arc<Inode>) -> Option<Value> {
+        let raw = sys::xattr_get(self.fd(inode).ok()?, &Prop::Background.cname(), 256).ok()?;
+        props::parse(Prop::Background, &raw).ok()
+    }
+
+    /// Marks the backing root (`props::BACKGROUND_SEEN`): the background pass then walks
+    /// the tree at every mount, with or without the mount option.
+    fn background_seen(&self) -> Result<(), Errno> {
+        let root = self.inode(fuser::INodeNo(1))?;
+        let name = std::ffi::CString::new(props::BACKGROUND_SEEN).expect("no NUL");
+        let fd = self.fd(&root)?;
+        if sys::xattr_size(&fd, &name).is_err() {
+            sys::xattr_set(&fd, &name, b"1", 0).map_err(|e| {
+                warn!(
+                    "{}: cannot store {}: {e}",
+                    self.describe(&root),
+                    props::BACKGROUND_SEEN
+                );
+                Errno::from(e)
+            })?;
+        }
+        self.background.configured();
+        Ok(())
     }
 
     /// `user.squeezefs.rewrite`: recompress the file's extents in place.

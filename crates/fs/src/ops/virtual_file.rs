@@ -150,7 +150,10 @@ impl Core {
             (self.requests.to_json(), self.requests.service_json()),
             self.page_cache.to_json(),
             self.files.commit_json(),
-            self.spin.to_json(),
+            vec![
+                ("spin", self.spin.to_json()),
+                ("background", self.background.json()),
+            ],
         )
     }
 }

@@ -69,7 +69,7 @@ fn absent(name: &[u8]) -> Errno {
 
 /// Names of the backing entry's xattrs that belong to squeezefs itself.
 fn reserved(name: &[u8]) -> bool {
-    name == CAPS_STORED.to_bytes() || name == LOCATION
+    name == CAPS_STORED.to_bytes() || name == LOCATION || name == props::BACKGROUND_SEEN.as_bytes()
 }
 
 /// getxattr on an inode's fd, or its size query (`size` 0: the value's length, which
@@ -114,6 +114,7 @@ impl Core {
         i.no_xattrs.changed();
         if i.is_reg {
             self.files.apply_meta(&i);
+            self.files.drop_kept_times(&i)?;
         }
         let fd = self.fd(&i)?;
         let caps = name.as_bytes() == CAPS && self.as_root;
@@ -189,7 +190,12 @@ impl Core {
         // Capabilities kept under their stored name are listed under their own, once.
         let names: Vec<&[u8]> = raw
             .split(|&b| b == 0)
-            .filter(|n| !n.is_empty() && Prop::from_xattr(n).is_none() && *n != LOCATION)
+            .filter(|n| {
+                !n.is_empty()
+                    && Prop::from_xattr(n).is_none()
+                    && *n != LOCATION
+                    && *n != props::BACKGROUND_SEEN.as_bytes()
+            })
             .map(|n| if n == CAPS_STORED.to_bytes() { CAPS } else { n })
             .collect();
         let mut v: Vec<u8> = Vec::with_capacity(raw.len());
@@ -224,6 +230,7 @@ impl Core {
         i.no_xattrs.changed();
         if i.is_reg {
             self.files.apply_meta(&i);
+            self.files.drop_kept_times(&i)?;
         }
         let fd = self.fd(&i)?;
         let r = if name.as_bytes() == CAPS && self.as_root {

@@ -1,0 +1,288 @@
+//! The background pass on a real mount (`background_compression=`, issue 30): data written
+//! at the mount's fast codec is recompressed to the target while the mount is idle, as the
+//! user who mounted it, with contents and times unchanged; directory and file properties
+//! choose other targets or keep the pass away; a file open for writing waits; what cannot
+//! be compressed is left and the pass converges; a crash (kill -9) anywhere in the pass
+//! loses nothing.
+
+#![deny(unsafe_code)]
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{scratch, Mount};
+
+/// Runs `script` with `sh -c` as the user `tests`; its standard output.
+fn sh(script: &str) -> String {
+    let out = common::as_tests(&["sh", "-c", script]);
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The mount's live statistics, read as `tests` (the mount is that user's).
+fn live(m: &Mount) -> Value {
+    serde_json::from_str(&sh(&format!("cat {}/.squeezefs-stats", m.mnt.display()))).unwrap()
+}
+
+/// Waits until the pass says nothing is pending (at most `secs`); the last statistics.
+fn settled(m: &Mount, secs: u64) -> Value {
+    let start = Instant::now();
+    loop {
+        let v = live(m);
+        if v["background"]["pending_bytes"] == 0 {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "the pass did not finish in {secs} s: {}",
+            v["background"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The stored types (`zstd:12`, `none`, …) of one backing file.
+fn stored(backing: &Path) -> Vec<String> {
+    common::types(&common::squeezefs_json(&["stats".as_ref(), backing.as_os_str()]))
+}
+
+/// Modification and change times (to the nanosecond) and an MD5 of each of `files`, as
+/// `tests` sees them through the mount.
+fn seen(m: &Mount, files: &[&str]) -> Vec<String> {
+    files
+        .iter()
+        .map(|f| {
+            let p = m.mnt.join(f);
+            sh(&format!(
+                "stat -c '%.9Y|%.9Z' {p} && md5sum < {p}",
+                p = p.display()
+            ))
+        })
+        .collect()
+}
+
+const FILES: [&str; 6] = [
+    "logs/app.log",
+    "noise.bin",
+    "keep/a.txt",
+    "arch/b.txt",
+    "own.txt",
+    "held.txt",
+];
+
+#[test]
+fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("background-pass");
+    common::open_to_others(&d);
+    // Written at zstd:1 by a first mount, which also settles what the writes left (so the
+    // times seen below are the files' final ones).
+    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    let mnt = m.mnt.display().to_string();
+    sh(&format!(
+        "cd {mnt} && mkdir logs keep arch && \
+         setfattr -n user.squeezefs.background_compression -v none keep && \
+         setfattr -n user.squeezefs.background_compression -v zstd:9 arch && \
+         seq 1 400000 > logs/app.log && head -c 1048576 /dev/urandom > noise.bin && \
+         seq 1 200000 > keep/a.txt && seq 1 300000 > arch/b.txt && \
+         seq 1 250000 > own.txt && setfattr -n user.squeezefs.background_compression -v zstd:6 own.txt && \
+         seq 1 150000 > held.txt && sync"
+    ));
+    m.unmount();
+    let m = Mount::as_user(
+        &d,
+        "compress=zstd:1,background_compression=zstd:12,background_idle=1",
+        "tests",
+    );
+    // A writer keeps held.txt open throughout the first pass.
+    let mut holder: Child = Command::new("setpriv")
+        .args(["--reuid=tests", "--regid=tests", "--clear-groups", "--"])
+        .args(["sh", "-c", &format!("exec 3>>{mnt}/held.txt; exec sleep 600")])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = d.join("backing");
+    live(&m); // (reading the statistics commits what closed files wait for)
+    assert_eq!(stored(&b.join("logs/app.log")), ["zstd:1"], "written fast");
+    let before = seen(&m, &FILES);
+
+    // The first walk leaves the held file, so it keeps something pending.
+    let start = Instant::now();
+    while live(&m)["background"]["walks"].as_u64().unwrap() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no walk: {}",
+            live(&m)["background"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let v = live(&m);
+    assert_eq!(v["background"]["busy_files"], 1, "{}", v["background"]);
+    assert!(
+        v["background"]["pending_bytes"].as_u64().unwrap() > 0,
+        "{}",
+        v["background"]
+    );
+    assert_eq!(stored(&b.join("logs/app.log")), ["zstd:12"], "the mount's target");
+    assert_eq!(stored(&b.join("arch/b.txt")), ["zstd:9"], "a directory's target");
+    assert_eq!(stored(&b.join("own.txt")), ["zstd:6"], "a file's own target");
+    assert_eq!(
+        stored(&b.join("keep/a.txt")),
+        ["zstd:1"],
+        "`none` keeps the pass away"
+    );
+    assert_eq!(stored(&b.join("noise.bin")), ["none"], "incompressible: left");
+    assert_eq!(stored(&b.join("held.txt")), ["zstd:1"], "open for writing: left");
+
+    // Once it is closed, a later walk takes it, and then nothing is pending.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let v = settled(&m, 90);
+    assert_eq!(stored(&b.join("held.txt")), ["zstd:12"]);
+    assert_eq!(v["background"]["errors"], 0, "{}", v["background"]);
+    let out = sh(&format!("{} stats --json {mnt}", env!("CARGO_BIN_EXE_squeezefs")));
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["background"]["pending_bytes"], 0, "`stats --json` carries it");
+    assert!(common::types(&doc).contains(&"zstd:12".to_string()));
+
+    // Contents, modification and change times are what they were.
+    assert_eq!(seen(&m, &FILES), before);
+    // A change of metadata through the mount moves the change time shown again.
+    sh(&format!("chmod 600 {mnt}/logs/app.log"));
+    let after_chmod = seen(&m, &["logs/app.log"]);
+    assert_ne!(after_chmod[0], before[0], "chmod moves the change time");
+    m.unmount();
+    common::check_clean(&b, "after the pass");
+
+    // The kept times live in the superblocks: a new mount shows them too.
+    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    let again = seen(&m, &FILES);
+    assert_eq!(&again[1..], &before[1..]);
+    // The chmod kept the modification time and moved the change time (to a moment that
+    // FUSE's write-back cache lets the kernel choose itself, milliseconds apart).
+    let parts = |s: &str| {
+        let (times, md5) = s.split_once('\n').unwrap();
+        let (m, c) = times.split_once('|').unwrap();
+        (m.to_string(), c.to_string(), md5.to_string())
+    };
+    let (again, chmodded, first) = (parts(&again[0]), parts(&after_chmod[0]), parts(&before[0]));
+    assert_eq!((&again.0, &again.2), (&first.0, &first.2));
+    assert_ne!(again.1, first.1);
+    let secs = |t: &str| t.parse::<f64>().unwrap();
+    assert!(
+        (secs(&again.1) - secs(&chmodded.1)).abs() < 1.0,
+        "{again:?} {chmodded:?}"
+    );
+    // A write drops them: the times are the write's.
+    sh(&format!("echo more >> {mnt}/own.txt"));
+    assert_ne!(seen(&m, &["own.txt"])[0], before[4]);
+    m.unmount();
+}
+
+#[test]
+fn a_mount_without_a_target_walks_nothing_and_reports_nothing_pending() {
+    let d = scratch("background-off");
+    let m = Mount::new(&d, "compress=zstd:1,background_idle=1");
+    fs::write(m.path("f"), "x".repeat(1 << 20)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+    assert_eq!(v["background"]["state"], "off");
+    assert_eq!(v["background"]["pending_bytes"], 0);
+    assert_eq!(v["background"]["walks"], 0);
+    // A property set through the mount turns it on, and marks the backing root so the
+    // next mount walks too.
+    fs::create_dir(m.path("cold")).unwrap();
+    let st = Command::new("setfattr")
+        .args(["-n", "user.squeezefs.background_compression", "-v", "zstd:7"])
+        .arg(m.path("cold"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::write(m.path("cold/g"), "y".repeat(1 << 20)).unwrap();
+    let start = Instant::now();
+    loop {
+        let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+        if v["background"]["pending_bytes"] == 0 && v["background"]["walks"].as_u64() > Some(0) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", v["background"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let b = d.join("backing");
+    assert_eq!(stored(&b.join("cold/g")), ["zstd:7"]);
+    assert_eq!(stored(&b.join("f")), ["zstd:1"], "no target there");
+    // The marker is not the mount root's xattr.
+    let out = Command::new("getfattr")
+        .args(["-d", "-m", "-"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("background_seen"));
+    m.unmount();
+    assert!(common::getfattr(&b, "user.squeezefs.background_seen").is_some());
+}
+
+/// kill -9 of the daemon at random points of a slow pass, 20 times: every file reads as
+/// written, `check` is clean after each, and the pass ends where it would have.
+#[test]
+fn kill_9_during_the_pass_loses_nothing() {
+    let d = scratch("background-kill");
+    let opts = "compress=zstd:1,background_compression=zstd:9,background_idle=1,background_rate=1M";
+    let m = Mount::new(&d, opts);
+    let mut want = Vec::new();
+    for i in 0..6usize {
+        let data = squeezefs_testdata::log_lines((1 << 20) + i * 300_000);
+        fs::write(m.path(&format!("f{i}")), &data).unwrap();
+        want.push(data);
+    }
+    m.unmount();
+    let b = d.join("backing");
+    // What `stat` shows once the files are closed and committed: the backing files' own.
+    let before: Vec<_> = (0..6)
+        .map(|i| fs::metadata(b.join(format!("f{i}"))).unwrap())
+        .map(|md| (md.modified().unwrap(), common::ctime(&md)))
+        .collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for cycle in 0..20 {
+        let m = Mount::new(&d, opts);
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // Idle after 1 s; the pass rewrites 1 MiB a second: kill somewhere in it.
+        std::thread::sleep(Duration::from_millis(1000 + seed % 2500));
+        m.kill();
+        common::check_clean(&b, &format!("after kill {cycle}"));
+    }
+    let m = Mount::new(&d, opts);
+    let start = Instant::now();
+    loop {
+        let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
+        if v["background"]["pending_bytes"] == 0 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{}", v["background"]);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    for (i, data) in want.iter().enumerate() {
+        let p = m.path(&format!("f{i}"));
+        assert!(fs::read(&p).unwrap() == *data, "f{i} reads as written");
+        let md = fs::metadata(&p).unwrap();
+        assert_eq!(
+            (md.modified().unwrap(), common::ctime(&md)),
+            before[i],
+            "f{i}'s times"
+        );
+        assert_eq!(stored(&b.join(format!("f{i}"))), ["zstd:9"], "f{i}");
+    }
+    m.unmount();
+    common::check_clean(&b, "at the end");
+}
