@@ -92,6 +92,7 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
         "cd {mnt} && mkdir logs keep arch && \
          setfattr -n user.squeezefs.background_compression -v none keep && \
          setfattr -n user.squeezefs.background_compression -v zstd:9 arch && \
+         mkdir arch/sub && seq 1 300000 > arch/sub/c.txt && \
          seq 1 400000 > logs/app.log && head -c 1048576 /dev/urandom > noise.bin && \
          seq 1 200000 > keep/a.txt && seq 1 300000 > arch/b.txt && \
          seq 1 250000 > own.txt && setfattr -n user.squeezefs.background_compression -v zstd:6 own.txt && \
@@ -134,6 +135,15 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     );
     assert_eq!(stored(&b.join("logs/app.log")), ["zstd:12"], "the mount's target");
     assert_eq!(stored(&b.join("arch/b.txt")), ["zstd:9"], "a directory's target");
+    assert_eq!(
+        stored(&b.join("arch/sub/c.txt")),
+        ["zstd:9"],
+        "inherited down the tree"
+    );
+    assert!(
+        common::getfattr(&b.join("arch/sub"), "user.squeezefs.background_compression").is_none(),
+        "not copied at mkdir: a change of arch's reaches below"
+    );
     assert_eq!(stored(&b.join("own.txt")), ["zstd:6"], "a file's own target");
     assert_eq!(
         stored(&b.join("keep/a.txt")),

@@ -202,7 +202,9 @@ fn the_command_line_teaches_and_documents_itself() {
     let out = squeezefs(&[os("--version")]);
     let v = String::from_utf8_lossy(&out.stdout);
     assert!(
-        v.contains("container format 3") && v.contains("packed files format 4") && v.contains("reads 1–4"),
+        v.contains("container format 2, 3 for files with a dictionary, 5 for files whose times")
+            && v.contains("packed files format 4")
+            && v.contains("reads 1–5"),
         "{v}"
     );
     let help = squeezefs(&[os("--help")]);

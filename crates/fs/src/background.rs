@@ -47,6 +47,10 @@ pub const CHUNK_BYTES: u64 = 1 << 20;
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(600);
 
+/// A chunk's permission to run, from [`Pass::wait_turn`]: the changes counted then.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn(u64);
+
 /// What `-o` said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -82,6 +86,9 @@ struct Status {
     bytes: u64,
     /// Files skipped by the last walk because they were in use, or failed in it.
     busy: u64,
+    /// Files with pending extents the daemon may not write (their mode keeps a non-root
+    /// daemon out): left, not retried until they change.
+    read_only: u64,
     walk_errors: u64,
     errors: u64,
     last_walk_seconds: f64,
@@ -96,6 +103,9 @@ pub struct Pass {
     last_change: AtomicU64,
     /// Changes since the current walk began: another walk is wanted.
     changes: AtomicU64,
+    /// Changes since the mount (never reset): a chunk goes on only if none came since its
+    /// turn was given ([`Pass::still`]).
+    epoch: AtomicU64,
     /// Logical bytes written since the current walk began (pending until a walk saw them).
     unscanned: AtomicU64,
     /// Whether there may be a target anywhere (rule 5).
@@ -121,6 +131,7 @@ impl Pass {
             start: Instant::now(),
             last_change: AtomicU64::new(0),
             changes: AtomicU64::new(u64::from(enabled)),
+            epoch: AtomicU64::new(0),
             unscanned: AtomicU64::new(0),
             enabled: AtomicBool::new(enabled),
             stop: Mutex::new(false),
@@ -147,6 +158,9 @@ impl Pass {
         if self.last_change.load(Ordering::Relaxed) != now {
             self.last_change.store(now, Ordering::Relaxed);
         }
+        // SeqCst: a chunk that checks `epoch` under the file's lock after this change
+        // reached its handler must see it (`Pass::still`).
+        self.epoch.fetch_add(1, Ordering::SeqCst);
         self.changes.fetch_add(1, Ordering::Relaxed);
         if bytes > 0 {
             self.unscanned.fetch_add(bytes, Ordering::Relaxed);
@@ -209,28 +223,47 @@ impl Pass {
     }
 
     /// Before a chunk of `bytes` logical bytes (rules 1 and 3): waits for an idle mount and
-    /// for the rate; false once the pass is to stop.
-    pub fn wait_turn(&self, bytes: u64) -> bool {
-        if self.idle_for() < self.cfg.idle {
-            self.set_state("paused");
-            if !self.wait_idle() {
-                return false;
+    /// for the rate; `None` once the pass is to stop, else the turn to hand to
+    /// [`Pass::still`] under the file's lock.
+    pub fn wait_turn(&self, bytes: u64) -> Option<Turn> {
+        loop {
+            if self.idle_for() < self.cfg.idle {
+                self.set_state("paused");
+                if !self.wait_idle() {
+                    return None;
+                }
+                self.set_state("walking");
             }
-            self.set_state("walking");
+            if bytes > 0 {
+                let slot = {
+                    let mut next = self.next_slot.lock().unwrap();
+                    let now = Instant::now();
+                    let slot = (*next).max(now);
+                    let cost = Duration::from_secs_f64(bytes as f64 / self.cfg.rate.max(1) as f64);
+                    *next = slot + cost;
+                    slot
+                };
+                let now = Instant::now();
+                if slot > now && !self.sleep(slot - now) {
+                    return None;
+                }
+            }
+            if self.stopping() {
+                return None;
+            }
+            // Idle still after the rate's sleep: the turn is the changes counted now.
+            let turn = Turn(self.epoch.load(Ordering::SeqCst));
+            if self.idle_for() >= self.cfg.idle {
+                return Some(turn);
+            }
         }
-        let slot = {
-            let mut next = self.next_slot.lock().unwrap();
-            let now = Instant::now();
-            let slot = (*next).max(now);
-            let cost = Duration::from_secs_f64(bytes as f64 / self.cfg.rate.max(1) as f64);
-            *next = slot + cost;
-            slot
-        };
-        let now = Instant::now();
-        if slot > now && !self.sleep(slot - now) {
-            return false;
-        }
-        !*self.stop.lock().unwrap()
+    }
+
+    /// Whether no change came through the mount since `turn` was given: checked by a
+    /// chunk under the file's lock, so a change that reached its handler first (a chmod
+    /// about to drop kept times) is never followed by a chunk keeping times from before it.
+    pub fn still(&self, turn: Turn) -> bool {
+        self.epoch.load(Ordering::SeqCst) == turn.0
     }
 
     /// Whether the pass is to stop (checked between files).
@@ -254,6 +287,11 @@ impl Pass {
         s.rewritten_in_walk += bytes;
         s.extents += extents;
         s.bytes += bytes;
+    }
+
+    /// A file with pending extents could not be written (its mode): left.
+    pub fn read_only(&self) {
+        self.status.lock().unwrap().read_only += 1;
     }
 
     /// A file was skipped: in use (`busy`), or an error (logged by the caller).
@@ -300,6 +338,7 @@ impl Pass {
             "rewritten_extents": s.extents,
             "rewritten_bytes": s.bytes,
             "busy_files": s.busy,
+            "read_only_files": s.read_only,
             "errors": s.errors,
             "last_walk_seconds": s.last_walk_seconds,
             "last_walk_files": s.last_walk_files,
@@ -348,7 +387,16 @@ impl Pass {
                 s.found = 0;
                 s.rewritten_in_walk = 0;
                 s.busy = 0;
+                s.read_only = 0;
                 s.walk_errors = 0;
+            }
+            {
+                // A clock stepped back: files written since could be older than the last
+                // clean walk's start, and be skipped.
+                let mut c = self.clean_since.lock().unwrap();
+                if c.is_some_and(|t| t > SystemTime::now()) {
+                    *c = None;
+                }
             }
             self.changes.store(0, Ordering::Relaxed);
             self.unscanned.store(0, Ordering::Relaxed);
@@ -410,16 +458,19 @@ mod tests {
         let p = pass(200, u64::MAX);
         std::thread::sleep(Duration::from_millis(210));
         let t = Instant::now();
-        assert!(p.wait_turn(1));
+        let turn = p.wait_turn(1).unwrap();
         assert!(t.elapsed() < Duration::from_millis(100), "idle already");
+        assert!(p.still(turn));
         p.touched(10);
+        assert!(!p.still(turn), "a change since the turn stops its chunk");
         let t = Instant::now();
-        assert!(p.wait_turn(1));
+        let turn = p.wait_turn(1).unwrap();
         assert!(
             t.elapsed() >= Duration::from_millis(190),
             "waited for idle: {:?}",
             t.elapsed()
         );
+        assert!(p.still(turn));
     }
 
     #[test]
@@ -427,7 +478,7 @@ mod tests {
         let p = pass(0, 10 << 20);
         let t = Instant::now();
         for _ in 0..4 {
-            assert!(p.wait_turn(1 << 20));
+            assert!(p.wait_turn(1 << 20).is_some());
         }
         // Four 1 MiB chunks at 10 MiB/s: the last starts 0.3 s after the first.
         let e = t.elapsed();
@@ -442,7 +493,7 @@ mod tests {
         let p = Arc::new(pass(60_000, u64::MAX));
         p.touched(0);
         let q = p.clone();
-        let h = std::thread::spawn(move || q.wait_turn(1));
+        let h = std::thread::spawn(move || q.wait_turn(1).is_some());
         std::thread::sleep(Duration::from_millis(50));
         p.stop();
         assert!(!h.join().unwrap());

@@ -11,8 +11,9 @@
 //! * extents with no valid header (`check` reports them; rewriting could only copy the
 //!   damage);
 //! * a packed file (its bytes are in a pack block; rewriting packs is the pass's other
-//!   step) and a file with bytes waiting in memory (a user's write wins: the caller comes
-//!   back to it later).
+//!   step), a file of one extent (written back it could become inline or packed), and a
+//!   file with bytes waiting in memory (a user's write wins: the caller comes back to it
+//!   later).
 
 use squeezefs_codec::{Algorithm, CodecSpec};
 
@@ -36,17 +37,21 @@ impl<S: Storage> Container<S> {
     /// The extents whose current copy is compressed with another codec or level than
     /// `target` (see the module's documentation for what is left alone).
     pub fn pending_for(&mut self, target: CodecSpec) -> Result<Vec<u64>> {
+        Ok(self.pending_in(target, 0..u64::MAX).0)
+    }
+
+    /// [`Container::pending_for`] among extents `range` only (a pass scans a large file a
+    /// slice at a time), and the file's extent count (0 when it may not be recompressed at
+    /// all).
+    pub fn pending_in(&self, target: CodecSpec, range: std::ops::Range<u64>) -> (Vec<u64>, u64) {
         let count = match &self.mode {
             Mode::Packed(p) if Self::may_recompress(p) => p.extent_count(),
-            _ => return Ok(Vec::new()),
+            _ => return (Vec::new(), 0),
         };
-        let mut todo = Vec::new();
-        for idx in 0..count {
-            if self.extent_pending(idx, target) {
-                todo.push(idx);
-            }
-        }
-        Ok(todo)
+        let todo = (range.start..range.end.min(count))
+            .filter(|&idx| self.extent_pending(idx, target))
+            .collect();
+        (todo, count)
     }
 
     /// Rewrites at `target` the extents [`Container::pending_for`] names. Durable when this
@@ -116,8 +121,15 @@ impl<S: Storage> Container<S> {
     }
 
     /// Whether a file's extents may be recompressed at all (the module's documentation).
+    /// A file of one extent is left too: written back, it could become inline or go to a
+    /// pack (a change of form the pass must not make, and one its kept times cannot
+    /// follow).
     fn may_recompress(p: &Packed) -> bool {
-        !p.nocompress && p.share.bytes() == 0 && p.loc.is_none() && p.loc_pending.is_none()
+        !p.nocompress
+            && p.share.bytes() == 0
+            && p.loc.is_none()
+            && p.loc_pending.is_none()
+            && p.extent_count() >= 2
     }
 
     /// Whether extent `idx`'s current copy is compressed, without a dictionary, at another

@@ -91,6 +91,11 @@ impl Kept {
                     && !of.container.settle_pending()
                     && of.container.dirty_bytes() == 0
             }) {
+                // What `stat` shows from now on (its kept times may have changed while
+                // kept: the background pass, a change of metadata).
+                if let Some(of) = open.as_ref() {
+                    *old.file.size.lock().unwrap() = Closed::of(&of.container);
+                }
                 *open = None;
                 drop(open);
                 self.inodes.forget(old_ino, 0);
@@ -297,6 +302,24 @@ impl Files {
         Ok(r)
     }
 
+    /// The background pass's look at a file (`crate::background`): `f` on its container,
+    /// read only, with the pass's exclusion (`FileState::private`) and the file's lock held,
+    /// whether or not the file is in use. A file with no state gets a container for `f`
+    /// alone.
+    pub fn scan<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&Container<FileStorage>) -> T,
+    ) -> Result<T, Errno> {
+        let _private = inode.file.private.write().unwrap();
+        let open = inode.file.open.lock().unwrap();
+        if let Some(of) = open.as_ref() {
+            return Ok(f(&of.container));
+        }
+        let c = self.open_container(inode)?;
+        Ok(f(&c))
+    }
+
     /// The background pass's access to a file (`crate::background`): `f` on its
     /// container while nobody else can use it, or `None`, doing nothing, when the file is
     /// in use: open (a writer, a reader, a lazy handle), holding bytes not written out, or
@@ -385,14 +408,20 @@ impl Files {
         if !inode.is_reg {
             return Ok(());
         }
-        let known = match inode.file.open.lock().unwrap().as_ref() {
-            Some(of) => Some(of.container.kept_times().is_some()),
-            None => inode.file.size.lock().unwrap().map(|c| c.kept.is_some()),
+        // Looked at with the pass kept out (`FileState::private`): a chunk under way has
+        // put what it kept in the state or the remembered `Closed` by then. (The pass
+        // starts no chunk after the change that brings us here: `Pass::still`.)
+        let known = {
+            let _private = inode.file.private.read().unwrap();
+            match inode.file.open.lock().unwrap().as_ref() {
+                Some(of) => Some(of.container.kept_times().is_some()),
+                None => inode.file.size.lock().unwrap().map(|c| c.kept.is_some()),
+            }
         };
         if known == Some(false) {
             return Ok(());
         }
-        self.with_container(
+        let r = self.with_container(
             inode,
             |c| {
                 let Some(kept) = c.kept_times() else { return Ok(()) };
@@ -416,7 +445,13 @@ impl Files {
                 Ok(())
             },
             "kept times",
-        )
+        );
+        // A file whose container cannot be opened (damaged) keeps no times: its rename or
+        // chmod must still work. Failing to drop times it does keep is an error.
+        match r {
+            Err(_) if known.is_none() => Ok(()),
+            r => r,
+        }
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
@@ -547,6 +582,13 @@ impl Files {
             of.meta.mode = Some(m & 0o7777);
         }
         of.times.ctime = Some(wall_clock());
+        // Times the superblock keeps are no longer the file's (its next superblock has
+        // none); the modification time they kept stays, put on the backing file with the
+        // rest (rule 7).
+        if let Some(kept) = of.container.kept_times() {
+            of.container.forget_kept_times();
+            of.times.mtime = of.times.mtime.or(Some((kept.mtime.0, i64::from(kept.mtime.1))));
+        }
         Ok(true)
     }
 

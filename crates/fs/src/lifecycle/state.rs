@@ -111,7 +111,8 @@
 //!     the lock go, as a last close does.
 //!
 //! # Lock order
-//! `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
+//! [`FileState::private`] (shared by a container of the file's own, exclusive by the
+//! background pass) → `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
 //! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`
 //! is never called with `open` held (drop it first, as `lifecycle::commit` does). The fd
 //! cache's queue and `Files::idle` look at another inode's `open` only with `try_lock`.

@@ -13,6 +13,7 @@
 //! share one inode and one lock per file: the pass never works on a file beside a state
 //! the kernel's requests use.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use fuser::INodeNo;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::format::KeptTimes;
+use squeezefs_container::Recompressed;
 
 use super::names::is_dict_dir;
 use super::Core;
@@ -29,21 +31,45 @@ use crate::inode::Inode;
 use crate::props::Value;
 use crate::sys;
 
-/// A directory waiting in the walk: its inode, the lookup it holds (`None`: the root, which
-/// is never forgotten) and the target it passes down.
-type Dir = (Arc<Inode>, Option<u64>, Option<CodecSpec>);
+/// A directory waiting in the walk: its parent and name (registered only when its turn
+/// comes, so a wide tree waiting costs names, not lookups), and the target it inherits;
+/// `None` for the root.
+type Dir = (Option<(Arc<Inode>, Vec<u8>)>, Option<CodecSpec>);
+
+/// Extents of one file whose headers one look reads under the file's lock.
+const SCAN_SLICE: u64 = 1024;
+
+/// What a chunk under the file's lock did.
+enum Step {
+    Done(Recompressed),
+    /// A change came through the mount since the chunk's turn (`Pass::still`).
+    Changed,
+}
 
 impl Core {
     /// One walk over the tree; returns how many regular files it looked at.
     pub(crate) fn background_walk(&self, pass: &Pass) -> u64 {
-        let Ok(root) = self.inode(INodeNo(1)) else {
-            return 0;
-        };
-        let target = self.dir_props(&root).background.or(pass.target());
-        let mut stack: Vec<Dir> = vec![(root, None, target)];
+        let mut stack: Vec<Dir> = vec![(None, pass.target())];
+        // Directories walked, by backing (device, inode): a bind mount of an ancestor inside
+        // the backing directory must not loop.
+        let mut seen = HashSet::new();
         let mut files = 0;
-        while let Some((dir, held, target)) = stack.pop() {
-            if !pass.stopping() {
+        while let Some((at, inherited)) = stack.pop() {
+            if pass.stopping() {
+                break;
+            }
+            let (dir, held) = match at {
+                None => match self.inode(INodeNo(1)) {
+                    Ok(root) => (root, None),
+                    Err(_) => break,
+                },
+                Some((parent, name)) => match self.register(&parent, OsStr::from_bytes(&name)) {
+                    Ok((ino, inode, _)) => (inode, Some(ino)),
+                    Err(_) => continue, // gone since it was listed
+                },
+            };
+            if dir.is_dir && seen.insert(dir.key) {
+                let target = self.dir_props(&dir).background.or(inherited);
                 self.background_dir(&dir, target, pass, &mut stack, &mut files);
             }
             if let Some(ino) = held {
@@ -62,8 +88,7 @@ impl Core {
         stack: &mut Vec<Dir>,
         files: &mut u64,
     ) {
-        let listed = self.inodes.fd(dir).and_then(sys::read_dir);
-        let entries = match listed {
+        let entries = match self.inodes.fd(dir).and_then(sys::read_dir) {
             Ok(e) => e,
             Err(e) => {
                 warn!("background pass: cannot list {}: {e}", self.describe(dir));
@@ -79,7 +104,11 @@ impl Core {
             if name == b".." || (root && is_dict_dir(1, &name)) {
                 continue;
             }
-            if !matches!(dtype, libc::DT_DIR | libc::DT_REG | libc::DT_UNKNOWN) {
+            if dtype == libc::DT_DIR {
+                stack.push((Some((dir.clone(), name)), target));
+                continue;
+            }
+            if !matches!(dtype, libc::DT_REG | libc::DT_UNKNOWN) {
                 continue;
             }
             // Gone since the listing, or not ours to open: nothing to do.
@@ -87,8 +116,9 @@ impl Core {
                 continue;
             };
             if inode.is_dir {
-                let below = self.dir_props(&inode).background.or(target);
-                stack.push((inode, Some(ino), below));
+                // (A file system that gives no d_type.)
+                self.inodes.forget(ino, 1);
+                stack.push((Some((dir.clone(), name)), target));
                 continue;
             }
             if inode.is_reg {
@@ -107,30 +137,67 @@ impl Core {
         }
     }
 
-    /// Rewrites `inode`'s extents that are not at `target`, a chunk at a time, each when
-    /// the governor allows it and only while the file is not in use.
+    /// Rewrites `inode`'s extents that are not at `target`: its headers looked at a slice
+    /// at a time, the pending extents rewritten a chunk at a time, each when the governor
+    /// allows it and only while the file is not in use.
     fn background_file(&self, inode: &Arc<Inode>, target: CodecSpec, pass: &Pass) {
-        let pending = match self.files.quiet(
-            inode,
-            |c| Ok((c.pending_for(target)?, c.extent_size())),
-            "background pass",
-        ) {
-            Ok(Some((p, Some(e)))) if !p.is_empty() => (p, e),
-            Ok(Some(_)) => return, // nothing to do (or not a container in extents)
-            Ok(None) => return pass.skipped(true),
-            // (Logged with the file's name by `Files::quiet`.)
-            Err(_) => return pass.skipped(false),
-        };
-        let (todo, extent) = pending;
-        pass.found(todo.len() as u64 * extent);
-        let per_chunk = (CHUNK_BYTES / extent).max(1) as usize;
-        for chunk in todo.chunks(per_chunk) {
-            if !pass.wait_turn(chunk.len() as u64 * extent) {
+        let mut start = 0u64;
+        loop {
+            if pass.wait_turn(0).is_none() {
                 return;
             }
+            let look = self.files.scan(inode, |c| {
+                let (todo, count) = c.pending_in(target, start..start + SCAN_SLICE);
+                let writable =
+                    sys::status_flags(c.storage().file()).is_ok_and(|f| f & libc::O_ACCMODE == libc::O_RDWR);
+                (todo, count, c.extent_size().unwrap_or(0), writable)
+            });
+            let (todo, count, extent, writable) = match look {
+                Ok(l) => l,
+                // (Logged with the file's name by `Files::open_container`.)
+                Err(_) => return pass.skipped(false),
+            };
+            if !todo.is_empty() {
+                if !writable {
+                    // A non-root daemon, and a mode that keeps it out: left as it is.
+                    return pass.read_only();
+                }
+                pass.found(todo.len() as u64 * extent);
+                let per_chunk = (CHUNK_BYTES / extent.max(1)).max(1) as usize;
+                for chunk in todo.chunks(per_chunk) {
+                    if !self.background_chunk(inode, target, chunk, extent, pass) {
+                        return;
+                    }
+                }
+            }
+            start += SCAN_SLICE;
+            if start >= count {
+                return;
+            }
+        }
+    }
+
+    /// One chunk of a file's pending extents, under its lock; false when the file is to
+    /// be left (in use, an error, the pass stopping).
+    fn background_chunk(
+        &self,
+        inode: &Arc<Inode>,
+        target: CodecSpec,
+        chunk: &[u64],
+        extent: u64,
+        pass: &Pass,
+    ) -> bool {
+        let bytes = chunk.len() as u64 * extent;
+        loop {
+            let Some(turn) = pass.wait_turn(bytes) else {
+                return false;
+            };
             let done = self.files.quiet(
                 inode,
                 |c| {
+                    if !pass.still(turn) {
+                        return Ok(Step::Changed);
+                    }
                     // The change and modification times are the file's, whatever the
                     // rewrite does to the backing file's (`SB_FLAG_TIMES`); the backing
                     // file's are put back too (its access time, for tools that read it).
@@ -151,14 +218,25 @@ impl Core {
                             ts(st.st_mtime, st.st_mtime_nsec),
                         )?;
                     }
-                    Ok(r)
+                    Ok(Step::Done(r))
                 },
                 "background pass",
             );
             match done {
-                Ok(Some(r)) => pass.rewritten(r.extents, chunk.len() as u64 * extent),
-                Ok(None) => return pass.skipped(true),
-                Err(_) => return pass.skipped(false),
+                Ok(Some(Step::Done(r))) => {
+                    pass.rewritten(r.extents, bytes);
+                    return true;
+                }
+                Ok(Some(Step::Changed)) => continue, // its turn again, once idle
+                Ok(None) => {
+                    pass.skipped(true);
+                    return false;
+                }
+                // (Logged with the file's name by `Files::quiet`.)
+                Err(_) => {
+                    pass.skipped(false);
+                    return false;
+                }
             }
         }
     }

@@ -178,7 +178,9 @@ impl Core {
             sys::mkdirat(p, c, mode)?;
             if dp != DirProps::default() {
                 let fd = sys::open_path(p, c)?;
-                for prop in Prop::ALL {
+                // (Not `background_compression`: the pass carries a directory's down the
+                // tree, so a copy here would stop a later change of it reaching below.)
+                for prop in Prop::ALL.into_iter().filter(|p| *p != Prop::Background) {
                     if let Some(v) = dp.get(prop) {
                         if let Err(e) = props::write_dir(&fd, prop, Some(v), 0) {
                             let _ = sys::unlinkat(p, c, libc::AT_REMOVEDIR);

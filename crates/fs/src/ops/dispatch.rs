@@ -431,7 +431,6 @@ impl Filesystem for SqueezeFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.background.touched(0);
         let r = match route(ino) {
             Node::Stats => Err(Errno::ENOTTY),
             Node::Backing(ino) => flags::Ioctl::parse(cmd, in_data).and_then(|op| self.do_ioctl(ino, op)),

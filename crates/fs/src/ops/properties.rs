@@ -126,8 +126,12 @@ impl Core {
                 Errno::ENODATA
             });
         }
-        if p == Prop::Background && v.is_some() {
-            self.background_seen()?;
+        if p == Prop::Background {
+            // Any change of a target, a removal too, has the pass look at every file.
+            if v.is_some() {
+                self.background_seen()?;
+            }
+            self.background.configured();
         }
         if inode.is_reg && p == Prop::Background {
             // An xattr of the backing file (`props`): its ctime moves.
@@ -186,7 +190,6 @@ impl Core {
                 Errno::from(e)
             })?;
         }
-        self.background.configured();
         Ok(())
     }
 
