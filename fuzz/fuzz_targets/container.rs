@@ -6,6 +6,7 @@
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use squeezefs_codec::{Algorithm, CodecSpec};
+use squeezefs_container::format::KeptTimes;
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::{Container, Options};
 
@@ -32,7 +33,7 @@ fn build(u: &mut Unstructured) -> Result<Vec<u8>> {
     let disk = MemDisk::new();
     let mut c = Container::open(disk.clone(), &opts).expect("empty disk");
     for _ in 0..u.int_in_range(0..=6)? {
-        match u.int_in_range(0..=4)? {
+        match u.int_in_range(0..=5)? {
             0..=2 => {
                 let off = u.int_in_range(0u64..=300_000)?;
                 let len = u.int_in_range(0usize..=40_000)?;
@@ -43,6 +44,18 @@ fn build(u: &mut Unstructured) -> Result<Vec<u8>> {
             }
             3 => {
                 let _ = c.set_size(u.int_in_range(0u64..=400_000)?);
+            }
+            4 => {
+                // The background pass: extents to another level, the times kept
+                // (a version 5 superblock).
+                let target = CodecSpec::new(Algorithm::Zstd, u.int_in_range(1..=9)?).unwrap_or(CodecSpec::DEFAULT);
+                let kept = KeptTimes {
+                    ctime: (u.arbitrary()?, u.int_in_range(0..=999_999_999)?),
+                    mtime: (u.arbitrary()?, u.int_in_range(0..=999_999_999)?),
+                };
+                if let Ok(todo) = c.pending_for(target) {
+                    let _ = c.recompress_extents(target, &todo, Some(kept));
+                }
             }
             _ => {
                 let _ = c.fsync();
