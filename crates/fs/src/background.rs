@@ -289,7 +289,14 @@ impl Pass {
         s.bytes += bytes;
     }
 
-    /// A file with pending extents could not be written (its mode): left.
+    /// `bytes` that [`Pass::found`] counted will not be rewritten in this walk (an error:
+    /// the file is left until it changes, so they are not pending either).
+    pub fn unfound(&self, bytes: u64) {
+        let mut s = self.status.lock().unwrap();
+        s.found = s.found.saturating_sub(bytes);
+    }
+
+    /// A file the daemon may not write (its mode) was left.
     pub fn read_only(&self) {
         self.status.lock().unwrap().read_only += 1;
     }

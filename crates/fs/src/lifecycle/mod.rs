@@ -296,10 +296,12 @@ impl Files {
         drop(open);
         let _private = inode.file.private.read().unwrap();
         let mut c = self.open_container(inode)?;
-        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
-        c.flush().map_err(|e| self.error(inode, "flush", e))?;
+        let r = f(&mut c)
+            .and_then(|r| c.flush().map(|()| r))
+            .map_err(|e| self.error(inode, what, e));
+        // Even after an error: what the superblock says now is what `stat` shows.
         *inode.file.size.lock().unwrap() = Closed::of(&c);
-        Ok(r)
+        r
     }
 
     /// The background pass's look at a file (`crate::background`): `f` on its container,
@@ -347,10 +349,12 @@ impl Files {
             return r.map(Some);
         }
         let mut c = self.open_container(inode)?;
-        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
-        c.flush().map_err(|e| self.error(inode, "flush", e))?;
+        let r = f(&mut c)
+            .and_then(|r| c.flush().map(|()| r))
+            .map_err(|e| self.error(inode, what, e));
+        // Even after an error: the superblock may keep times by now.
         *inode.file.size.lock().unwrap() = Closed::of(&c);
-        Ok(Some(r))
+        r.map(Some)
     }
 
     /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
@@ -421,9 +425,11 @@ impl Files {
         if known == Some(false) {
             return Ok(());
         }
+        let mut opened = false;
         let r = self.with_container(
             inode,
             |c| {
+                opened = true;
                 let Some(kept) = c.kept_times() else { return Ok(()) };
                 // The superblock without them goes now, durably, before the change the
                 // caller makes (a crash in between shows the backing file's times, never
@@ -449,9 +455,17 @@ impl Files {
         // A file whose container cannot be opened (damaged) keeps no times: its rename or
         // chmod must still work. Failing to drop times it does keep is an error.
         match r {
-            Err(_) if known.is_none() => Ok(()),
+            Err(_) if known.is_none() && !opened => Ok(()),
             r => r,
         }
+    }
+
+    /// [`Files::drop_kept_times`] again after the change of metadata is made: a chunk of
+    /// the background pass whose turn came between the first call and the change may have
+    /// kept times from before it. Costs nothing when the file keeps none; an error is
+    /// logged (the change itself is done).
+    pub fn drop_kept_times_after(&self, inode: &Arc<Inode>) {
+        let _ = self.drop_kept_times(inode);
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container

@@ -209,6 +209,9 @@ impl Core {
                 sys::utimens(self.fd(&inode)?, at, mt)?;
             }
         }
+        if meta || a.atime.is_some() || a.mtime.is_some() {
+            self.files.drop_kept_times_after(&inode);
+        }
         self.attr(ino.0, &inode)
     }
 

@@ -39,6 +39,15 @@ type Dir = (Option<(Arc<Inode>, Vec<u8>)>, Option<CodecSpec>);
 /// Extents of one file whose headers one look reads under the file's lock.
 const SCAN_SLICE: u64 = 1024;
 
+/// How a chunk ended.
+enum Chunk {
+    Done,
+    /// The file is in use (a later walk comes back), or the pass stops.
+    Left,
+    /// An error (logged): the file is left until it changes.
+    Failed,
+}
+
 /// What a chunk under the file's lock did.
 enum Step {
     Done(Recompressed),
@@ -123,7 +132,12 @@ impl Core {
             }
             if inode.is_reg {
                 *files += 1;
-                if !pass.unchanged_since_clean_walk(st.st_ctime) {
+                // A non-root daemon may not write a file whose mode keeps it out (opening
+                // it anyway would take a chmod and back, which moves its ctime): left.
+                let writable = self.as_root || (st.st_uid == sys::euid() && st.st_mode & 0o200 != 0);
+                if !writable {
+                    pass.read_only();
+                } else if !pass.unchanged_since_clean_walk(st.st_ctime) {
                     let own = match self.file_background(&inode) {
                         Some(Value::Codec(c)) => Some(c),
                         _ => None,
@@ -164,9 +178,15 @@ impl Core {
                 }
                 pass.found(todo.len() as u64 * extent);
                 let per_chunk = (CHUNK_BYTES / extent.max(1)).max(1) as usize;
-                for chunk in todo.chunks(per_chunk) {
-                    if !self.background_chunk(inode, target, chunk, extent, pass) {
-                        return;
+                for (n, chunk) in todo.chunks(per_chunk).enumerate() {
+                    match self.background_chunk(inode, target, chunk, extent, pass) {
+                        Chunk::Done => {}
+                        Chunk::Left => return,
+                        Chunk::Failed => {
+                            // Not retried until the file changes: not pending either.
+                            let rest = todo.len() - n * per_chunk;
+                            return pass.unfound(rest as u64 * extent);
+                        }
                     }
                 }
             }
@@ -177,8 +197,7 @@ impl Core {
         }
     }
 
-    /// One chunk of a file's pending extents, under its lock; false when the file is to
-    /// be left (in use, an error, the pass stopping).
+    /// One chunk of a file's pending extents, under its lock.
     fn background_chunk(
         &self,
         inode: &Arc<Inode>,
@@ -186,11 +205,11 @@ impl Core {
         chunk: &[u64],
         extent: u64,
         pass: &Pass,
-    ) -> bool {
+    ) -> Chunk {
         let bytes = chunk.len() as u64 * extent;
         loop {
             let Some(turn) = pass.wait_turn(bytes) else {
-                return false;
+                return Chunk::Left;
             };
             let done = self.files.quiet(
                 inode,
@@ -225,17 +244,17 @@ impl Core {
             match done {
                 Ok(Some(Step::Done(r))) => {
                     pass.rewritten(r.extents, bytes);
-                    return true;
+                    return Chunk::Done;
                 }
                 Ok(Some(Step::Changed)) => continue, // its turn again, once idle
                 Ok(None) => {
                     pass.skipped(true);
-                    return false;
+                    return Chunk::Left;
                 }
                 // (Logged with the file's name by `Files::quiet`.)
                 Err(_) => {
                     pass.skipped(false);
-                    return false;
+                    return Chunk::Failed;
                 }
             }
         }

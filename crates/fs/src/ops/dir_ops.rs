@@ -208,14 +208,19 @@ impl Core {
     pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         self.check_writable()?;
         let at = self.at(parent, name)?;
-        if flags == 0 {
-            self.entry_changes(&at, true)?;
-        }
+        let stays = if flags == 0 {
+            self.entry_changes(&at, true)?
+        } else {
+            None
+        };
         let names = self.inodes.change_names();
         let going = self.inodes.named(&at.dir, &at.name);
         sys::unlinkat(&at.dir, &at.name, flags)?;
         self.inodes.going(going, &at.parent, &at.name);
         drop(names);
+        if let Some(i) = stays {
+            self.files.drop_kept_times_after(&i);
+        }
         if let Some(r) = &self.reclaimer {
             r.note_removed();
         }
@@ -234,12 +239,10 @@ impl Core {
         self.check_writable()?;
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
-        self.entry_changes(&from, false)?;
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            self.entry_changes(&to, false)?;
-        } else {
-            self.entry_changes(&to, true)?;
-        }
+        let moved = [
+            self.entry_changes(&from, false)?,
+            self.entry_changes(&to, !flags.contains(RenameFlags::RENAME_EXCHANGE))?,
+        ];
         // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         // Path mode: the inodes that move get their new names with the rename, under the
@@ -265,6 +268,9 @@ impl Core {
             }
         }
         drop(guard);
+        for i in moved.iter().flatten() {
+            self.files.drop_kept_times_after(i);
+        }
         self.dir_changed(parent);
         self.dir_changed(newparent);
         Ok(())
@@ -286,6 +292,7 @@ impl Core {
             r.note_moved(&to.dir, &to.name);
         }
         drop(guard);
+        self.files.drop_kept_times_after(&inode);
         self.dir_changed(newparent);
         self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
     }
@@ -296,19 +303,26 @@ impl Core {
     /// target, which leaves the file visible only when it has another link.
     /// A directory's rename also tells the background pass: what is below it may inherit
     /// another target now, without a ctime of its own moving.
-    fn entry_changes(&self, at: &super::names::At, other_links_only: bool) -> Result<(), Errno> {
+    ///
+    /// Returns the file, for [`Files::drop_kept_times_after`] once the call is made.
+    fn entry_changes(
+        &self,
+        at: &super::names::At,
+        other_links_only: bool,
+    ) -> Result<Option<Arc<Inode>>, Errno> {
         let Ok(st) = sys::stat_at(&at.dir, &at.name) else {
-            return Ok(()); // (the call itself reports ENOENT)
+            return Ok(None); // (the call itself reports ENOENT)
         };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !other_links_only {
             self.background.moved();
         }
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || (other_links_only && st.st_nlink < 2) {
-            return Ok(());
+            return Ok(None);
         }
-        match self.inodes.known((st.st_dev, st.st_ino)) {
-            Some(i) => self.files.drop_kept_times(&i),
-            None => Ok(()),
-        }
+        let Some(i) = self.inodes.known((st.st_dev, st.st_ino)) else {
+            return Ok(None);
+        };
+        self.files.drop_kept_times(&i)?;
+        Ok(Some(i))
     }
 }

@@ -129,6 +129,9 @@ impl Core {
         // Absences remembered are forgotten once the entry changed (`inode::Absent`).
         i.no_xattrs.changed();
         r?;
+        if i.is_reg {
+            self.files.drop_kept_times_after(&i);
+        }
         if caps {
             return Ok(());
         }
@@ -241,6 +244,10 @@ impl Core {
             sys::xattr_remove(&fd, &c)
         };
         i.no_xattrs.changed();
-        r.map_err(Errno::from)
+        r?;
+        if i.is_reg {
+            self.files.drop_kept_times_after(&i);
+        }
+        Ok(())
     }
 }
