@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 
 use fuser::{Config, MountOption, SessionACL};
 use squeezefs_codec::CodecSpec;
-use squeezefs_container::format::{DEFAULT_EXTENT_SHIFT, FORMAT_VERSION, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT};
+use squeezefs_container::format::{
+    DEFAULT_EXTENT_SHIFT, FORMAT_VERSION_DICT, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
+};
 use squeezefs_container::pack::format::PACKS_FORMAT_VERSION;
 use squeezefs_container::{DirtyBudget, Options, DEFAULT_DIRTY_BYTES};
 
@@ -626,10 +628,12 @@ pub fn mount(
         mountpoint.display(),
         opts.compress_name(),
         (1u32 << cfg.extent_shift) / 1024,
+        // (Version 5 is only ever written by the background pass, for the files it keeps
+        // the times of.)
         if packs.writable() {
             PACKS_FORMAT_VERSION
         } else {
-            FORMAT_VERSION
+            FORMAT_VERSION_DICT
         }
     );
     opts.packs = Some(packs);
