@@ -33,21 +33,37 @@ fn live(m: &Mount) -> Value {
     serde_json::from_str(&sh(&format!("cat {}/.squeezefs-stats", m.mnt.display()))).unwrap()
 }
 
-/// Waits until the pass says nothing is pending (at most `secs`); the last statistics.
-fn settled(m: &Mount, secs: u64) -> Value {
+/// Polls the statistics `read` gives until `done` holds for them (at most `secs`, else
+/// the test fails naming `what`); returns the last.
+fn wait_for(read: impl Fn() -> Value, secs: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
-        let v = live(m);
-        if v["background"]["pending_bytes"] == 0 {
+        let v = read();
+        if done(&v) {
             return v;
         }
         assert!(
             start.elapsed() < Duration::from_secs(secs),
-            "the pass did not finish in {secs} s: {}",
+            "{what} within {secs} s: {}",
             v["background"]
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The mount's live statistics, read by the test's own user.
+fn own_stats(m: &Mount) -> Value {
+    serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap()
+}
+
+/// Waits until the pass says nothing is pending (at most `secs`); the last statistics.
+fn settled(m: &Mount, secs: u64) -> Value {
+    wait_for(
+        || live(m),
+        secs,
+        "the pass finishes",
+        |v| v["background"]["pending_bytes"] == 0,
+    )
 }
 
 /// The stored types (`zstd:12`, `none`, …) of one backing file.
@@ -118,15 +134,12 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     let before = seen(&m, &FILES);
 
     // The first walk leaves the held file, so it keeps something pending.
-    let start = Instant::now();
-    while live(&m)["background"]["walks"].as_u64().unwrap() == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no walk: {}",
-            live(&m)["background"]
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(
+        || live(&m),
+        60,
+        "a walk",
+        |v| v["background"]["walks"].as_u64() > Some(0),
+    );
     let v = live(&m);
     assert_eq!(v["background"]["busy_files"], 1, "{}", v["background"]);
     assert!(
@@ -227,15 +240,12 @@ fn a_mount_without_a_target_walks_nothing_and_reports_nothing_pending() {
         .unwrap();
     assert!(st.success());
     fs::write(m.path("cold/g"), "y".repeat(1 << 20)).unwrap();
-    let start = Instant::now();
-    loop {
-        let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
-        if v["background"]["pending_bytes"] == 0 && v["background"]["walks"].as_u64() > Some(0) {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{}", v["background"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(
+        || own_stats(&m),
+        60,
+        "a walk leaves nothing pending",
+        |v| v["background"]["pending_bytes"] == 0 && v["background"]["walks"].as_u64() > Some(0),
+    );
     let b = d.join("backing");
     assert_eq!(stored(&b.join("cold/g")), ["zstd:7"]);
     assert_eq!(stored(&b.join("f")), ["zstd:1"], "no target there");
@@ -282,15 +292,12 @@ fn kill_9_during_the_pass_loses_nothing() {
         common::check_clean(&b, &format!("after kill {cycle}"));
     }
     let m = Mount::new(&d, opts);
-    let start = Instant::now();
-    loop {
-        let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
-        if v["background"]["pending_bytes"] == 0 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(120), "{}", v["background"]);
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_for(
+        || own_stats(&m),
+        120,
+        "the pass finishes",
+        |v| v["background"]["pending_bytes"] == 0,
+    );
     for (i, data) in want.iter().enumerate() {
         let p = m.path(&format!("f{i}"));
         assert!(fs::read(&p).unwrap() == *data, "f{i} reads as written");

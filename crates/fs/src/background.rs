@@ -33,8 +33,6 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{json, Value};
 use squeezefs_codec::CodecSpec;
 
-use crate::ops::Core;
-
 /// Seconds without a change through the mount before the pass runs (`background_idle=`).
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(5);
 /// Logical bytes a second the pass rewrites at most (`background_rate=`).
@@ -93,6 +91,14 @@ struct Status {
     errors: u64,
     last_walk_seconds: f64,
     last_walk_files: u64,
+}
+
+/// What the pass walks: the mount's tree (`ops::background` implements it for the
+/// filesystem's core). The governor here decides when; the walk does the work, asking
+/// [`Pass::wait_turn`] before each chunk.
+pub trait Walk: Send + Sync {
+    /// One walk over the tree; returns how many regular files it looked at.
+    fn background_walk(&self, pass: &Pass) -> u64;
 }
 
 /// The pass's shared state: the governor's clock and counters, and the thread's stop.
@@ -352,8 +358,9 @@ impl Pass {
         })
     }
 
-    /// Starts the pass's thread, which walks with `core` until [`Pass::stop`].
-    pub fn start(self: &Arc<Self>, core: Weak<Core>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    /// Starts the pass's thread, which walks with `core` until [`Pass::stop`] (or until
+    /// `core` is gone).
+    pub fn start(self: &Arc<Self>, core: Weak<dyn Walk>) -> std::io::Result<std::thread::JoinHandle<()>> {
         let pass = self.clone();
         std::thread::Builder::new()
             .name("sqzfs-background".into())
@@ -365,7 +372,7 @@ impl Pass {
         self.wake.notify_all();
     }
 
-    fn run(&self, core: Weak<Core>) {
+    fn run(&self, core: Weak<dyn Walk>) {
         crate::sys::lower_thread_priority();
         let mut retry = RETRY_FIRST;
         let mut retry_at: Option<Instant> = None;

@@ -189,8 +189,8 @@ pub fn read_dir(fd: impl AsFd, describe: impl Fn() -> String) -> DirProps {
     d
 }
 
-/// Stores (or with `None` removes) one property on a backing directory.
-pub fn write_dir(fd: impl AsFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
+/// Stores (or with `None` removes) one property as an xattr of a backing directory or file.
+pub fn write_xattr(fd: impl AsFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
     match v {
         Some(v) => sys::xattr_set(fd, &p.cname(), format(v).as_bytes(), flags),
         None => sys::xattr_remove(fd, &p.cname()),

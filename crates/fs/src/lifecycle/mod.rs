@@ -295,11 +295,24 @@ impl Files {
         }
         drop(open);
         let _private = inode.file.private.read().unwrap();
+        self.stateless(inode, f, what)
+    }
+
+    /// `f` on a container opened for it alone (the file has no state), flushed and dropped
+    /// afterwards; what its superblock says then is remembered for `stat`, even after an
+    /// error (the superblock may keep times by then). The caller holds
+    /// `FileState::private`, shared or exclusive (the background pass also holds the
+    /// file's lock, `open`, which this never takes).
+    fn stateless<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
         let mut c = self.open_container(inode)?;
         let r = f(&mut c)
             .and_then(|r| c.flush().map(|()| r))
             .map_err(|e| self.error(inode, what, e));
-        // Even after an error: what the superblock says now is what `stat` shows.
         *inode.file.size.lock().unwrap() = Closed::of(&c);
         r
     }
@@ -318,8 +331,8 @@ impl Files {
         if let Some(of) = open.as_ref() {
             return Ok(f(&of.container));
         }
-        let c = self.open_container(inode)?;
-        Ok(f(&c))
+        // (`open` stays held: no state appears beside this container.)
+        self.stateless(inode, |c| Ok(f(c)), "look")
     }
 
     /// The background pass's access to a file (`crate::background`): `f` on its
@@ -348,13 +361,8 @@ impl Files {
             self.keep_times(inode, of);
             return r.map(Some);
         }
-        let mut c = self.open_container(inode)?;
-        let r = f(&mut c)
-            .and_then(|r| c.flush().map(|()| r))
-            .map_err(|e| self.error(inode, what, e));
-        // Even after an error: the superblock may keep times by now.
-        *inode.file.size.lock().unwrap() = Closed::of(&c);
-        r.map(Some)
+        // (`open` stays held: no state appears beside this container.)
+        self.stateless(inode, f, what).map(Some)
     }
 
     /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
@@ -439,14 +447,11 @@ impl Files {
                 c.forget_kept_times();
                 c.fsync()?;
                 let (sec, nsec) = kept.mtime;
-                let mtime = libc::timespec {
-                    tv_sec: sec,
-                    tv_nsec: i64::from(nsec),
-                };
-                let omit = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: libc::UTIME_OMIT,
-                };
+                let [omit, mtime] = Times {
+                    mtime: Some((sec, i64::from(nsec))),
+                    ..Times::default()
+                }
+                .timespecs();
                 sys::utimens(c.storage().file(), omit, mtime)?;
                 Ok(())
             },

@@ -171,7 +171,7 @@ impl Times {
     }
 
     /// As `utimensat` takes them (`UTIME_OMIT` for a time not set).
-    fn timespecs(&self) -> [libc::timespec; 2] {
+    pub fn timespecs(&self) -> [libc::timespec; 2] {
         let ts = |t: Option<(i64, i64)>| match t {
             Some((sec, nsec)) => libc::timespec {
                 tv_sec: sec,

@@ -26,8 +26,9 @@ use squeezefs_container::Recompressed;
 
 use super::names::is_dict_dir;
 use super::Core;
-use crate::background::{Pass, CHUNK_BYTES};
+use crate::background::{Pass, Walk, CHUNK_BYTES};
 use crate::inode::Inode;
+use crate::lifecycle::state::Times;
 use crate::props::Value;
 use crate::sys;
 
@@ -55,9 +56,8 @@ enum Step {
     Changed,
 }
 
-impl Core {
-    /// One walk over the tree; returns how many regular files it looked at.
-    pub(crate) fn background_walk(&self, pass: &Pass) -> u64 {
+impl Walk for Core {
+    fn background_walk(&self, pass: &Pass) -> u64 {
         let mut stack: Vec<Dir> = vec![(None, pass.target())];
         // Directories walked, by backing (device, inode): a bind mount of an ancestor inside
         // the backing directory must not loop.
@@ -87,7 +87,9 @@ impl Core {
         }
         files
     }
+}
 
+impl Core {
     /// The entries of `dir`: subdirectories onto `stack`, regular files done now.
     fn background_dir(
         &self,
@@ -227,15 +229,13 @@ impl Core {
                     };
                     let r = c.recompress_extents(target, chunk, Some(kept))?;
                     if r.extents > 0 {
-                        let ts = |sec, nsec| libc::timespec {
-                            tv_sec: sec,
-                            tv_nsec: nsec,
-                        };
-                        sys::utimens(
-                            c.storage().file(),
-                            ts(st.st_atime, st.st_atime_nsec),
-                            ts(st.st_mtime, st.st_mtime_nsec),
-                        )?;
+                        let [atime, mtime] = Times {
+                            atime: Some((st.st_atime, st.st_atime_nsec)),
+                            mtime: Some((st.st_mtime, st.st_mtime_nsec)),
+                            ctime: None,
+                        }
+                        .timespecs();
+                        sys::utimens(c.storage().file(), atime, mtime)?;
                     }
                     Ok(Step::Done(r))
                 },

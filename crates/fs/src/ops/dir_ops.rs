@@ -182,7 +182,7 @@ impl Core {
                 // tree, so a copy here would stop a later change of it reaching below.)
                 for prop in Prop::ALL.into_iter().filter(|p| *p != Prop::Background) {
                     if let Some(v) = dp.get(prop) {
-                        if let Err(e) = props::write_dir(&fd, prop, Some(v), 0) {
+                        if let Err(e) = props::write_xattr(&fd, prop, Some(v), 0) {
                             let _ = sys::unlinkat(p, c, libc::AT_REMOVEDIR);
                             return Err(e);
                         }

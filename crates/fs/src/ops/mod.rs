@@ -213,7 +213,8 @@ impl SqueezeFs {
             background_thread: Mutex::new(None),
         });
         if !read_only {
-            *core.background_thread.lock().unwrap() = Some(background.start(Arc::downgrade(&core))?);
+            let walk: std::sync::Weak<dyn crate::background::Walk> = Arc::downgrade(&core) as _;
+            *core.background_thread.lock().unwrap() = Some(background.start(walk)?);
         }
         Ok(SqueezeFs(core))
     }

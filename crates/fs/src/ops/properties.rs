@@ -136,13 +136,13 @@ impl Core {
         if inode.is_reg && p == Prop::Background {
             // An xattr of the backing file (`props`): its ctime moves.
             self.files.drop_kept_times(inode)?;
-            return props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
+            return props::write_xattr(self.fd(inode)?, p, v, 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
                 Errno::from(e)
             });
         }
         if inode.is_dir {
-            props::write_dir(self.fd(inode)?, p, v, 0).map_err(|e| {
+            props::write_xattr(self.fd(inode)?, p, v, 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
                 Errno::from(e)
             })?;
