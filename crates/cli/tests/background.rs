@@ -273,6 +273,14 @@ fn kill_9_during_the_pass_loses_nothing() {
         fs::write(m.path(&format!("f{i}")), &data).unwrap();
         want.push(data);
     }
+    // Small files (packed), repacked once the big ones are done: later kills land there.
+    fs::create_dir(m.path("small")).unwrap();
+    let small: Vec<Vec<u8>> = (0..400usize)
+        .map(|i| squeezefs_testdata::log_lines(3000 + i * 23))
+        .collect();
+    for (i, data) in small.iter().enumerate() {
+        fs::write(m.path(&format!("small/s{i}.log")), data).unwrap();
+    }
     m.unmount();
     let b = d.join("backing");
     // What `stat` shows once the files are closed and committed: the backing files' own.
@@ -309,6 +317,104 @@ fn kill_9_during_the_pass_loses_nothing() {
         );
         assert_eq!(stored(&b.join(format!("f{i}"))), ["zstd:9"], "f{i}");
     }
+    for (i, data) in small.iter().enumerate() {
+        let p = m.path(&format!("small/s{i}.log"));
+        assert!(fs::read(&p).unwrap() == *data, "small/s{i}.log reads as written");
+    }
     m.unmount();
+    assert_eq!(packed_types(&b.join("small")), ["packed zstd:9"]);
     common::check_clean(&b, "at the end");
+}
+
+/// The stored types of the packed files under `dir` (a backing directory): `packed zstd:15`…
+fn packed_types(dir: &Path) -> Vec<String> {
+    let mut t: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .flat_map(|p| stored(&p))
+        .collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+#[test]
+fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_converges() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("background-repack");
+    common::open_to_others(&d);
+    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    let mnt = m.mnt.display().to_string();
+    // Small files (packed) in a tree: a directory kept away, one with its own target, a
+    // file with its own.
+    sh(&format!(
+        "cd {mnt} && mkdir -p src/a src/b keep arch && \
+         setfattr -n user.squeezefs.background_compression -v none keep && \
+         setfattr -n user.squeezefs.background_compression -v zstd:9 arch && \
+         for i in $(seq 1 120); do seq $i $((i * 31)) > src/a/f$i.c; seq $i $((i * 17)) > src/b/g$i.h; done && \
+         for i in $(seq 1 20); do seq $i $((i * 50)) > keep/k$i.txt; seq $i $((i * 60)) > arch/r$i.txt; done && \
+         seq 1 3000 > src/own.txt && setfattr -n user.squeezefs.background_compression -v zstd:6 src/own.txt && \
+         sync"
+    ));
+    let names = sh(&format!("cd {mnt} && find . -type f | sort"));
+    let names: Vec<&str> = names.lines().collect();
+    assert_eq!(names.len(), 281);
+    let before = seen(&m, &names);
+    m.unmount();
+    let b = d.join("backing");
+    assert_eq!(packed_types(&b.join("src/a")), ["packed zstd:1"], "written fast");
+    let packs_before = common::squeezefs_json(&["stats".as_ref(), b.as_os_str()])["packs"]["bytes"]
+        .as_u64()
+        .unwrap();
+
+    let opts = "compress=zstd:1,background_compression=zstd:15,background_idle=1";
+    let m = Mount::as_user(&d, opts, "tests");
+    let v = settled(&m, 120);
+    assert!(
+        v["background"]["repacked_files"].as_u64() >= Some(261),
+        "{}",
+        v["background"]
+    );
+    // Contents and modification times unchanged.
+    let after = seen(&m, &names);
+    for ((n, a), b) in names.iter().zip(&after).zip(&before) {
+        let mtime_md5 = |s: &str| {
+            let (times, md5) = s.split_once('\n').unwrap();
+            (times.split('|').next().unwrap().to_string(), md5.to_string())
+        };
+        assert_eq!(mtime_md5(a), mtime_md5(b), "{n}");
+    }
+    m.unmount();
+    assert_eq!(packed_types(&b.join("src/a")), ["packed zstd:15"]);
+    assert_eq!(packed_types(&b.join("src/b")), ["packed zstd:15"]);
+    assert_eq!(
+        packed_types(&b.join("keep")),
+        ["packed zstd:1"],
+        "`none` keeps the pass away"
+    );
+    assert_eq!(packed_types(&b.join("arch")), ["packed zstd:9"]);
+    assert_eq!(stored(&b.join("src/own.txt")), ["packed zstd:6"]);
+    let packs_after = common::squeezefs_json(&["stats".as_ref(), b.as_os_str()])["packs"]["bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        packs_after * 10 < packs_before * 9,
+        "repacked: {packs_before} → {packs_after} bytes of packs"
+    );
+    common::check_clean(&b, "after the repack");
+
+    // Converged: the next mount's walk finds nothing to move.
+    let m = Mount::as_user(&d, opts, "tests");
+    let v = wait_for(
+        || live(&m),
+        60,
+        "a walk with nothing pending",
+        |v| v["background"]["walks"].as_u64() > Some(0) && v["background"]["pending_bytes"] == 0,
+    );
+    assert_eq!(v["background"]["repacked_files"], 0, "{}", v["background"]);
+    let again = seen(&m, &names);
+    assert_eq!(again.len(), before.len());
+    m.unmount();
+    common::check_clean(&b, "after the second mount");
 }

@@ -82,6 +82,8 @@ struct Status {
     /// Since the mount: extents rewritten, and the logical bytes of the chunks done.
     extents: u64,
     bytes: u64,
+    /// Since the mount: packed files moved into blocks at their target.
+    repacked_files: u64,
     /// Files skipped by the last walk because they were in use, or failed in it.
     busy: u64,
     /// Files with pending extents the daemon may not write (their mode keeps a non-root
@@ -295,6 +297,12 @@ impl Pass {
         s.bytes += bytes;
     }
 
+    /// `files` packed files were moved into blocks at their target (`ops::background`'s
+    /// repack rounds).
+    pub fn repacked(&self, files: u64) {
+        self.status.lock().unwrap().repacked_files += files;
+    }
+
     /// `bytes` that [`Pass::found`] counted will not be rewritten in this walk (an error:
     /// the file is left until it changes, so they are not pending either).
     pub fn unfound(&self, bytes: u64) {
@@ -350,6 +358,7 @@ impl Pass {
             "walks": s.walks,
             "rewritten_extents": s.extents,
             "rewritten_bytes": s.bytes,
+            "repacked_files": s.repacked_files,
             "busy_files": s.busy,
             "read_only_files": s.read_only,
             "errors": s.errors,

@@ -37,10 +37,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
+use squeezefs_codec::CodecSpec;
 use squeezefs_container::pack::reclaim::{Reclaimed, Settle};
 use squeezefs_container::pack::record::read_record;
-use squeezefs_container::pack::tree::{reclaim_tree, TreeReclaim};
-use squeezefs_container::pack::Packs;
+use squeezefs_container::pack::tree::{
+    reclaim_tree, repack_tree, Repacked, Targets, TreeReclaim, TreeRepack, REPACK_BUDGET,
+};
+use squeezefs_container::pack::{Lane, Packs};
 use squeezefs_container::FileStorage;
 
 use crate::lifecycle::Kept;
@@ -227,15 +230,7 @@ impl Reclaimer {
             *self.moved.lock().unwrap() = Moved::default();
             self.active.store(true, Ordering::SeqCst);
         }
-        let mut settle = || {
-            // Called with `packs.records()` held exclusively: no rename is in flight.
-            self.active.store(false, Ordering::SeqCst);
-            let m = std::mem::take(&mut *self.moved.lock().unwrap());
-            match m.unsafe_why {
-                Some(why) => Settle::Abort(why),
-                None => Settle::RemoveExcept(m.packs),
-            }
-        };
+        let mut settle = || self.settle();
         let r = reclaim_tree(
             &self.root,
             &self.packs,
@@ -248,6 +243,64 @@ impl Reclaimer {
         );
         self.active.store(false, Ordering::SeqCst);
         r
+    }
+
+    /// The background pass's round (`tree::repack_tree`): packed files not at their
+    /// target moved to 1 MiB blocks at it, under the same rules as a garbage round (a
+    /// rename during it is logged, the lock is the same, one round at a time). `pace` is
+    /// asked before each batch.
+    pub fn repack(
+        &self,
+        targets: &dyn Targets,
+        mount_target: Option<CodecSpec>,
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<Repacked>, String> {
+        let _one = self.running.lock().unwrap();
+        self.kept.close_all();
+        // The files written last are in the pack being appended to: a new one starts.
+        self.packs.retire(Lane::Written);
+        {
+            let _records = self.packs.records().write().unwrap();
+            *self.moved.lock().unwrap() = Moved::default();
+            self.active.store(true, Ordering::SeqCst);
+        }
+        let mut settle = || self.settle();
+        let reclaimable = || self.packs.reclaimable();
+        let r = repack_tree(
+            &self.root,
+            &self.packs,
+            TreeRepack {
+                targets,
+                mount_target,
+                reclaimable: &reclaimable,
+                budget: REPACK_BUDGET,
+                pace,
+                settle: &mut settle,
+            },
+        );
+        self.active.store(false, Ordering::SeqCst);
+        if let Ok(Some(Repacked { moved: Some(rc), .. })) = &r {
+            for (name, why) in &rc.left {
+                log::warn!("background pass: {name} left in its pack ({why})");
+            }
+            if let Some(why) = &rc.aborted {
+                log::info!("background pass: repacked packs kept this round: {why}");
+            }
+            // (Its own appends are not news for the garbage rounds.)
+            self.last_seen.fetch_add(rc.files_moved, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// `settle` for a round: called with `packs.records()` held exclusively, so no rename
+    /// is in flight.
+    fn settle(&self) -> Settle {
+        self.active.store(false, Ordering::SeqCst);
+        let m = std::mem::take(&mut *self.moved.lock().unwrap());
+        match m.unsafe_why {
+            Some(why) => Settle::Abort(why),
+            None => Settle::RemoveExcept(m.packs),
+        }
     }
 
     /// Runs a round every `every` while something changed since the last one, until

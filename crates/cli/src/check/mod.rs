@@ -152,6 +152,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                 loc,
                 // (Offline: nothing renames files under `check`.)
                 id: None,
+                target: None,
             });
         } else if r.plain {
             plain += 1;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use squeezefs_container::pack::audit::{
     check_pack, repair_pack, LiveMap, PackIssue, PackReport, GARBAGE_MAX,
 };
-use squeezefs_container::pack::reclaim::{victims, LiveFile, Reclaimed, Settle};
+use squeezefs_container::pack::reclaim::{victims, Garbage, LiveFile, Reclaimed, Settle};
 use squeezefs_container::pack::tree::{self, TreeReclaim};
 use squeezefs_container::pack::Packs;
 
@@ -83,7 +83,7 @@ pub fn check(
         return out;
     }
     progress.set_message(format!("reclaiming {} packs", v.len()));
-    match tree::reclaim_files(root, packs, &v, files, &mut Settle::default) {
+    match tree::reclaim_files(root, packs, &v, files, &mut Garbage, &mut Settle::default) {
         Ok(r) => out.reclaimed = Some(r),
         Err(e) => out.errors.push(format!("reclaiming: {e}")),
     }

@@ -78,6 +78,7 @@ fn live_files(files: &[(MemDisk, Vec<u8>)]) -> Vec<LiveFile> {
             name: i.to_string(),
             loc: read_record(d).unwrap().unwrap(),
             id: d.identity().unwrap(),
+            target: None,
         })
         .collect()
 }
@@ -92,6 +93,7 @@ fn run_reclaim(
         packs,
         v,
         &live_files(files),
+        &mut super::reclaim::Garbage,
         |f| Ok(files[f.name.parse::<usize>().unwrap()].0.clone()),
         |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
         super::reclaim::Settle::default,
@@ -279,7 +281,16 @@ fn reclaim_beside_open_containers_and_an_aborting_settle() {
 
     // Aborted: the files are moved, every pack stays, every file reads back.
     let before = packs.dir().list().unwrap();
-    let r = reclaim(&packs, &v, &live, open, sync, || Settle::Abort("a rename".into())).unwrap();
+    let r = reclaim(
+        &packs,
+        &v,
+        &live,
+        &mut super::reclaim::Garbage,
+        open,
+        sync,
+        || Settle::Abort("a rename".into()),
+    )
+    .unwrap();
     assert!(r.files_moved > 0 && r.packs_removed.is_empty() && r.aborted.is_some());
     for id in &before {
         assert!(
@@ -307,7 +318,16 @@ fn reclaim_beside_open_containers_and_an_aborting_settle() {
     stale[0] = old0;
     let all: BTreeSet<u32> = packs.reclaimable().unwrap();
     let v: BTreeSet<u32> = v.union(&all).copied().collect();
-    let r = reclaim(&packs, &v, &stale, open, sync, Settle::default).unwrap();
+    let r = reclaim(
+        &packs,
+        &v,
+        &stale,
+        &mut super::reclaim::Garbage,
+        open,
+        sync,
+        Settle::default,
+    )
+    .unwrap();
     assert!(!r.packs_removed.is_empty(), "{r:?}");
     for id in &r.packs_removed {
         assert!(!packs.dir().list().unwrap().contains(id));
@@ -342,6 +362,7 @@ fn a_name_replaced_during_the_round_does_not_free_the_other_links_pack() {
         name: "a".into(),
         loc: read_record(&x).unwrap().unwrap(),
         id: x.identity().unwrap(),
+        target: None,
     }];
     // ... and by the time reclaim opens "a", that name is a new, not yet packed file.
     let y = MemDisk::with_crash(&crash);
@@ -349,6 +370,7 @@ fn a_name_replaced_during_the_round_does_not_free_the_other_links_pack() {
         &packs,
         &BTreeSet::from([victim]),
         &files,
+        &mut super::reclaim::Garbage,
         |_f| Ok(y.clone()),
         |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
         super::reclaim::Settle::default,
@@ -359,4 +381,203 @@ fn a_name_replaced_during_the_round_does_not_free_the_other_links_pack() {
         packs.read(&loc).ok().as_deref() == Some(&x_bytes[..]),
         "X (still linked as \"b\") lost its bytes: {r:?}"
     );
+}
+
+/// The background pass's kind of move (`tree::repack_tree` uses its own): every file to the
+/// repacked lane, in 1 MiB blocks at zstd:9, in reverse name order; `stop_at` batches
+/// allowed, then `pace` says stop.
+struct ToLevel {
+    batches: usize,
+    stop_at: usize,
+}
+
+fn zstd9() -> CodecSpec {
+    CodecSpec::new(squeezefs_codec::Algorithm::Zstd, 9).unwrap()
+}
+
+impl super::reclaim::Mover for ToLevel {
+    fn destination(&self, _f: &LiveFile, _was: Option<&BlockHeader>) -> super::reclaim::Destination {
+        super::reclaim::Destination {
+            lane: Lane::Repacked,
+            codec: zstd9(),
+            shift: super::tree::REPACK_SHIFT,
+        }
+    }
+
+    fn order(&self, files: &mut [&LiveFile]) {
+        files.sort_by(|a, b| b.name.cmp(&a.name));
+    }
+
+    fn pace(&mut self, _bytes: u64) -> bool {
+        self.batches += 1;
+        self.batches <= self.stop_at
+    }
+}
+
+fn run_repack(
+    packs: &Packs,
+    v: &BTreeSet<u32>,
+    files: &[(MemDisk, Vec<u8>)],
+    stop_at: usize,
+) -> crate::Result<super::reclaim::Reclaimed> {
+    reclaim(
+        packs,
+        v,
+        &live_files(files),
+        &mut ToLevel { batches: 0, stop_at },
+        |f| Ok(files[f.name.parse::<usize>().unwrap()].0.clone()),
+        |ds: &[MemDisk]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        super::reclaim::Settle::default,
+    )
+}
+
+/// Every file's block is at zstd:9, holds more than one 128 KiB group's worth, and lies in
+/// a pack holding no block at another level.
+fn all_repacked(packs: &Packs, files: &[(MemDisk, Vec<u8>)], why: &str) {
+    let mut packs_seen = BTreeSet::new();
+    let mut biggest = 0;
+    for (d, _) in files {
+        let l = read_record(d).unwrap().unwrap();
+        let h = packs.block_header(l.pack, l.block).unwrap();
+        assert_eq!((h.codec, h.level), (squeezefs_codec::Algorithm::Zstd, 9), "{why}");
+        biggest = biggest.max(h.logical_len);
+        packs_seen.insert(l.pack);
+    }
+    assert!(biggest > 1 << 17, "{why}: blocks of 1 MiB, the biggest {biggest}");
+    let live = {
+        let mut m = LiveMap::default();
+        for (d, _) in files {
+            m.add(&read_record(d).unwrap().unwrap());
+        }
+        m
+    };
+    for id in packs_seen {
+        let r = check_pack(packs, id, &live, true).unwrap();
+        assert!(r.issues.is_empty(), "{why}: {:?}", r.issues);
+    }
+}
+
+#[test]
+fn a_repack_moves_every_file_to_its_level_in_big_blocks_of_its_own_lane() {
+    let crash = Crash::new();
+    let dir = MemPackDir::new(&crash);
+    let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+    let files: Vec<(MemDisk, Vec<u8>)> = (0..200)
+        .map(|i| {
+            let b = text(i, 2000 + (i as usize * 997) % 9000);
+            (pack_file(&packs, &crash, &b), b)
+        })
+        .collect();
+    packs.sync().unwrap();
+    let before: u64 = packs
+        .dir()
+        .list()
+        .unwrap()
+        .iter()
+        .map(|&id| packs.handle(id).unwrap().len().unwrap())
+        .sum();
+    packs.retire(Lane::Written);
+    let v = packs.reclaimable().unwrap();
+    assert!(!v.is_empty());
+    // Pace says stop before the first batch: nothing moves, every pack stays.
+    let r = run_repack(&packs, &v, &files, 0).unwrap();
+    assert!(r.stopped && r.files_moved == 0 && r.packs_removed.is_empty());
+    read_all(&packs, &files, "after a stopped repack");
+    // The mount writes on meanwhile, into its own lane's packs.
+    let written = pack_file(&packs, &crash, &text(9999, 5000));
+    let r = run_repack(&packs, &v, &files, usize::MAX).unwrap();
+    assert!(r.left.is_empty() && !r.stopped);
+    assert_eq!(r.files_moved, 200);
+    assert_eq!(r.packs_removed, v.iter().copied().collect::<Vec<_>>());
+    read_all(&packs, &files, "after the repack");
+    all_repacked(&packs, &files, "after the repack");
+    let w = read_record(&written).unwrap().unwrap();
+    for (d, _) in &files {
+        assert_ne!(
+            read_record(d).unwrap().unwrap().pack,
+            w.pack,
+            "lanes share no pack"
+        );
+    }
+    let after: u64 = packs
+        .dir()
+        .list()
+        .unwrap()
+        .iter()
+        .filter(|&&id| id != w.pack)
+        .map(|&id| packs.handle(id).unwrap().len().unwrap())
+        .sum();
+    assert!(
+        after < before,
+        "zstd:9 in 1 MiB blocks is smaller: {before} → {after}"
+    );
+    // A garbage reclaim keeps the level the repack gave.
+    let all: BTreeSet<u32> = packs
+        .dir()
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|&id| id != w.pack)
+        .collect();
+    packs.retire(Lane::Repacked);
+    run_reclaim(&packs, &all, &files).unwrap();
+    read_all(&packs, &files, "after a reclaim of the repacked packs");
+    for (d, _) in &files {
+        let l = read_record(d).unwrap().unwrap();
+        assert_eq!(packs.block_header(l.pack, l.block).unwrap().level, 9);
+    }
+}
+
+#[test]
+fn a_repack_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
+    let mut n = 0;
+    loop {
+        let crash = Crash::new();
+        let w = world(&crash);
+        let packs = Packs::new(Box::new(w.dir.clone()), true, 0).unwrap();
+        let v = packs.reclaimable().unwrap();
+        crash.after(n);
+        let r = run_repack(&packs, &v, &w.files, usize::MAX);
+        let crashed = crash.has_crashed();
+        assert!(crashed || r.is_ok(), "{r:?}");
+        let after = Crash::new();
+        let mut rand = rand_from(n);
+        let dir = w.dir.reboot_into(&after, &mut rand);
+        let disks: Vec<(MemDisk, Vec<u8>)> = w
+            .files
+            .iter()
+            .map(|(d, b)| (d.reboot_into(&after, &mut rand), b.clone()))
+            .collect();
+        let packs = Packs::new(Box::new(dir), true, 0).unwrap();
+        read_all(&packs, &disks, &format!("after a crash at step {n}"));
+        for r in audit(&packs, &disks).values() {
+            for i in &r.issues {
+                assert!(!matches!(i, PackIssue::Damage(_)), "crash at {n}: {i:?}");
+            }
+            repair_pack(&packs, r).unwrap();
+        }
+        // The pass's next round: every pack not yet at the level.
+        let pending: BTreeSet<u32> = disks
+            .iter()
+            .map(|(d, _)| read_record(d).unwrap().unwrap())
+            .filter(|l| packs.block_header(l.pack, l.block).unwrap().level != 9)
+            .map(|l| l.pack)
+            .collect();
+        run_repack(&packs, &pending, &disks, usize::MAX).unwrap();
+        read_all(
+            &packs,
+            &disks,
+            &format!("after a crash at step {n} and a second repack"),
+        );
+        all_repacked(
+            &packs,
+            &disks,
+            &format!("after a crash at step {n} and a second repack"),
+        );
+        if !crashed {
+            assert!(n > 20, "the repack took only {n} steps");
+            break;
+        }
+        n += 1;
+    }
 }

@@ -101,8 +101,20 @@ pub struct Pin {
     _alive: Arc<()>,
 }
 
-/// Files are packed with others of the same codec and extent size.
-type Group = (CodecSpec, u8);
+/// Which stream of packs a block goes to. Each lane appends to a pack of its own, so the
+/// background pass's dense blocks (`tree::repack_tree`) never share a pack with the blocks
+/// the mount writes meanwhile: a pack the pass made holds only blocks at their files'
+/// targets, and is not picked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Files written through the mount (and moved by reclaim).
+    Written = 0,
+    /// Files the background pass repacks at their target level.
+    Repacked = 1,
+}
+
+/// Files are packed with others of the same codec and block size, in the same lane.
+type Group = (CodecSpec, u8, Lane);
 
 #[derive(Debug, Default)]
 struct OpenBlock {
@@ -119,7 +131,8 @@ struct Current {
 #[derive(Default)]
 struct Writer {
     next_id: u32,
-    cur: Option<Current>,
+    /// The pack each lane appends to.
+    cur: [Option<Current>; 2],
     /// Per pack written to: bytes written, and bytes known durable.
     written: HashMap<u32, u64>,
     synced: HashMap<u32, u64>,
@@ -275,14 +288,22 @@ impl Packs {
     pub fn reclaimable(&self) -> io::Result<BTreeSet<u32>> {
         let ids = self.dir.list()?;
         let mut w = self.writer.lock().unwrap();
-        let current = w.cur.as_ref().map(|c| c.id);
+        let current: Vec<u32> = w.cur.iter().flatten().map(|c| c.id).collect();
         let placed = live_packs(&mut w.placed);
         drop(w);
         let pinned = self.pinned();
         Ok(ids
             .into_iter()
-            .filter(|id| Some(*id) != current && !placed.contains(id) && !pinned.contains(id))
+            .filter(|id| !current.contains(id) && !placed.contains(id) && !pinned.contains(id))
             .collect())
+    }
+
+    /// Makes `lane`'s next block start a new pack: the pack it appends to now becomes
+    /// [`Packs::reclaimable`] once its slots have their records. The background pass does
+    /// this before it repacks, so the files just written are not kept out of it until their
+    /// pack is full.
+    pub fn retire(&self, lane: Lane) {
+        self.writer.lock().unwrap().cur[lane as usize] = None;
     }
 
     /// A claim on pack `pack` while a container may still read it: no reclaim round removes
@@ -334,9 +355,16 @@ impl Packs {
     /// Adds a file's bytes (at most `1 << shift`, not empty) to the open block of its group.
     /// Blocks that fill up are written at once (not synced).
     pub fn append(&self, codec: CodecSpec, shift: u8, data: &[u8]) -> Result<Arc<Slot>> {
+        self.append_in(Lane::Written, codec, shift, data)
+    }
+
+    /// [`Packs::append`] into `lane`'s blocks of at most `1 << shift` bytes (up to 1 MiB,
+    /// the most a block holds).
+    pub fn append_in(&self, lane: Lane, codec: CodecSpec, shift: u8, data: &[u8]) -> Result<Arc<Slot>> {
         assert!(self.writable, "append to read-only packs");
+        assert!(shift <= 20, "blocks hold at most 1 MiB");
         assert!(!data.is_empty() && data.len() <= 1 << shift, "packed file size");
-        let group = (codec, shift);
+        let group = (codec, shift, lane);
         let slot = Arc::new(Slot {
             len: data.len() as u32,
             sum: xxh3_64(data),
@@ -372,7 +400,7 @@ impl Packs {
             return Ok(());
         }
         let data: Arc<[u8]> = Arc::from(b.data.as_slice());
-        let r = self.write_block(w, group.0, &data, b.slots.len());
+        let r = self.write_block(w, group.0, group.2, &data, b.slots.len());
         match &r {
             Ok(placed) => {
                 for (slot, off) in &b.slots {
@@ -400,14 +428,16 @@ impl Packs {
         &self,
         w: &mut Writer,
         codec: CodecSpec,
+        lane: Lane,
         data: &Arc<[u8]>,
         files: usize,
     ) -> Result<Placed> {
         let logical = data.len();
         let (alg, encoded) = encode_block(codec, data);
         let payload = encoded.as_deref().unwrap_or(data);
-        if w.cur.as_ref().is_none_or(|c| c.end >= PACK_MAX) {
-            w.cur = None;
+        let lane = lane as usize;
+        if w.cur[lane].as_ref().is_none_or(|c| c.end >= PACK_MAX) {
+            w.cur[lane] = None;
             let id = w.next_id;
             if id == u32::MAX {
                 return Err(Error::Invalid("no pack id left".into()));
@@ -416,13 +446,13 @@ impl Packs {
             let st = self.dir.create(id)?;
             st.write_at(&PackHeader { id }.encode(), 0)?;
             self.handles.write().unwrap().insert(id, st.clone());
-            w.cur = Some(Current {
+            w.cur[lane] = Some(Current {
                 id,
                 st,
                 end: PACK_HEADER_LEN as u64,
             });
         }
-        let cur = w.cur.as_mut().expect("current pack");
+        let cur = w.cur[lane].as_mut().expect("current pack");
         let h = BlockHeader {
             codec: alg,
             level: if alg == Algorithm::None { 0 } else { codec.level },
@@ -439,7 +469,7 @@ impl Packs {
         let at = cur.end;
         if let Err(e) = cur.st.write_at(&buf, at) {
             // What was written may be torn: never append after it again.
-            w.cur = None;
+            w.cur[lane] = None;
             return Err(e.into());
         }
         cur.end += buf.len() as u64;

@@ -24,9 +24,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
+use squeezefs_codec::{Algorithm, CodecSpec};
+
 use super::format::{Location, LOCATION_XATTR};
 use super::record::read_record;
-use super::Packs;
+use super::{Lane, Packs};
 use crate::storage::Storage;
 use crate::{Error, Result};
 
@@ -38,7 +40,55 @@ pub struct LiveFile {
     /// The walked inode (device, number), when the walk knows it: `open` must refuse a
     /// name that leads to another file now (one link of a hard-linked file replaced).
     pub id: Option<(u64, u64)>,
+    /// The background pass's target for it (`tree::walk_records` with targets), `none`
+    /// included; `None` when the walk was not asked for targets or the file has none.
+    pub target: Option<CodecSpec>,
 }
+
+/// Where [`reclaim`] puts a file's bytes: the lane, and the codec and block size
+/// (`1 << shift`) of the group it joins there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Destination {
+    pub lane: Lane,
+    pub codec: CodecSpec,
+    pub shift: u8,
+}
+
+/// How [`reclaim`] moves files; the defaults are a garbage reclaim's.
+pub trait Mover {
+    /// Where `f`'s bytes go, their block's header `was` (`None`: unreadable). By default
+    /// the mount's own lane, its group's block size, at the codec and level its block
+    /// has now (the file's own codec when that block was stored raw), so a file the
+    /// background pass recompressed stays recompressed.
+    fn destination(&self, f: &LiveFile, was: Option<&super::BlockHeader>) -> Destination {
+        let codec = match was {
+            Some(h) if h.codec != Algorithm::None => CodecSpec::new(h.codec, h.level).unwrap_or(f.loc.codec),
+            _ => f.loc.codec,
+        };
+        Destination {
+            lane: Lane::Written,
+            codec,
+            shift: f.loc.extent_shift,
+        }
+    }
+
+    /// Puts the files to move in the order they are appended in. By default their old
+    /// order (directory order, as they were packed).
+    fn order(&self, files: &mut [&LiveFile]) {
+        files.sort_by_key(|f| (f.loc.pack, f.loc.block, f.loc.offset));
+    }
+
+    /// Asked before each batch with the live bytes it moves (the background pass waits for
+    /// its turn here): `false` stops moving, and every pack with a file not moved stays.
+    fn pace(&mut self, _bytes: u64) -> bool {
+        true
+    }
+}
+
+/// A garbage reclaim: [`Mover`]'s defaults.
+pub struct Garbage;
+
+impl Mover for Garbage {}
 
 /// What a reclaim did.
 #[derive(Debug, Default)]
@@ -51,6 +101,8 @@ pub struct Reclaimed {
     pub left: Vec<(String, Error)>,
     /// `settle` stopped the removal of every pack, and why.
     pub aborted: Option<String>,
+    /// [`Mover::pace`] stopped the move before every file was moved.
+    pub stopped: bool,
 }
 
 /// Whether `f`'s record is still the one the caller saw (it is moved); `false` when it
@@ -81,15 +133,16 @@ pub enum Settle {
     Abort(String),
 }
 
-/// Moves the live files of packs `victims` into new blocks and removes those packs.
-/// `files` must hold every file whose current record points into a victim (others are
-/// ignored); `open` opens a file's backing file for writing; `sync_records` makes the
-/// records set on a batch of them durable; `settle` (under [`Packs::records`]) has the last
-/// word on which packs go.
+/// Moves the live files of packs `victims` into new blocks (where and in which order
+/// `mover` says) and removes those packs. `files` must hold every file whose current
+/// record points into a victim (others are ignored); `open` opens a file's backing file
+/// for writing; `sync_records` makes the records set on a batch of them durable; `settle`
+/// (under [`Packs::records`]) has the last word on which packs go.
 pub fn reclaim<S: Storage>(
     packs: &Packs,
     victims: &BTreeSet<u32>,
     files: &[LiveFile],
+    mover: &mut dyn Mover,
     open: impl Fn(&LiveFile) -> Result<S>,
     mut sync_records: impl FnMut(&[S]) -> Result<()>,
     settle: impl FnOnce() -> Settle,
@@ -100,10 +153,15 @@ pub fn reclaim<S: Storage>(
         .iter()
         .filter(|f| f.loc.len > 0 && victims.contains(&f.loc.pack))
         .collect();
-    // Files keep their order (directory order, as they were packed).
-    moving.sort_by_key(|f| (f.loc.pack, f.loc.block, f.loc.offset));
+    mover.order(&mut moving);
     let stored_before = packs.counters.bytes_stored.load(Ordering::Relaxed);
-    for batch in moving.chunks(BATCH) {
+    for (n, batch) in moving.chunks(BATCH).enumerate() {
+        if !mover.pace(batch.iter().map(|f| u64::from(f.loc.len)).sum()) {
+            // Stopped: the packs of the files not moved stay.
+            out.stopped = true;
+            keep.extend(moving[n * BATCH..].iter().map(|f| f.loc.pack));
+            break;
+        }
         let mut slots = Vec::new();
         for &f in batch {
             let mut leave = |e: Error| {
@@ -141,7 +199,9 @@ pub fn reclaim<S: Storage>(
             }
             match packs.read(&f.loc) {
                 Ok(bytes) => {
-                    let slot = packs.append(f.loc.codec, f.loc.extent_shift, &bytes)?;
+                    let was = packs.block_header(f.loc.pack, f.loc.block).ok();
+                    let to = mover.destination(f, was.as_ref());
+                    let slot = packs.append_in(to.lane, to.codec, to.shift, &bytes)?;
                     slots.push((f, st, slot));
                 }
                 Err(e) => leave(e),

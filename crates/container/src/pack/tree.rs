@@ -13,10 +13,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
-use super::reclaim::{reclaim, victims, LiveFile, Reclaimed, Settle};
+use super::reclaim::{reclaim, victims, Garbage, LiveFile, Mover, Reclaimed, Settle};
 use super::record::{record_state, RecordState};
 use super::Packs;
 use crate::storage::{list_dir_as_owner, open_beneath_as_owner, FileStorage};
+use squeezefs_codec::CodecSpec;
 
 /// The records of a backing directory, as a walk found them.
 #[derive(Debug, Default)]
@@ -36,11 +37,29 @@ pub struct Walked {
 /// ([`open_beneath_as_owner`]: a mode-0 file or directory of the daemon's own user is read
 /// too) and a file's identity comes from the fd its record was read from.
 pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
+    walk_records_with(root, None)
+}
+
+/// The background pass's targets ([`LiveFile::target`]), found as a walk goes down: the
+/// fs crate reads its properties.
+pub trait Targets {
+    /// What `dir` gives everything below it: its own target, else `inherited` (the root
+    /// inherits the mount's).
+    fn dir(&self, dir: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec>;
+    /// A file's target: its own, else `inherited`.
+    fn file(&self, file: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec>;
+}
+
+/// [`walk_records`], each file with its target when `targets` is given.
+pub fn walk_records_with(
+    root: &Path,
+    targets: Option<(&dyn Targets, Option<CodecSpec>)>,
+) -> std::io::Result<Option<Walked>> {
     let top = File::open(root)?;
     let mut out = Walked::default();
     let mut seen = HashSet::new();
-    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
+    let mut stack: Vec<(PathBuf, Option<CodecSpec>)> = vec![(PathBuf::new(), targets.and_then(|t| t.1))];
+    while let Some((rel, inherited)) = stack.pop() {
         let dir = if rel.as_os_str().is_empty() {
             top.try_clone()?
         } else {
@@ -49,6 +68,10 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
                 Err(e) if vanished(&e) => continue,
                 Err(e) => return Err(e),
             }
+        };
+        let inherited = match targets {
+            Some((t, _)) => t.dir(&dir, inherited),
+            None => None,
         };
         let entries = match list_dir_as_owner(&dir) {
             Ok(list) => list,
@@ -66,7 +89,7 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
                 let n = entry.file_name();
                 let top_level = rel.as_os_str().is_empty();
                 if !(top_level && (n == super::dir::DIR_NAME || n == crate::dicts::DIR_NAME)) {
-                    stack.push(name);
+                    stack.push((name, inherited));
                 }
                 continue;
             }
@@ -84,12 +107,21 @@ pub fn walk_records(root: &Path) -> std::io::Result<Option<Walked>> {
             if !m.is_file() || (m.nlink() > 1 && !seen.insert((m.dev(), m.ino()))) {
                 continue;
             }
+            let target = match targets {
+                Some((t, _)) => t.file(&f, inherited),
+                None => None,
+            };
             match record_state(&FileStorage::new(f)) {
                 Ok(RecordState::Current { loc, .. }) => {
                     out.live.add(&loc);
                     let name = name.display().to_string();
                     let id = Some((m.dev(), m.ino()));
-                    out.files.push(LiveFile { name, loc, id });
+                    out.files.push(LiveFile {
+                        name,
+                        loc,
+                        id,
+                        target,
+                    });
                 }
                 Ok(RecordState::Absent | RecordState::Stale(_)) => {}
                 Ok(RecordState::Unreadable(_)) | Err(_) => return Ok(None),
@@ -156,7 +188,7 @@ pub fn reclaim_tree(root: &Path, packs: &Packs, opts: TreeReclaim) -> Result<Opt
     if v.is_empty() {
         return Ok(None);
     }
-    reclaim_files(root, packs, &v, &w.files, opts.settle)
+    reclaim_files(root, packs, &v, &w.files, &mut Garbage, opts.settle)
         .map(Some)
         .map_err(|e| format!("reclaiming packs: {e}"))
 }
@@ -186,6 +218,7 @@ pub fn reclaim_files(
     packs: &Packs,
     victims: &BTreeSet<u32>,
     files: &[LiveFile],
+    mover: &mut dyn Mover,
     settle: &mut dyn FnMut() -> Settle,
 ) -> crate::Result<Reclaimed> {
     let top = File::open(root)?;
@@ -200,5 +233,176 @@ pub fn reclaim_files(
         crate::storage::syncfs(&top)?;
         Ok(())
     };
-    reclaim(packs, victims, files, open, sync, settle)
+    reclaim(packs, victims, files, mover, open, sync, settle)
+}
+
+/// Live bytes of packed files one [`repack_tree`] round moves at most.
+pub const REPACK_BUDGET: u64 = 256 << 20;
+
+/// Block size of the background pass's repacked blocks: 1 MiB (`1 << 20`), the most a
+/// block holds, squashfs's and mksquashfs `-b 1M`'s.
+pub const REPACK_SHIFT: u8 = 20;
+
+/// Whether `f`'s bytes wait for the background pass: it has a target (not `none`) and its
+/// block, compressed, is at another codec or level. A block stored raw (its bytes did not
+/// compress) or whose header cannot be read is left alone, so a walk converges.
+pub fn repack_pending(packs: &Packs, f: &LiveFile) -> bool {
+    let Some(t) = f.target.filter(|t| t.alg != squeezefs_codec::Algorithm::None) else {
+        return false;
+    };
+    if f.loc.len == 0 {
+        return false;
+    }
+    match packs.block_header(f.loc.pack, f.loc.block) {
+        Ok(h) => h.codec != squeezefs_codec::Algorithm::None && (h.codec, h.level) != (t.alg, t.level),
+        Err(_) => false,
+    }
+}
+
+/// The background pass's [`Mover`]: files with a target go to the repacked lane in blocks
+/// of [`REPACK_SHIFT`] at their target (a file already at it, beside pending ones in a
+/// pack, too); others are moved as a garbage reclaim moves them. Files are appended by
+/// directory, then extension, then name, so similar files share blocks.
+struct Repack<'a> {
+    pace: &'a mut dyn FnMut(u64) -> bool,
+}
+
+/// Where a file sorts in a repack: its directory, its extension, its name.
+fn similarity_key(name: &str) -> (&str, &str, &str) {
+    let (dir, base) = name.rsplit_once('/').unwrap_or(("", name));
+    let ext = match base.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => ext,
+        _ => "",
+    };
+    (dir, ext, base)
+}
+
+impl Mover for Repack<'_> {
+    fn destination(&self, f: &LiveFile, was: Option<&super::BlockHeader>) -> super::reclaim::Destination {
+        match (f.target, was) {
+            (Some(t), Some(h))
+                if t.alg != squeezefs_codec::Algorithm::None
+                    && h.codec != squeezefs_codec::Algorithm::None =>
+            {
+                super::reclaim::Destination {
+                    lane: super::Lane::Repacked,
+                    codec: t,
+                    shift: REPACK_SHIFT,
+                }
+            }
+            _ => Garbage.destination(f, was),
+        }
+    }
+
+    fn order(&self, files: &mut [&LiveFile]) {
+        files.sort_by(|a, b| similarity_key(&a.name).cmp(&similarity_key(&b.name)));
+    }
+
+    fn pace(&mut self, bytes: u64) -> bool {
+        (self.pace)(bytes)
+    }
+}
+
+/// How a [`repack_tree`] round is bounded, and what it may touch.
+pub struct TreeRepack<'a> {
+    /// The targets, and the mount's (what the root inherits).
+    pub targets: &'a dyn Targets,
+    pub mount_target: Option<CodecSpec>,
+    /// The packs that may be repacked now ([`Packs::reclaimable`], asked after the walk).
+    pub reclaimable: &'a dyn Fn() -> std::io::Result<BTreeSet<u32>>,
+    /// Live bytes to move at most (whole packs, in id order, at least one).
+    pub budget: u64,
+    /// Asked before each batch of files with their bytes: `false` stops the round.
+    pub pace: &'a mut dyn FnMut(u64) -> bool,
+    /// The last word before packs are removed (see [`reclaim`]).
+    pub settle: &'a mut dyn FnMut() -> Settle,
+}
+
+/// What a [`repack_tree`] round found and did.
+#[derive(Debug, Default)]
+pub struct Repacked {
+    /// Bytes of packed files waiting for the pass when the round began.
+    pub pending_bytes: u64,
+    /// Of those, the bytes the round moved to their target.
+    pub done_bytes: u64,
+    /// Pending bytes in packs the round could not take (being appended to, or in use):
+    /// a later round takes them.
+    pub busy_bytes: u64,
+    /// The move itself, when packs were picked.
+    pub moved: Option<Reclaimed>,
+}
+
+/// The background pass's rewrite of cold packs: walks `root` with the targets, picks the
+/// packs holding files whose blocks are not at their target ([`repack_pending`]), and
+/// moves every live file of those packs, through [`reclaim`] (same crash safety, same
+/// checks beside a mount's writes), into 1 MiB blocks at the target in packs of their own
+/// ([`super::Lane::Repacked`]), ordered by [`similarity_key`]. `Ok(None)`: a record could
+/// not be read (nothing is touched then).
+pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Option<Repacked>, String> {
+    let Some(w) = walk_records_with(root, Some((opts.targets, opts.mount_target)))
+        .map_err(|e| format!("{}: {e}", root.display()))?
+    else {
+        return Ok(None);
+    };
+    let mut out = Repacked::default();
+    // Per pack: its live bytes, and its pending bytes.
+    let mut by_pack: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut pending_files = HashSet::new();
+    for (i, f) in w.files.iter().enumerate() {
+        if f.loc.len == 0 {
+            continue;
+        }
+        let e = by_pack.entry(f.loc.pack).or_default();
+        e.0 += u64::from(f.loc.len);
+        if repack_pending(packs, f) {
+            e.1 += u64::from(f.loc.len);
+            out.pending_bytes += u64::from(f.loc.len);
+            pending_files.insert(i);
+        }
+    }
+    if out.pending_bytes == 0 {
+        return Ok(Some(out));
+    }
+    let free = (opts.reclaimable)().map_err(|e| e.to_string())?;
+    let mut victims = BTreeSet::new();
+    let mut live = 0u64;
+    for (&id, &(bytes, pending)) in &by_pack {
+        if pending == 0 {
+            continue;
+        }
+        if !free.contains(&id) || (live > 0 && live + bytes > opts.budget) {
+            out.busy_bytes += pending;
+            continue;
+        }
+        live += bytes;
+        victims.insert(id);
+    }
+    if victims.is_empty() {
+        return Ok(Some(out));
+    }
+    let mut mover = Repack { pace: opts.pace };
+    let r = reclaim_files(root, packs, &victims, &w.files, &mut mover, opts.settle)
+        .map_err(|e| format!("repacking: {e}"))?;
+    // What moved: the pending files of victims that are not left where they were.
+    let left: HashSet<&str> = r.left.iter().map(|(n, _)| n.as_str()).collect();
+    let stopped_packs: BTreeSet<u32> = if r.stopped || r.aborted.is_some() {
+        victims
+            .iter()
+            .copied()
+            .filter(|id| !r.packs_removed.contains(id))
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    for &i in &pending_files {
+        let f = &w.files[i];
+        if victims.contains(&f.loc.pack)
+            && !left.contains(f.name.as_str())
+            && !stopped_packs.contains(&f.loc.pack)
+        {
+            out.done_bytes += u64::from(f.loc.len);
+        }
+    }
+    out.moved = Some(r);
+    Ok(Some(out))
 }

@@ -22,6 +22,7 @@ use fuser::INodeNo;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::format::KeptTimes;
+use squeezefs_container::pack::tree::Targets;
 use squeezefs_container::Recompressed;
 
 use super::names::is_dict_dir;
@@ -29,7 +30,7 @@ use super::Core;
 use crate::background::{Pass, Walk, CHUNK_BYTES};
 use crate::inode::Inode;
 use crate::lifecycle::state::Times;
-use crate::props::Value;
+use crate::props::{self, Prop, Value};
 use crate::sys;
 
 /// A directory waiting in the walk: its parent and name (registered only when its turn
@@ -85,11 +86,77 @@ impl Walk for Core {
                 self.inodes.forget(ino, 1);
             }
         }
+        if !pass.stopping() {
+            self.background_repack(pass);
+        }
         files
     }
 }
 
+/// The targets a repack round's walk reads from the backing tree (the same properties the
+/// walk above reads through the inode table).
+struct PropTargets;
+
+impl Targets for PropTargets {
+    fn dir(&self, dir: &std::fs::File, inherited: Option<CodecSpec>) -> Option<CodecSpec> {
+        props::read_dir(dir, || "a directory of the backing tree".into())
+            .background
+            .or(inherited)
+    }
+
+    fn file(&self, file: &std::fs::File, inherited: Option<CodecSpec>) -> Option<CodecSpec> {
+        let own = sys::xattr_get(file, &Prop::Background.cname(), 256)
+            .ok()
+            .and_then(|raw| props::parse(Prop::Background, &raw).ok());
+        match own {
+            Some(Value::Codec(c)) => Some(c),
+            _ => inherited,
+        }
+    }
+}
+
 impl Core {
+    /// Cold packs at archive density (issue 30, point 2): packed files whose block is not
+    /// at their target are moved, with every file of their packs, into 1 MiB blocks at the
+    /// target (`Reclaimer::repack`), a round at a time while rounds make progress. Each
+    /// batch waits for the pass's turn (idle mount, rate).
+    fn background_repack(&self, pass: &Pass) {
+        let Some(r) = &self.reclaimer else { return };
+        let mut pace = |bytes: u64| pass.wait_turn(bytes).is_some();
+        loop {
+            if pass.stopping() {
+                return;
+            }
+            match r.repack(&PropTargets, pass.target(), &mut pace) {
+                Ok(Some(rp)) => {
+                    pass.found(rp.pending_bytes);
+                    let files = rp.moved.as_ref().map_or(0, |m| m.files_moved);
+                    pass.rewritten(0, rp.done_bytes);
+                    pass.repacked(files);
+                    // What is left is found again by the next round (or walk).
+                    pass.unfound(rp.pending_bytes - rp.done_bytes);
+                    let left = rp.pending_bytes - rp.done_bytes;
+                    if left == 0 {
+                        return;
+                    }
+                    if rp.done_bytes == 0 {
+                        // In use (a pack being filled, a file open), stopped, or left for
+                        // an error: a later walk comes back.
+                        return pass.skipped(true);
+                    }
+                }
+                Ok(None) => {
+                    warn!("background pass: a location record cannot be read; packs are left as they are");
+                    return pass.skipped(false);
+                }
+                Err(e) => {
+                    warn!("background pass: repacking: {e}");
+                    return pass.skipped(false);
+                }
+            }
+        }
+    }
+
     /// The entries of `dir`: subdirectories onto `stack`, regular files done now.
     fn background_dir(
         &self,
