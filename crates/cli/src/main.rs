@@ -284,7 +284,9 @@ fn mount_help() -> String {
         recompress extents stored at another codec or level to this one\n                              \
         (e.g. zstd:15), in place and crash-safely; contents, mtime and\n                              \
         ctime stay. Files in use wait; incompressible data is not\n                              \
-        retried. Per directory or file: the property\n                              \
+        retried. Small files' packs are rewritten at it into 1 MiB\n                              \
+        blocks, similar files together (a cold tree reaches archive\n                              \
+        density). Per directory or file: the property\n                              \
         background_compression (applies to everything below; none: never).\n                              \
         `squeezefs stats --json` shows background.pending_bytes\n  \
         background_idle=SECS        no change through the mount for SECS before the pass runs\n                              \

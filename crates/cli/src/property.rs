@@ -34,8 +34,9 @@ pub enum PropertyCmd {
         dictionary    a zstd dictionary id (see `squeezefs dict`): small zstd data uses it\n  \
         background_compression\n                \
         a codec as for compression: while the mount is idle, extents stored\n                \
-        otherwise are recompressed to it (everything below a directory, old\n                \
-        files too; `none`: left alone)\n\n\
+        otherwise are recompressed to it, and small files repacked into\n                \
+        1 MiB blocks at it (everything below a directory, old files too;\n                \
+        `none`: left alone)\n\n\
         Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
         squeezefs property set /mnt/archive extent_size 1M\n  \
         squeezefs property set /mnt/archive background_compression zstd:15\n  \

@@ -43,7 +43,7 @@ use squeezefs_container::pack::record::read_record;
 use squeezefs_container::pack::tree::{
     reclaim_tree, repack_tree, Repacked, Targets, TreeReclaim, TreeRepack, REPACK_BUDGET,
 };
-use squeezefs_container::pack::{Lane, Packs};
+use squeezefs_container::pack::Packs;
 use squeezefs_container::FileStorage;
 
 use crate::lifecycle::Kept;
@@ -247,8 +247,9 @@ impl Reclaimer {
 
     /// The background pass's round (`tree::repack_tree`): packed files not at their
     /// target moved to 1 MiB blocks at it, under the same rules as a garbage round (a
-    /// rename during it is logged, the lock is the same, one round at a time). `pace` is
-    /// asked before each batch.
+    /// rename during it is logged, the lock is the same, one round at a time). A pack being
+    /// appended to that holds pending files is retired first (`Packs::retire_any`), so the
+    /// files written last are not kept out. `pace` is asked before each batch.
     pub fn repack(
         &self,
         targets: &dyn Targets,
@@ -257,15 +258,18 @@ impl Reclaimer {
     ) -> Result<Option<Repacked>, String> {
         let _one = self.running.lock().unwrap();
         self.kept.close_all();
-        // The files written last are in the pack being appended to: a new one starts.
-        self.packs.retire(Lane::Written);
         {
             let _records = self.packs.records().write().unwrap();
             *self.moved.lock().unwrap() = Moved::default();
             self.active.store(true, Ordering::SeqCst);
         }
         let mut settle = || self.settle();
-        let reclaimable = || self.packs.reclaimable();
+        let reclaimable = |wanted: &BTreeSet<u32>| {
+            // The files written last may be in the pack being appended to: the next block
+            // starts a new one, so this one can be taken.
+            self.packs.retire_any(wanted);
+            self.packs.reclaimable()
+        };
         let r = repack_tree(
             &self.root,
             &self.packs,

@@ -306,6 +306,16 @@ impl Packs {
         self.writer.lock().unwrap().cur[lane as usize] = None;
     }
 
+    /// Makes each lane whose current pack is one of `ids` start a new pack
+    /// ([`Packs::retire`]).
+    pub fn retire_any(&self, ids: &BTreeSet<u32>) {
+        for c in self.writer.lock().unwrap().cur.iter_mut() {
+            if c.as_ref().is_some_and(|c| ids.contains(&c.id)) {
+                *c = None;
+            }
+        }
+    }
+
     /// A claim on pack `pack` while a container may still read it: no reclaim round removes
     /// a pinned pack (dropping the pin lets it go).
     pub fn pin(&self, pack: u32) -> Pin {

@@ -308,8 +308,10 @@ pub struct TreeRepack<'a> {
     /// The targets, and the mount's (what the root inherits).
     pub targets: &'a dyn Targets,
     pub mount_target: Option<CodecSpec>,
-    /// The packs that may be repacked now ([`Packs::reclaimable`], asked after the walk).
-    pub reclaimable: &'a dyn Fn() -> std::io::Result<BTreeSet<u32>>,
+    /// Of the packs holding pending files, those that may be repacked now (asked after the
+    /// walk: a mount retires the packs it appends to among them, then asks
+    /// [`Packs::reclaimable`]).
+    pub reclaimable: &'a dyn Fn(&BTreeSet<u32>) -> std::io::Result<BTreeSet<u32>>,
     /// Live bytes to move at most (whole packs, in id order, at least one).
     pub budget: u64,
     /// Asked before each batch of files with their bytes: `false` stops the round.
@@ -363,7 +365,12 @@ pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Optio
     if out.pending_bytes == 0 {
         return Ok(Some(out));
     }
-    let free = (opts.reclaimable)().map_err(|e| e.to_string())?;
+    let wanted: BTreeSet<u32> = by_pack
+        .iter()
+        .filter(|(_, v)| v.1 > 0)
+        .map(|(id, _)| *id)
+        .collect();
+    let free = (opts.reclaimable)(&wanted).map_err(|e| e.to_string())?;
     let mut victims = BTreeSet::new();
     let mut live = 0u64;
     for (&id, &(bytes, pending)) in &by_pack {
