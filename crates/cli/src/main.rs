@@ -282,10 +282,11 @@ fn mount_help() -> String {
         background_compression=ALG[:LEVEL]\n                              \
         write at compress= (fast), then, while the mount is idle,\n                              \
         recompress extents stored at another codec or level to this one\n                              \
-        (e.g. zstd:15), in place and crash-safely; contents, mtime and\n                              \
-        ctime stay. Files in use wait; incompressible data is not\n                              \
-        retried. Small files' packs are rewritten at it into 1 MiB\n                              \
-        blocks, similar files together (a cold tree reaches archive\n                              \
+        (e.g. zstd:15), in place and crash-safely; contents and mtime\n                              \
+        stay, and ctime too except for small packed files. Files in use\n                              \
+        wait; incompressible data is not retried. Small files' packs are\n                              \
+        rewritten at it into 1 MiB blocks, similar files together and\n                              \
+        identical files stored once (a cold tree reaches archive\n                              \
         density). Per directory or file: the property\n                              \
         background_compression (applies to everything below; none: never).\n                              \
         `squeezefs stats --json` shows background.pending_bytes\n  \

@@ -354,12 +354,13 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
          setfattr -n user.squeezefs.background_compression -v zstd:9 arch && \
          for i in $(seq 1 120); do seq $i $((i * 31)) > src/a/f$i.c; seq $i $((i * 17)) > src/b/g$i.h; done && \
          for i in $(seq 1 20); do seq $i $((i * 50)) > keep/k$i.txt; seq $i $((i * 60)) > arch/r$i.txt; done && \
+         mkdir doc && for i in $(seq 1 30); do mkdir doc/p$i && seq 1 2500 > doc/p$i/copyright; done && \
          seq 1 3000 > src/own.txt && setfattr -n user.squeezefs.background_compression -v zstd:6 src/own.txt && \
          sync"
     ));
     let names = sh(&format!("cd {mnt} && find . -type f | sort"));
     let names: Vec<&str> = names.lines().collect();
-    assert_eq!(names.len(), 281);
+    assert_eq!(names.len(), 311);
     let before = seen(&m, &names);
     m.unmount();
     let b = d.join("backing");
@@ -372,7 +373,7 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
     let m = Mount::as_user(&d, opts, "tests");
     let v = settled(&m, 120);
     assert!(
-        v["background"]["repacked_files"].as_u64() >= Some(261),
+        v["background"]["repacked_files"].as_u64() >= Some(291),
         "{}",
         v["background"]
     );
@@ -403,6 +404,12 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
         "repacked: {packs_before} → {packs_after} bytes of packs"
     );
     common::check_clean(&b, "after the repack");
+    // The 30 equal copyright files are stored once: 29 share the first one's bytes.
+    let st = common::squeezefs_json(&["stats".as_ref(), b.as_os_str()]);
+    assert_eq!(st["packs"]["shared_files"], 29, "{}", st["packs"]);
+    assert_eq!(st["packs"]["shared_bytes"], 29 * 11_393, "{}", st["packs"]);
+    let chk = common::squeezefs_json(&["check".as_ref(), b.as_os_str()]);
+    assert_eq!(chk["shared"], 29);
 
     // Converged: the next mount's walk finds nothing to move.
     let m = Mount::as_user(&d, opts, "tests");
@@ -417,4 +424,16 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
     assert_eq!(again.len(), before.len());
     m.unmount();
     common::check_clean(&b, "after the second mount");
+    // A write to one copy gives it its own bytes; the others keep theirs.
+    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    sh(&format!("echo changed > {mnt}/doc/p1/copyright"));
+    assert_eq!(sh(&format!("cat {mnt}/doc/p1/copyright")), "changed\n");
+    assert_eq!(
+        sh(&format!("md5sum < {mnt}/doc/p2/copyright")),
+        sh("seq 1 2500 | md5sum")
+    );
+    m.unmount();
+    let st = common::squeezefs_json(&["stats".as_ref(), b.as_os_str()]);
+    assert_eq!(st["packs"]["shared_files"], 28, "{}", st["packs"]);
+    common::check_clean(&b, "after a write to a shared file");
 }

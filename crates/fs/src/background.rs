@@ -267,6 +267,16 @@ impl Pass {
         }
     }
 
+    /// [`Pass::wait_turn`] for work that holds something others wait for (a repack round
+    /// holds the reclaimer): `false`, at once, when the mount is not idle or the pass is to
+    /// stop; else waits for the rate only.
+    pub fn turn_if_idle(&self, bytes: u64) -> bool {
+        if self.idle_for() < self.cfg.idle || self.stopping() {
+            return false;
+        }
+        self.wait_turn(bytes).is_some() && self.idle_for() >= self.cfg.idle
+    }
+
     /// Whether no change came through the mount since `turn` was given: checked by a
     /// chunk under the file's lock, so a change that reached its handler first (a chmod
     /// about to drop kept times) is never followed by a chunk keeping times from before it.

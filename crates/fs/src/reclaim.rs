@@ -43,7 +43,7 @@ use squeezefs_container::pack::record::read_record;
 use squeezefs_container::pack::tree::{
     reclaim_tree, repack_tree, Repacked, Targets, TreeReclaim, TreeRepack, REPACK_BUDGET,
 };
-use squeezefs_container::pack::Packs;
+use squeezefs_container::pack::{Lane, Packs};
 use squeezefs_container::FileStorage;
 
 use crate::lifecycle::Kept;
@@ -247,9 +247,10 @@ impl Reclaimer {
 
     /// The background pass's round (`tree::repack_tree`): packed files not at their
     /// target moved to 1 MiB blocks at it, under the same rules as a garbage round (a
-    /// rename during it is logged, the lock is the same, one round at a time). A pack being
-    /// appended to that holds pending files is retired first (`Packs::retire_any`), so the
-    /// files written last are not kept out. `pace` is asked before each batch.
+    /// rename during it is logged, the lock is the same, one round at a time, and the packs
+    /// it may take are asked before its walk). A pack being appended to that holds pending
+    /// files is retired after it (`Packs::retire_any`), so the next round can take it.
+    /// `pace` is asked before each batch.
     pub fn repack(
         &self,
         targets: &dyn Targets,
@@ -258,31 +259,34 @@ impl Reclaimer {
     ) -> Result<Option<Repacked>, String> {
         let _one = self.running.lock().unwrap();
         self.kept.close_all();
+        // Rule 1: the packs a round may take are known before its walk.
+        let free = self.packs.reclaimable().map_err(|e| e.to_string())?;
         {
             let _records = self.packs.records().write().unwrap();
             *self.moved.lock().unwrap() = Moved::default();
             self.active.store(true, Ordering::SeqCst);
         }
         let mut settle = || self.settle();
-        let reclaimable = |wanted: &BTreeSet<u32>| {
-            // The files written last may be in the pack being appended to: the next block
-            // starts a new one, so this one can be taken.
-            self.packs.retire_any(wanted);
-            self.packs.reclaimable()
-        };
         let r = repack_tree(
             &self.root,
             &self.packs,
             TreeRepack {
                 targets,
                 mount_target,
-                reclaimable: &reclaimable,
+                free,
                 budget: REPACK_BUDGET,
                 pace,
                 settle: &mut settle,
             },
         );
         self.active.store(false, Ordering::SeqCst);
+        // The pack the pass appended to is done with (its garbage can be reclaimed), and
+        // the files written last may be in the pack the mount appends to: both lanes'
+        // next blocks start new packs, so the next round can take these.
+        self.packs.retire(Lane::Repacked);
+        if let Ok(Some(rp)) = &r {
+            self.packs.retire_any(&rp.busy_packs);
+        }
         if let Ok(Some(Repacked { moved: Some(rc), .. })) = &r {
             for (name, why) in &rc.left {
                 log::warn!("background pass: {name} left in its pack ({why})");

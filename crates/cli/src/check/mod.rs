@@ -204,6 +204,8 @@ pub fn main(args: Args) -> Result<u8, String> {
             "files": list.len(),
             "containers": containers,
             "packed": packed,
+            "shared": live.shared().files,
+            "shared_bytes": live.shared().bytes,
             "plain": plain,
             "extents_verified": verified,
             "logical_bytes": logical,
@@ -236,6 +238,14 @@ pub fn main(args: Args) -> Result<u8, String> {
             list.len(),
             human(logical)
         );
+        let shared = live.shared();
+        if shared.files > 0 {
+            println!(
+                "{} packed files name bytes another file names too (equal contents stored once, {} saved before compression; each read against its own checksum)",
+                shared.files,
+                human(shared.bytes)
+            );
+        }
         packs::print(&packs_out, args.repair);
         if pack_damage > 0 {
             println!("{pack_damage} damaged packs: the files in their damaged blocks are listed above");

@@ -76,6 +76,11 @@ pub struct PackTotals {
     pub garbage: Result<u64, String>,
     /// Every one was walked whole: their bytes are in the totals.
     pub whole: bool,
+    /// Files whose bytes another file's record names too (stored once), their logical
+    /// bytes, and the stored bytes that saves.
+    pub shared_files: u64,
+    pub shared_bytes: u64,
+    pub shared_saved: u64,
 }
 
 impl Default for PackTotals {
@@ -87,6 +92,9 @@ impl Default for PackTotals {
             files: 0,
             garbage: Ok(0),
             whole: true,
+            shared_files: 0,
+            shared_bytes: 0,
+            shared_saved: 0,
         }
     }
 }
@@ -192,6 +200,8 @@ struct Root {
     /// Packed files seen under it, and their shares of their blocks.
     files: u64,
     shares: u64,
+    /// Shares of files whose bytes another file names too (not in `shares`).
+    shared_disk: u64,
 }
 
 /// Notes backing directory `path` (walked whole or not).
@@ -272,6 +282,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             live: LiveMap::default(),
             files: 0,
             shares: 0,
+            shared_disk: 0,
         });
     }
     // A file's packs are its backing directory's: the nearest root above it.
@@ -312,15 +323,23 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
     };
     for (path, root, r) in results {
         match r {
-            Ok((u, blocks, gain)) => {
-                t.add(&u, blocks);
+            Ok((mut u, blocks, gain)) => {
                 if let Some(loc) = &u.packed {
                     match root {
                         Some(i) => {
                             let r = &mut roots[i];
-                            r.live.add(loc);
+                            let share: u64 = u.parts.values().map(|p| p.disk).sum();
                             r.files += 1;
-                            r.shares += u.parts.values().map(|p| p.disk).sum::<u64>();
+                            if r.live.add(loc) {
+                                r.shares += share;
+                            } else {
+                                // Its bytes are another file's too (the background pass
+                                // stores equal contents once): counted once, there.
+                                r.shared_disk += share;
+                                for p in u.parts.values_mut() {
+                                    p.disk = 0;
+                                }
+                            }
                         }
                         None => t.errors.push(format!(
                             "{}: a packed file, but no pack directory ({PACK_DIR}) was found above it",
@@ -328,6 +347,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
                         )),
                     }
                 }
+                t.add(&u, blocks);
                 if let Some((w, wo)) = gain {
                     let g = t.dict_gain.get_or_insert((0, 0));
                     g.0 += w;
@@ -360,6 +380,9 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
         all.disk += pt.disk;
         all.files += pt.files;
         all.whole &= pt.whole;
+        all.shared_files += pt.shared_files;
+        all.shared_bytes += pt.shared_bytes;
+        all.shared_saved += pt.shared_saved;
         all.garbage = match (&all.garbage, pt.garbage) {
             (Ok(a), Ok(b)) => Ok(a + b),
             (Err(e), _) => Err(e.clone()),
@@ -375,6 +398,9 @@ fn add_packs(t: &mut Totals, r: &Root) -> PackTotals {
     let mut pt = PackTotals {
         files: r.files,
         whole: r.whole,
+        shared_files: r.live.shared().files,
+        shared_bytes: r.live.shared().bytes,
+        shared_saved: r.shared_disk,
         garbage: if !r.whole {
             Err(format!(
                 "measured only for a whole backing directory ({} or the root of its mount)",
@@ -512,6 +538,14 @@ pub fn render(t: &Totals, secs: f64) -> String {
             }
             Err(why) => o += &format!("garbage {why}.\n"),
         }
+        if p.shared_files > 0 {
+            o += &format!(
+                "Shared: {} whose contents another file has too, stored once: {} of files, {} on disk saved.\n",
+                plural(p.shared_files, "file"),
+                human(p.shared_bytes),
+                human(p.shared_saved)
+            );
+        }
     }
     if t.leftover > 0 {
         o += &format!(
@@ -586,6 +620,9 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
             "garbage_bytes": p.garbage.as_ref().ok(),
             "garbage_not_measured": p.garbage.as_ref().err(),
             "whole": p.whole,
+            "shared_files": p.shared_files,
+            "shared_bytes": p.shared_bytes,
+            "shared_saved_bytes": p.shared_saved,
         })),
         "errors": t.errors,
         "seconds": secs,

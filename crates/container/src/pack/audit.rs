@@ -8,7 +8,7 @@
 //! Both are judged only when the map is [complete](LiveMap::complete): a record that could
 //! not be read might point anywhere.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use squeezefs_codec::decompress;
 
@@ -22,7 +22,7 @@ use crate::{Error, Result};
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LiveBlock {
     pub files: u64,
-    /// Logical bytes of the live files in it.
+    /// Logical bytes of the live files in it (bytes several files name count once).
     pub bytes: u64,
 }
 
@@ -30,27 +30,66 @@ pub struct LiveBlock {
 #[derive(Debug, Clone)]
 pub struct LiveMap {
     blocks: BTreeMap<(u32, u64), LiveBlock>,
+    /// Every range a record names (pack, block, offset, length), with the checksum the
+    /// first record naming it gave: files with equal contents may share one range
+    /// (the background pass's deduplication).
+    ranges: HashMap<(u32, u64, u32, u32), u64>,
+    shared: Shared,
     complete: bool,
+}
+
+/// Files sharing their bytes with others ([`LiveMap::shared`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Shared {
+    /// Records naming a range another record names too.
+    pub files: u64,
+    /// Their logical bytes: what storing each once saves before compression.
+    pub bytes: u64,
+    /// Of those, records whose checksum differs from the first one's for the same range:
+    /// one of them is damaged (its file reads as EIO).
+    pub mismatched: u64,
 }
 
 impl Default for LiveMap {
     fn default() -> LiveMap {
         LiveMap {
             blocks: BTreeMap::new(),
+            ranges: HashMap::new(),
+            shared: Shared::default(),
             complete: true,
         }
     }
 }
 
 impl LiveMap {
-    /// A current record (an empty file's names no block).
-    pub fn add(&mut self, loc: &Location) {
+    /// A current record (an empty file's names no block). False when another record named
+    /// the same bytes before it (they are shared).
+    pub fn add(&mut self, loc: &Location) -> bool {
         if loc.len == 0 {
-            return;
+            return true;
         }
         let b = self.blocks.entry((loc.pack, loc.block)).or_default();
         b.files += 1;
-        b.bytes += loc.len as u64;
+        match self.ranges.entry((loc.pack, loc.block, loc.offset, loc.len)) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(loc.content_sum);
+                b.bytes += loc.len as u64;
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(o) => {
+                self.shared.files += 1;
+                self.shared.bytes += loc.len as u64;
+                if *o.get() != loc.content_sum {
+                    self.shared.mismatched += 1;
+                }
+                false
+            }
+        }
+    }
+
+    /// What sharing saves: files whose bytes another file's record names too.
+    pub fn shared(&self) -> Shared {
+        self.shared
     }
 
     /// A record could not be read: nothing may be judged unused.

@@ -412,6 +412,10 @@ impl super::reclaim::Mover for ToLevel {
         self.batches += 1;
         self.batches <= self.stop_at
     }
+
+    fn dedup(&self) -> bool {
+        true
+    }
 }
 
 fn run_repack(
@@ -533,11 +537,26 @@ fn a_repack_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
     let mut n = 0;
     loop {
         let crash = Crash::new();
-        let w = world(&crash);
+        let mut w = world(&crash);
         let packs = Packs::new(Box::new(w.dir.clone()), true, 0).unwrap();
+        // Copies of one file: stored once by the repack.
+        let copy = text(4242, 6000);
+        for _ in 0..6 {
+            w.files.push((pack_file(&packs, &crash, &copy), copy.clone()));
+        }
+        packs.sync().unwrap();
+        packs.retire(Lane::Written);
         let v = packs.reclaimable().unwrap();
         crash.after(n);
         let r = run_repack(&packs, &v, &w.files, usize::MAX);
+        if let Ok(r) = &r {
+            let distinct: std::collections::HashSet<&Vec<u8>> = w.files.iter().map(|(_, b)| b).collect();
+            assert_eq!(
+                r.files_shared as usize,
+                w.files.len() - distinct.len(),
+                "equal contents share one place"
+            );
+        }
         let crashed = crash.has_crashed();
         assert!(crashed || r.is_ok(), "{r:?}");
         let after = Crash::new();

@@ -710,4 +710,6 @@ impl Packs {
 #[cfg(test)]
 mod audit_tests;
 #[cfg(test)]
+mod repack_tests;
+#[cfg(test)]
 pub(crate) mod tests;

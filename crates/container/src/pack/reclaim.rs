@@ -24,11 +24,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use squeezefs_codec::{Algorithm, CodecSpec};
 
 use super::format::{Location, LOCATION_XATTR};
 use super::record::read_record;
-use super::{Lane, Packs};
+use super::{Lane, Packs, Placed, Slot};
 use crate::storage::Storage;
 use crate::{Error, Result};
 
@@ -65,11 +68,27 @@ pub trait Mover {
             Some(h) if h.codec != Algorithm::None => CodecSpec::new(h.codec, h.level).unwrap_or(f.loc.codec),
             _ => f.loc.codec,
         };
+        // A block bigger than the file's group makes is the background pass's: its files
+        // stay in big blocks of the pass's lane.
+        if was.is_some_and(|h| u64::from(h.logical_len) > 1u64 << f.loc.extent_shift) {
+            return Destination {
+                lane: Lane::Repacked,
+                codec,
+                shift: REPACK_SHIFT,
+            };
+        }
         Destination {
             lane: Lane::Written,
             codec,
             shift: f.loc.extent_shift,
         }
+    }
+
+    /// Bytes a batch holds at least (with at least [`BATCH`] files, at most
+    /// [`BATCH_MAX`]): each batch ends with a sync that writes every open block, so the
+    /// background pass's 1 MiB blocks need batches of several MiB.
+    fn batch_bytes(&self) -> u64 {
+        0
     }
 
     /// Puts the files to move in the order they are appended in. By default their old
@@ -82,6 +101,61 @@ pub trait Mover {
     /// its turn here): `false` stops moving, and every pack with a file not moved stays.
     fn pace(&mut self, _bytes: u64) -> bool {
         true
+    }
+
+    /// Whether files with equal contents are stored once: a moved file whose bytes equal
+    /// those of a file moved before it, or of a file staying where it is in a block at its
+    /// destination's codec and level, is given that place instead of a copy. (Files naming
+    /// the same bytes before a move name the same bytes after it, whatever this says.)
+    fn dedup(&self) -> bool {
+        false
+    }
+}
+
+/// Where a moved file's bytes are: a slot appended by this move, or a place that already
+/// holds them durably (shared with another file).
+#[derive(Clone)]
+enum NewPlace {
+    Slot(Arc<Slot>),
+    At(Placed),
+}
+
+/// Places holding known contents, by length and checksum (which only nominate: the bytes
+/// are compared), for [`Mover::dedup`].
+#[derive(Default)]
+struct Contents(HashMap<(u32, u64), Vec<Known>>);
+
+/// A place holding known bytes, in a block at this codec and level.
+type Known = (NewPlace, Algorithm, i32);
+
+impl Contents {
+    fn add(&mut self, len: u32, sum: u64, place: NewPlace, codec: CodecSpec) {
+        self.0
+            .entry((len, sum))
+            .or_default()
+            .push((place, codec.alg, codec.level));
+    }
+
+    /// A place holding exactly `bytes`, in a block at `codec`.
+    fn find(&self, packs: &Packs, f: &LiveFile, bytes: &[u8], codec: CodecSpec) -> Option<NewPlace> {
+        let found = self.0.get(&(f.loc.len, f.loc.content_sum))?;
+        found.iter().find_map(|(place, alg, level)| {
+            if (*alg, *level) != (codec.alg, codec.level) {
+                return None;
+            }
+            let there = match place {
+                NewPlace::Slot(slot) => packs.read_slot(slot).ok()?,
+                NewPlace::At(p) => packs
+                    .read(&Location {
+                        pack: p.pack,
+                        block: p.block,
+                        offset: p.offset,
+                        ..f.loc
+                    })
+                    .ok()?,
+            };
+            (there == bytes).then(|| place.clone())
+        })
     }
 }
 
@@ -103,6 +177,8 @@ pub struct Reclaimed {
     pub aborted: Option<String>,
     /// [`Mover::pace`] stopped the move before every file was moved.
     pub stopped: bool,
+    /// Files given the place of other bytes equal to theirs ([`Mover::dedup`]).
+    pub files_shared: u64,
 }
 
 /// Whether `f`'s record is still the one the caller saw (it is moved); `false` when it
@@ -121,6 +197,33 @@ fn still_there<S: Storage>(st: &S, f: &LiveFile, victims: &BTreeSet<u32>) -> Res
 /// Files moved per batch: their backing files are open together, and their records are
 /// made durable by one `sync_records`.
 pub const BATCH: usize = 256;
+
+/// Files in one batch at most, whatever [`Mover::batch_bytes`] asks (open files).
+pub const BATCH_MAX: usize = 2048;
+
+/// Block size of the background pass's repacked blocks: 1 MiB (`1 << 20`), the most a
+/// block holds, squashfs's and mksquashfs `-b 1M`'s.
+pub const REPACK_SHIFT: u8 = 20;
+
+/// Cuts `files` into batches: at least [`BATCH`] files and `min_bytes` bytes each, at most
+/// [`BATCH_MAX`] files; returns each batch's range.
+fn batches(files: &[&LiveFile], min_bytes: u64) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, f) in files.iter().enumerate() {
+        bytes += u64::from(f.loc.len);
+        let n = i + 1 - start;
+        if (n >= BATCH && bytes >= min_bytes) || n >= BATCH_MAX {
+            out.push(start..i + 1);
+            start = i + 1;
+            bytes = 0;
+        }
+    }
+    if start < files.len() {
+        out.push(start..files.len());
+    }
+    out
+}
 
 /// What [`reclaim`]'s `settle` says, just before packs would be removed.
 #[derive(Debug, Default)]
@@ -155,11 +258,35 @@ pub fn reclaim<S: Storage>(
         .collect();
     mover.order(&mut moving);
     let stored_before = packs.counters.bytes_stored.load(Ordering::Relaxed);
-    for (n, batch) in moving.chunks(BATCH).enumerate() {
+    // Where the bytes a file names went: files naming the same bytes keep sharing them.
+    let mut went: HashMap<(u32, u64, u32, u32, u64), NewPlace> = HashMap::new();
+    let mut contents = Contents::default();
+    if mover.dedup() {
+        // The files that stay, in blocks at the codec and level their header says.
+        for f in files
+            .iter()
+            .filter(|f| f.loc.len > 0 && !victims.contains(&f.loc.pack))
+        {
+            if let Ok(h) = packs.block_header(f.loc.pack, f.loc.block) {
+                let at = NewPlace::At(Placed {
+                    pack: f.loc.pack,
+                    block: f.loc.block,
+                    offset: f.loc.offset,
+                });
+                let codec = CodecSpec {
+                    alg: h.codec,
+                    level: h.level,
+                };
+                contents.add(f.loc.len, f.loc.content_sum, at, codec);
+            }
+        }
+    }
+    for range in batches(&moving, mover.batch_bytes()) {
+        let batch = &moving[range.clone()];
         if !mover.pace(batch.iter().map(|f| u64::from(f.loc.len)).sum()) {
             // Stopped: the packs of the files not moved stay.
             out.stopped = true;
-            keep.extend(moving[n * BATCH..].iter().map(|f| f.loc.pack));
+            keep.extend(moving[range.start..].iter().map(|f| f.loc.pack));
             break;
         }
         let mut slots = Vec::new();
@@ -197,22 +324,72 @@ pub fn reclaim<S: Storage>(
                     continue;
                 }
             }
+            let range = (
+                f.loc.pack,
+                f.loc.block,
+                f.loc.offset,
+                f.loc.len,
+                f.loc.content_sum,
+            );
+            if let Some(place) = went.get(&range) {
+                slots.push((f, st, place.clone()));
+                continue;
+            }
             match packs.read(&f.loc) {
                 Ok(bytes) => {
                     let was = packs.block_header(f.loc.pack, f.loc.block).ok();
                     let to = mover.destination(f, was.as_ref());
-                    let slot = packs.append_in(to.lane, to.codec, to.shift, &bytes)?;
-                    slots.push((f, st, slot));
+                    let same = mover
+                        .dedup()
+                        .then(|| contents.find(packs, f, &bytes, to.codec))
+                        .flatten();
+                    let place = match same {
+                        Some(place) => {
+                            out.files_shared += 1;
+                            place
+                        }
+                        None => {
+                            let slot = packs.append_in(to.lane, to.codec, to.shift, &bytes)?;
+                            let place = NewPlace::Slot(slot);
+                            if mover.dedup() {
+                                contents.add(f.loc.len, f.loc.content_sum, place.clone(), to.codec);
+                            }
+                            place
+                        }
+                    };
+                    went.insert(range, place.clone());
+                    slots.push((f, st, place));
                 }
                 Err(e) => leave(e),
             }
         }
         packs.sync()?;
         let mut placed = Vec::with_capacity(slots.len());
-        for (f, st, slot) in slots {
-            let p = packs.durable(&slot)?;
-            // (The slot lives until its record is set: its pack is not reclaimable meanwhile.)
-            placed.push((f, st, p, slot));
+        for (f, st, place) in slots {
+            let p = match &place {
+                NewPlace::Slot(slot) => packs.durable(slot)?,
+                NewPlace::At(p) => *p,
+            };
+            // (A slot lives until its record is set: its pack is not reclaimable meanwhile.)
+            placed.push((f, st, p, place));
+        }
+        // Slots of this batch are named by records from here on: later batches share
+        // their places as places.
+        for place in went.values_mut() {
+            if let NewPlace::Slot(slot) = place {
+                if let Ok(p) = packs.durable(slot) {
+                    *place = NewPlace::At(p);
+                }
+            }
+        }
+        for v in contents.0.values_mut() {
+            for (place, _, _) in v.iter_mut() {
+                if let NewPlace::Slot(slot) = place {
+                    if let Ok(p) = packs.durable(slot) {
+                        *place = NewPlace::At(p);
+                    }
+                }
+            }
         }
         let mut done = Vec::with_capacity(placed.len());
         {

@@ -48,6 +48,11 @@ pub trait Targets {
     fn dir(&self, dir: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec>;
     /// A file's target: its own, else `inherited`.
     fn file(&self, file: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec>;
+    /// Whether the walk is to stop (asked at each directory): it then fails with
+    /// [`std::io::ErrorKind::Interrupted`].
+    fn stop(&self) -> bool {
+        false
+    }
 }
 
 /// [`walk_records`], each file with its target when `targets` is given.
@@ -70,6 +75,7 @@ pub fn walk_records_with(
             }
         };
         let inherited = match targets {
+            Some((t, _)) if t.stop() => return Err(std::io::ErrorKind::Interrupted.into()),
             Some((t, _)) => t.dir(&dir, inherited),
             None => None,
         };
@@ -239,9 +245,11 @@ pub fn reclaim_files(
 /// Live bytes of packed files one [`repack_tree`] round moves at most.
 pub const REPACK_BUDGET: u64 = 256 << 20;
 
-/// Block size of the background pass's repacked blocks: 1 MiB (`1 << 20`), the most a
-/// block holds, squashfs's and mksquashfs `-b 1M`'s.
-pub const REPACK_SHIFT: u8 = 20;
+pub use super::reclaim::REPACK_SHIFT;
+
+/// Bytes of files one repack batch holds at least: each batch's sync writes the open
+/// blocks, so it fills several 1 MiB blocks first.
+pub const REPACK_BATCH_BYTES: u64 = 8 << 20;
 
 /// Whether `f`'s bytes wait for the background pass: it has a target (not `none`) and its
 /// block, compressed, is at another codec or level. A block stored raw (its bytes did not
@@ -301,6 +309,14 @@ impl Mover for Repack<'_> {
     fn pace(&mut self, bytes: u64) -> bool {
         (self.pace)(bytes)
     }
+
+    fn dedup(&self) -> bool {
+        true
+    }
+
+    fn batch_bytes(&self) -> u64 {
+        REPACK_BATCH_BYTES
+    }
 }
 
 /// How a [`repack_tree`] round is bounded, and what it may touch.
@@ -308,10 +324,9 @@ pub struct TreeRepack<'a> {
     /// The targets, and the mount's (what the root inherits).
     pub targets: &'a dyn Targets,
     pub mount_target: Option<CodecSpec>,
-    /// Of the packs holding pending files, those that may be repacked now (asked after the
-    /// walk: a mount retires the packs it appends to among them, then asks
-    /// [`Packs::reclaimable`]).
-    pub reclaimable: &'a dyn Fn(&BTreeSet<u32>) -> std::io::Result<BTreeSet<u32>>,
+    /// The packs a round may take: [`Packs::reclaimable`] asked *before* the walk (then no
+    /// record the walk missed can name one of them, as for a garbage round).
+    pub free: BTreeSet<u32>,
     /// Live bytes to move at most (whole packs, in id order, at least one).
     pub budget: u64,
     /// Asked before each batch of files with their bytes: `false` stops the round.
@@ -327,9 +342,19 @@ pub struct Repacked {
     pub pending_bytes: u64,
     /// Of those, the bytes the round moved to their target.
     pub done_bytes: u64,
-    /// Pending bytes in packs the round could not take (being appended to, or in use):
-    /// a later round takes them.
+    /// Pending bytes in packs the round could not take (being appended to, a slot waiting
+    /// for its record, pinned by an open file): a later round takes them.
     pub busy_bytes: u64,
+    /// The packs those are in (a mount retires the one it appends to, so the next round
+    /// can take it).
+    pub busy_packs: BTreeSet<u32>,
+    /// Pending bytes left for the next round by the budget.
+    pub later_bytes: u64,
+    /// Pending bytes of files left where they were for an error (`moved.left`), or not
+    /// moved because the round stopped or was aborted.
+    pub left_bytes: u64,
+    /// The walk or the move stopped (the pass is stopping, or the mount is not idle).
+    pub stopped: bool,
     /// The move itself, when packs were picked.
     pub moved: Option<Reclaimed>,
 }
@@ -338,18 +363,24 @@ pub struct Repacked {
 /// packs holding files whose blocks are not at their target ([`repack_pending`]), and
 /// moves every live file of those packs, through [`reclaim`] (same crash safety, same
 /// checks beside a mount's writes), into 1 MiB blocks at the target in packs of their own
-/// ([`super::Lane::Repacked`]), ordered by [`similarity_key`]. `Ok(None)`: a record could
-/// not be read (nothing is touched then).
+/// ([`super::Lane::Repacked`]), ordered by [`similarity_key`], equal contents stored once.
+/// `Ok(None)`: a record could not be read (nothing is touched then).
 pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Option<Repacked>, String> {
-    let Some(w) = walk_records_with(root, Some((opts.targets, opts.mount_target)))
-        .map_err(|e| format!("{}: {e}", root.display()))?
-    else {
-        return Ok(None);
+    let w = match walk_records_with(root, Some((opts.targets, opts.mount_target))) {
+        Ok(Some(w)) => w,
+        Ok(None) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+            return Ok(Some(Repacked {
+                stopped: true,
+                ..Repacked::default()
+            }))
+        }
+        Err(e) => return Err(format!("{}: {e}", root.display())),
     };
     let mut out = Repacked::default();
     // Per pack: its live bytes, and its pending bytes.
     let mut by_pack: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    let mut pending_files = HashSet::new();
+    let mut pending_files = Vec::new();
     for (i, f) in w.files.iter().enumerate() {
         if f.loc.len == 0 {
             continue;
@@ -359,30 +390,24 @@ pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Optio
         if repack_pending(packs, f) {
             e.1 += u64::from(f.loc.len);
             out.pending_bytes += u64::from(f.loc.len);
-            pending_files.insert(i);
+            pending_files.push(i);
         }
     }
-    if out.pending_bytes == 0 {
-        return Ok(Some(out));
-    }
-    let wanted: BTreeSet<u32> = by_pack
-        .iter()
-        .filter(|(_, v)| v.1 > 0)
-        .map(|(id, _)| *id)
-        .collect();
-    let free = (opts.reclaimable)(&wanted).map_err(|e| e.to_string())?;
     let mut victims = BTreeSet::new();
     let mut live = 0u64;
     for (&id, &(bytes, pending)) in &by_pack {
         if pending == 0 {
             continue;
         }
-        if !free.contains(&id) || (live > 0 && live + bytes > opts.budget) {
+        if !opts.free.contains(&id) {
             out.busy_bytes += pending;
-            continue;
+            out.busy_packs.insert(id);
+        } else if live > 0 && live + bytes > opts.budget {
+            out.later_bytes += pending;
+        } else {
+            live += bytes;
+            victims.insert(id);
         }
-        live += bytes;
-        victims.insert(id);
     }
     if victims.is_empty() {
         return Ok(Some(out));
@@ -390,24 +415,19 @@ pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Optio
     let mut mover = Repack { pace: opts.pace };
     let r = reclaim_files(root, packs, &victims, &w.files, &mut mover, opts.settle)
         .map_err(|e| format!("repacking: {e}"))?;
-    // What moved: the pending files of victims that are not left where they were.
+    out.stopped = r.stopped;
+    // What moved: the pending files of victims that are not left where they were, in packs
+    // the round removed (a stopped or aborted round keeps packs: their files count as left).
     let left: HashSet<&str> = r.left.iter().map(|(n, _)| n.as_str()).collect();
-    let stopped_packs: BTreeSet<u32> = if r.stopped || r.aborted.is_some() {
-        victims
-            .iter()
-            .copied()
-            .filter(|id| !r.packs_removed.contains(id))
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
     for &i in &pending_files {
         let f = &w.files[i];
-        if victims.contains(&f.loc.pack)
-            && !left.contains(f.name.as_str())
-            && !stopped_packs.contains(&f.loc.pack)
-        {
+        if !victims.contains(&f.loc.pack) {
+            continue;
+        }
+        if r.packs_removed.contains(&f.loc.pack) && !left.contains(f.name.as_str()) {
             out.done_bytes += u64::from(f.loc.len);
+        } else {
+            out.left_bytes += u64::from(f.loc.len);
         }
     }
     out.moved = Some(r);

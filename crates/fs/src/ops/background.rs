@@ -95,9 +95,15 @@ impl Walk for Core {
 
 /// The targets a repack round's walk reads from the backing tree (the same properties the
 /// walk above reads through the inode table).
-struct PropTargets;
+struct PropTargets<'a> {
+    pass: &'a Pass,
+}
 
-impl Targets for PropTargets {
+impl Targets for PropTargets<'_> {
+    fn stop(&self) -> bool {
+        self.pass.stopping()
+    }
+
     fn dir(&self, dir: &std::fs::File, inherited: Option<CodecSpec>) -> Option<CodecSpec> {
         props::read_dir(dir, || "a directory of the backing tree".into())
             .background
@@ -122,29 +128,15 @@ impl Core {
     /// batch waits for the pass's turn (idle mount, rate).
     fn background_repack(&self, pass: &Pass) {
         let Some(r) = &self.reclaimer else { return };
-        let mut pace = |bytes: u64| pass.wait_turn(bytes).is_some();
+        // A round holds the reclaimer: it stops, rather than waits, when the mount is busy.
+        let mut pace = |bytes: u64| pass.turn_if_idle(bytes);
+        let targets = PropTargets { pass };
         loop {
             if pass.stopping() {
                 return;
             }
-            match r.repack(&PropTargets, pass.target(), &mut pace) {
-                Ok(Some(rp)) => {
-                    pass.found(rp.pending_bytes);
-                    let files = rp.moved.as_ref().map_or(0, |m| m.files_moved);
-                    pass.rewritten(0, rp.done_bytes);
-                    pass.repacked(files);
-                    // What is left is found again by the next round (or walk).
-                    pass.unfound(rp.pending_bytes - rp.done_bytes);
-                    let left = rp.pending_bytes - rp.done_bytes;
-                    if left == 0 {
-                        return;
-                    }
-                    if rp.done_bytes == 0 {
-                        // In use (a pack being filled, a file open), stopped, or left for
-                        // an error: a later walk comes back.
-                        return pass.skipped(true);
-                    }
-                }
+            let rp = match r.repack(&targets, pass.target(), &mut pace) {
+                Ok(Some(rp)) => rp,
                 Ok(None) => {
                     warn!("background pass: a location record cannot be read; packs are left as they are");
                     return pass.skipped(false);
@@ -153,7 +145,26 @@ impl Core {
                     warn!("background pass: repacking: {e}");
                     return pass.skipped(false);
                 }
+            };
+            pass.found(rp.pending_bytes);
+            pass.rewritten(0, rp.done_bytes);
+            pass.repacked(rp.moved.as_ref().map_or(0, |m| m.files_moved));
+            let rest = rp.pending_bytes - rp.done_bytes;
+            if rp.later_bytes > 0 && rp.done_bytes > 0 && !rp.stopped {
+                // The budget left packs for another round, found again there.
+                pass.unfound(rest);
+                continue;
             }
+            // Bytes in packs in use stay pending (a later walk comes back for them); files
+            // left for an error are not retried until they change, like failed chunks.
+            pass.unfound(rest - rp.busy_bytes);
+            if rp.busy_bytes > 0 || rp.stopped || rp.later_bytes > 0 {
+                pass.skipped(true);
+            }
+            if rp.left_bytes > 0 && !rp.stopped {
+                pass.skipped(false);
+            }
+            return;
         }
     }
 
