@@ -105,7 +105,7 @@ pub trait Mover {
 
     /// Whether files with equal contents are stored once: a moved file whose bytes equal
     /// those of a file moved before it, or of a file staying where it is in a block at its
-    /// destination's codec and level, is given that place instead of a copy. (Files naming
+    /// destination's codec and level or stored raw, is given that place instead of a copy. (Files naming
     /// the same bytes before a move name the same bytes after it, whatever this says.)
     fn dedup(&self) -> bool {
         false
@@ -136,11 +136,12 @@ impl Contents {
             .push((place, codec.alg, codec.level));
     }
 
-    /// A place holding exactly `bytes`, in a block at `codec`.
+    /// A place holding exactly `bytes`, in a block at `codec` or stored raw (a raw block is
+    /// never rewritten by the pass either, so a file sharing one converges).
     fn find(&self, packs: &Packs, f: &LiveFile, bytes: &[u8], codec: CodecSpec) -> Option<NewPlace> {
         let found = self.0.get(&(f.loc.len, f.loc.content_sum))?;
         found.iter().find_map(|(place, alg, level)| {
-            if (*alg, *level) != (codec.alg, codec.level) {
+            if (*alg, *level) != (codec.alg, codec.level) && *alg != Algorithm::None {
                 return None;
             }
             let there = match place {

@@ -268,8 +268,8 @@ pub fn repack_pending(packs: &Packs, f: &LiveFile) -> bool {
 }
 
 /// The background pass's [`Mover`]: files with a target go to the repacked lane in blocks
-/// of [`REPACK_SHIFT`] at their target (a file already at it, beside pending ones in a
-/// pack, too); others are moved as a garbage reclaim moves them. Files are appended by
+/// of [`REPACK_SHIFT`] at their target (a file already at it, or in a raw block, beside
+/// pending ones in a pack, too); others are moved as a garbage reclaim moves them. Files are appended by
 /// directory, then extension, then name, so similar files share blocks.
 struct Repack<'a> {
     pace: &'a mut dyn FnMut(u64) -> bool,
@@ -287,17 +287,15 @@ fn similarity_key(name: &str) -> (&str, &str, &str) {
 
 impl Mover for Repack<'_> {
     fn destination(&self, f: &LiveFile, was: Option<&super::BlockHeader>) -> super::reclaim::Destination {
-        match (f.target, was) {
-            (Some(t), Some(h))
-                if t.alg != squeezefs_codec::Algorithm::None
-                    && h.codec != squeezefs_codec::Algorithm::None =>
-            {
-                super::reclaim::Destination {
-                    lane: super::Lane::Repacked,
-                    codec: t,
-                    shift: REPACK_SHIFT,
-                }
-            }
+        // Every file with a target goes to a block at it, even one whose block was stored
+        // raw: the new block is at the target or raw again, and neither is pending, so one
+        // round is enough.
+        match f.target {
+            Some(t) if t.alg != squeezefs_codec::Algorithm::None => super::reclaim::Destination {
+                lane: super::Lane::Repacked,
+                codec: t,
+                shift: REPACK_SHIFT,
+            },
             _ => Garbage.destination(f, was),
         }
     }
