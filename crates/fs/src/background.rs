@@ -243,14 +243,7 @@ impl Pass {
                 self.set_state("walking");
             }
             if bytes > 0 {
-                let slot = {
-                    let mut next = self.next_slot.lock().unwrap();
-                    let now = Instant::now();
-                    let slot = (*next).max(now);
-                    let cost = Duration::from_secs_f64(bytes as f64 / self.cfg.rate.max(1) as f64);
-                    *next = slot + cost;
-                    slot
-                };
+                let slot = self.rate_slot(bytes);
                 let now = Instant::now();
                 if slot > now && !self.sleep(slot - now) {
                     return None;
@@ -274,7 +267,20 @@ impl Pass {
         if self.idle_for() < self.cfg.idle || self.stopping() {
             return false;
         }
-        self.wait_turn(bytes).is_some() && self.idle_for() >= self.cfg.idle
+        let slot = self.rate_slot(bytes);
+        let now = Instant::now();
+        if slot > now && !self.sleep(slot - now) {
+            return false;
+        }
+        self.idle_for() >= self.cfg.idle && !self.stopping()
+    }
+
+    /// When work of `bytes` may start at the rate (`background_rate=`), booked now.
+    fn rate_slot(&self, bytes: u64) -> Instant {
+        let mut next = self.next_slot.lock().unwrap();
+        let slot = (*next).max(Instant::now());
+        *next = slot + Duration::from_secs_f64(bytes as f64 / self.cfg.rate.max(1) as f64);
+        slot
     }
 
     /// Whether no change came through the mount since `turn` was given: checked by a

@@ -206,6 +206,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             "packed": packed,
             "shared": live.shared().files,
             "shared_bytes": live.shared().bytes,
+            "shared_mismatched": live.shared().mismatched,
             "plain": plain,
             "extents_verified": verified,
             "logical_bytes": logical,
@@ -239,6 +240,12 @@ pub fn main(args: Args) -> Result<u8, String> {
             human(logical)
         );
         let shared = live.shared();
+        if shared.mismatched > 0 {
+            println!(
+                "{} packed files name bytes another file names with another checksum: one of each pair is damaged (listed above)",
+                shared.mismatched
+            );
+        }
         if shared.files > 0 {
             println!(
                 "{} packed files name bytes another file names too (equal contents stored once, {} saved before compression; each read against its own checksum)",

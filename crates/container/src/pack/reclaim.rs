@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use squeezefs_codec::{Algorithm, CodecSpec};
@@ -110,6 +110,15 @@ pub trait Mover {
     fn dedup(&self) -> bool {
         false
     }
+
+    /// Whether a file that stays, in the block `h` describes, may give its place to equal
+    /// contents ([`Mover::dedup`]): not when it waits to be moved itself.
+    fn may_share(&self, _f: &LiveFile, _h: &super::BlockHeader) -> bool {
+        true
+    }
+
+    /// `f`'s record names its new place now, durably.
+    fn moved(&mut self, _f: &LiveFile) {}
 }
 
 /// Where a moved file's bytes are: a slot appended by this move, or a place that already
@@ -137,7 +146,7 @@ impl Contents {
     }
 
     /// A place holding exactly `bytes`, in a block at `codec` or stored raw (a raw block is
-    /// never rewritten by the pass either, so a file sharing one converges).
+    /// never pending either, so a file sharing one converges).
     fn find(&self, packs: &Packs, f: &LiveFile, bytes: &[u8], codec: CodecSpec) -> Option<NewPlace> {
         let found = self.0.get(&(f.loc.len, f.loc.content_sum))?;
         found.iter().find_map(|(place, alg, level)| {
@@ -195,8 +204,29 @@ fn still_there<S: Storage>(st: &S, f: &LiveFile, victims: &BTreeSet<u32>) -> Res
     }
 }
 
-/// Files moved per batch: their backing files are open together, and their records are
-/// made durable by one `sync_records`.
+/// Opens `f`'s backing file and checks that it is still the file the caller saw, with the
+/// record the caller saw: `Ok(None)` when its record changed to one outside `victims` (it
+/// needs its old pack no more), an error when it cannot be moved (its pack stays).
+fn open_checked<S: Storage>(
+    open: &impl Fn(&LiveFile) -> Result<S>,
+    f: &LiveFile,
+    victims: &BTreeSet<u32>,
+) -> Result<Option<S>> {
+    let st = open(f)?;
+    // The name must still lead to the file the caller saw: if it is another file now, the
+    // walked one may live on under another link (its pack stays).
+    match (f.id, st.identity()) {
+        (Some(want), Ok(Some(got))) if want != got => {
+            return Err(Error::Invalid("its name leads to another file now".into()))
+        }
+        (_, Err(e)) => return Err(e.into()),
+        _ => {}
+    }
+    Ok(still_there(&st, f, victims)?.then_some(st))
+}
+
+/// Files whose records one `sync_records` makes durable (their backing files are open
+/// together meanwhile); a garbage reclaim's batch.
 pub const BATCH: usize = 256;
 
 /// Files in one batch at most, whatever [`Mover::batch_bytes`] asks (open files).
@@ -259,16 +289,23 @@ pub fn reclaim<S: Storage>(
         .collect();
     mover.order(&mut moving);
     let stored_before = packs.counters.bytes_stored.load(Ordering::Relaxed);
-    // Where the bytes a file names went: files naming the same bytes keep sharing them.
-    let mut went: HashMap<(u32, u64, u32, u32, u64), NewPlace> = HashMap::new();
+    // Where the bytes a file names went (and at which codec): files naming the same bytes
+    // keep sharing them when they go to the same codec.
+    let mut went: HashMap<(u32, u64, u32, u32, u64), Known> = HashMap::new();
     let mut contents = Contents::default();
     if mover.dedup() {
-        // The files that stay, in blocks at the codec and level their header says.
-        for f in files
-            .iter()
-            .filter(|f| f.loc.len > 0 && !victims.contains(&f.loc.pack))
-        {
+        // The files that stay, in blocks at the codec and level their header says, when
+        // one that moves may have their contents and the mover lets them be shared.
+        let wanted: HashSet<(u32, u64)> = moving.iter().map(|f| (f.loc.len, f.loc.content_sum)).collect();
+        for f in files.iter().filter(|f| {
+            f.loc.len > 0
+                && !victims.contains(&f.loc.pack)
+                && wanted.contains(&(f.loc.len, f.loc.content_sum))
+        }) {
             if let Ok(h) = packs.block_header(f.loc.pack, f.loc.block) {
+                if !mover.may_share(f, &h) {
+                    continue;
+                }
                 let at = NewPlace::At(Placed {
                     pack: f.loc.pack,
                     block: f.loc.block,
@@ -290,36 +327,17 @@ pub fn reclaim<S: Storage>(
             keep.extend(moving[range.start..].iter().map(|f| f.loc.pack));
             break;
         }
+        // Each file is opened to be checked, then closed (a batch may hold thousands of
+        // files), and opened again, checked again, when its record is replaced.
         let mut slots = Vec::new();
         for &f in batch {
             let mut leave = |e: Error| {
                 keep.insert(f.loc.pack);
                 out.left.push((f.name.clone(), e));
             };
-            let st = match open(f) {
-                Ok(st) => st,
-                Err(e) => {
-                    leave(e);
-                    continue;
-                }
-            };
-            // The name must still lead to the file the caller saw: if it is another file
-            // now, the walked one may live on under another link (its pack stays).
-            match (f.id, st.identity()) {
-                (Some(want), Ok(Some(got))) if want != got => {
-                    leave(Error::Invalid("its name leads to another file now".into()));
-                    continue;
-                }
-                (_, Err(e)) => {
-                    leave(e.into());
-                    continue;
-                }
-                _ => {}
-            }
-            // The record must still be the one the caller saw.
-            match still_there(&st, f, victims) {
-                Ok(true) => {}
-                Ok(false) => continue,
+            match open_checked(&open, f, victims) {
+                Ok(Some(_st)) => {}
+                Ok(None) => continue,
                 Err(e) => {
                     leave(e);
                     continue;
@@ -332,14 +350,17 @@ pub fn reclaim<S: Storage>(
                 f.loc.len,
                 f.loc.content_sum,
             );
-            if let Some(place) = went.get(&range) {
-                slots.push((f, st, place.clone()));
+            let was = packs.block_header(f.loc.pack, f.loc.block).ok();
+            let to = mover.destination(f, was.as_ref());
+            let shares = |(_, alg, level): &Known| {
+                (*alg, *level) == (to.codec.alg, to.codec.level) || *alg == Algorithm::None
+            };
+            if let Some(known) = went.get(&range).filter(|k| shares(k)) {
+                slots.push((f, known.0.clone()));
                 continue;
             }
             match packs.read(&f.loc) {
                 Ok(bytes) => {
-                    let was = packs.block_header(f.loc.pack, f.loc.block).ok();
-                    let to = mover.destination(f, was.as_ref());
                     let same = mover
                         .dedup()
                         .then(|| contents.find(packs, f, &bytes, to.codec))
@@ -358,25 +379,25 @@ pub fn reclaim<S: Storage>(
                             place
                         }
                     };
-                    went.insert(range, place.clone());
-                    slots.push((f, st, place));
+                    went.insert(range, (place.clone(), to.codec.alg, to.codec.level));
+                    slots.push((f, place));
                 }
                 Err(e) => leave(e),
             }
         }
         packs.sync()?;
         let mut placed = Vec::with_capacity(slots.len());
-        for (f, st, place) in slots {
+        for (f, place) in slots {
             let p = match &place {
                 NewPlace::Slot(slot) => packs.durable(slot)?,
                 NewPlace::At(p) => *p,
             };
             // (A slot lives until its record is set: its pack is not reclaimable meanwhile.)
-            placed.push((f, st, p, place));
+            placed.push((f, p, place));
         }
-        // Slots of this batch are named by records from here on: later batches share
-        // their places as places.
-        for place in went.values_mut() {
+        // Every slot of this batch is durable now: later batches share their places as
+        // places (a record names each, or none and it is garbage a record may still name).
+        for (place, _, _) in went.values_mut() {
             if let NewPlace::Slot(slot) = place {
                 if let Ok(p) = packs.durable(slot) {
                     *place = NewPlace::At(p);
@@ -392,31 +413,49 @@ pub fn reclaim<S: Storage>(
                 }
             }
         }
-        let mut done = Vec::with_capacity(placed.len());
-        {
-            let _records = packs.records().write().unwrap();
-            for (f, st, p, _slot) in placed {
-                match still_there(&st, f, victims) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
+        for chunk in placed.chunks(BATCH) {
+            let mut opened = Vec::with_capacity(chunk.len());
+            for (f, p, _slot) in chunk {
+                match open_checked(&open, f, victims) {
+                    Ok(Some(st)) => opened.push((*f, st, *p)),
+                    Ok(None) => {}
                     Err(e) => {
                         keep.insert(f.loc.pack);
                         out.left.push((f.name.clone(), e));
-                        continue;
                     }
                 }
-                let new = Location {
-                    pack: p.pack,
-                    block: p.block,
-                    offset: p.offset,
-                    ..f.loc
-                };
-                st.set_xattr(LOCATION_XATTR, &new.encode())?;
-                done.push(st);
+            }
+            let mut done = Vec::with_capacity(opened.len());
+            let mut moved = Vec::with_capacity(opened.len());
+            {
+                let _records = packs.records().write().unwrap();
+                for (f, st, p) in opened {
+                    match still_there(&st, f, victims) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(e) => {
+                            keep.insert(f.loc.pack);
+                            out.left.push((f.name.clone(), e));
+                            continue;
+                        }
+                    }
+                    let new = Location {
+                        pack: p.pack,
+                        block: p.block,
+                        offset: p.offset,
+                        ..f.loc
+                    };
+                    st.set_xattr(LOCATION_XATTR, &new.encode())?;
+                    done.push(st);
+                    moved.push(f);
+                }
+            }
+            sync_records(&done)?;
+            out.files_moved += done.len() as u64;
+            for f in moved {
+                mover.moved(f);
             }
         }
-        sync_records(&done)?;
-        out.files_moved += done.len() as u64;
     }
     // What the walk saw must be durable before a pack it judged unused goes (a record
     // removed or replaced, not yet synced, would come back in a crash).

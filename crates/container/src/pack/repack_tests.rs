@@ -245,3 +245,72 @@ fn equal_contents_are_stored_once_and_a_write_to_one_leaves_the_other() {
     assert_eq!(read(&t, "d/f3"), data(1000, 5000));
     assert_eq!(read(&t, "d/f4"), data(2000, 7000));
 }
+
+/// Directory `d19` (by inode) has target zstd:19, everything else zstd:9.
+struct ByDir {
+    nineteen: u64,
+}
+
+impl Targets for ByDir {
+    fn dir(&self, dir: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec> {
+        use std::os::unix::fs::MetadataExt;
+        if dir.metadata().unwrap().ino() == self.nineteen {
+            return Some(CodecSpec::new(Algorithm::Zstd, 19).unwrap());
+        }
+        inherited.or(Some(zstd9()))
+    }
+
+    fn file(&self, _file: &File, inherited: Option<CodecSpec>) -> Option<CodecSpec> {
+        inherited
+    }
+}
+
+#[test]
+fn equal_files_with_different_targets_each_reach_theirs_and_the_pass_converges() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tree("targets");
+    std::fs::create_dir(t.root.join("d19")).unwrap();
+    // The same bytes named by one record each in both directories, and two records naming
+    // one range (as a previous round that shared them left it).
+    write(&t.root, &t.packs, "d/x", &data(7, 9000));
+    write(&t.root, &t.packs, "d19/x", &data(7, 9000));
+    let x = record(&t.root, "d/x");
+    let f = FileStorage::new(File::create(t.root.join("d19/y")).unwrap());
+    f.set_xattr(LOCATION_XATTR, &x.encode()).unwrap();
+    t.packs.retire(Lane::Written);
+    let targets = ByDir {
+        nineteen: std::fs::metadata(t.root.join("d19")).unwrap().ino(),
+    };
+    let run = || {
+        let free = t.packs.reclaimable().unwrap();
+        let mut pace = |_: u64| true;
+        let mut settle = || Settle::Remove;
+        repack_tree(
+            &t.root,
+            &t.packs,
+            TreeRepack {
+                targets: &targets,
+                mount_target: None,
+                free,
+                budget: REPACK_BUDGET,
+                pace: &mut pace,
+                settle: &mut settle,
+            },
+        )
+        .unwrap()
+        .unwrap()
+    };
+    let r = run();
+    assert_eq!(r.done_bytes, r.pending_bytes, "{r:?}");
+    let level = |name: &str| {
+        let l = record(&t.root, name);
+        t.packs.block_header(l.pack, l.block).unwrap().level
+    };
+    assert_eq!((level("d/x"), level("d19/x"), level("d19/y")), (9, 19, 19));
+    assert_eq!(record(&t.root, "d19/x").pack, record(&t.root, "d19/y").pack);
+    for n in ["d/x", "d19/x", "d19/y"] {
+        assert_eq!(read(&t, n), data(7, 9000));
+    }
+    let again = run();
+    assert_eq!((again.pending_bytes, again.done_bytes), (0, 0), "converged: {again:?}");
+}

@@ -255,16 +255,19 @@ pub const REPACK_BATCH_BYTES: u64 = 8 << 20;
 /// block, compressed, is at another codec or level. A block stored raw (its bytes did not
 /// compress) or whose header cannot be read is left alone, so a walk converges.
 pub fn repack_pending(packs: &Packs, f: &LiveFile) -> bool {
-    let Some(t) = f.target.filter(|t| t.alg != squeezefs_codec::Algorithm::None) else {
-        return false;
-    };
-    if f.loc.len == 0 {
-        return false;
-    }
-    match packs.block_header(f.loc.pack, f.loc.block) {
-        Ok(h) => h.codec != squeezefs_codec::Algorithm::None && (h.codec, h.level) != (t.alg, t.level),
-        Err(_) => false,
-    }
+    f.loc.len > 0
+        && packs
+            .block_header(f.loc.pack, f.loc.block)
+            .is_ok_and(|h| pending_in(f, &h))
+}
+
+/// [`repack_pending`] for a file whose block has header `h`.
+fn pending_in(f: &LiveFile, h: &super::BlockHeader) -> bool {
+    f.target
+        .filter(|t| t.alg != squeezefs_codec::Algorithm::None)
+        .is_some_and(|t| {
+            h.codec != squeezefs_codec::Algorithm::None && (h.codec, h.level) != (t.alg, t.level)
+        })
 }
 
 /// The background pass's [`Mover`]: files with a target go to the repacked lane in blocks
@@ -273,6 +276,10 @@ pub fn repack_pending(packs: &Packs, f: &LiveFile) -> bool {
 /// directory, then extension, then name, so similar files share blocks.
 struct Repack<'a> {
     pace: &'a mut dyn FnMut(u64) -> bool,
+    /// The pending files (by name), and the bytes of those whose record names their new
+    /// place now.
+    pending: HashSet<&'a str>,
+    done_bytes: u64,
 }
 
 /// Where a file sorts in a repack: its directory, its extension, its name.
@@ -315,6 +322,16 @@ impl Mover for Repack<'_> {
     fn batch_bytes(&self) -> u64 {
         REPACK_BATCH_BYTES
     }
+
+    fn may_share(&self, f: &LiveFile, h: &super::BlockHeader) -> bool {
+        !pending_in(f, h)
+    }
+
+    fn moved(&mut self, f: &LiveFile) {
+        if self.pending.contains(f.name.as_str()) {
+            self.done_bytes += u64::from(f.loc.len);
+        }
+    }
 }
 
 /// How a [`repack_tree`] round is bounded, and what it may touch.
@@ -348,9 +365,11 @@ pub struct Repacked {
     pub busy_packs: BTreeSet<u32>,
     /// Pending bytes left for the next round by the budget.
     pub later_bytes: u64,
-    /// Pending bytes of files left where they were for an error (`moved.left`), or not
-    /// moved because the round stopped or was aborted.
+    /// Pending bytes of files left where they were for an error (`moved.left`): not
+    /// counted as pending until a later walk tries again.
     pub left_bytes: u64,
+    /// Pending bytes of packs taken but not moved because the round stopped.
+    pub stopped_bytes: u64,
     /// The walk or the move stopped (the pass is stopping, or the mount is not idle).
     pub stopped: bool,
     /// The move itself, when packs were picked.
@@ -410,24 +429,29 @@ pub fn repack_tree(root: &Path, packs: &Packs, opts: TreeRepack) -> Result<Optio
     if victims.is_empty() {
         return Ok(Some(out));
     }
-    let mut mover = Repack { pace: opts.pace };
+    let mut mover = Repack {
+        pace: opts.pace,
+        pending: pending_files.iter().map(|&i| w.files[i].name.as_str()).collect(),
+        done_bytes: 0,
+    };
     let r = reclaim_files(root, packs, &victims, &w.files, &mut mover, opts.settle)
         .map_err(|e| format!("repacking: {e}"))?;
     out.stopped = r.stopped;
-    // What moved: the pending files of victims that are not left where they were, in packs
-    // the round removed (a stopped or aborted round keeps packs: their files count as left).
+    out.done_bytes = mover.done_bytes;
     let left: HashSet<&str> = r.left.iter().map(|(n, _)| n.as_str()).collect();
+    let mut taken = 0;
     for &i in &pending_files {
         let f = &w.files[i];
-        if !victims.contains(&f.loc.pack) {
-            continue;
-        }
-        if r.packs_removed.contains(&f.loc.pack) && !left.contains(f.name.as_str()) {
-            out.done_bytes += u64::from(f.loc.len);
-        } else {
-            out.left_bytes += u64::from(f.loc.len);
+        if victims.contains(&f.loc.pack) {
+            taken += u64::from(f.loc.len);
+            if left.contains(f.name.as_str()) {
+                out.left_bytes += u64::from(f.loc.len);
+            }
         }
     }
+    // Not moved, not left for an error: the round stopped before them (or their record
+    // changed meanwhile, and a walk looks at them again anyway).
+    out.stopped_bytes = taken.saturating_sub(out.done_bytes + out.left_bytes);
     out.moved = Some(r);
     Ok(Some(out))
 }

@@ -149,19 +149,19 @@ impl Core {
             pass.found(rp.pending_bytes);
             pass.rewritten(0, rp.done_bytes);
             pass.repacked(rp.moved.as_ref().map_or(0, |m| m.files_moved));
-            let rest = rp.pending_bytes - rp.done_bytes;
             if rp.later_bytes > 0 && rp.done_bytes > 0 && !rp.stopped {
                 // The budget left packs for another round, found again there.
-                pass.unfound(rest);
+                pass.unfound(rp.pending_bytes - rp.done_bytes);
                 continue;
             }
-            // Bytes in packs in use stay pending (a later walk comes back for them); files
-            // left for an error are not retried until they change, like failed chunks.
-            pass.unfound(rest - rp.busy_bytes);
-            if rp.busy_bytes > 0 || rp.stopped || rp.later_bytes > 0 {
+            // Files left for an error are not counted as pending (a later walk tries
+            // again); bytes in packs in use, over the budget or not reached before the
+            // round stopped stay pending, and bring a later walk back.
+            pass.unfound(rp.left_bytes);
+            if rp.busy_bytes + rp.later_bytes + rp.stopped_bytes > 0 || rp.stopped {
                 pass.skipped(true);
             }
-            if rp.left_bytes > 0 && !rp.stopped {
+            if rp.left_bytes > 0 {
                 pass.skipped(false);
             }
             return;
