@@ -312,5 +312,9 @@ fn equal_files_with_different_targets_each_reach_theirs_and_the_pass_converges()
         assert_eq!(read(&t, n), data(7, 9000));
     }
     let again = run();
-    assert_eq!((again.pending_bytes, again.done_bytes), (0, 0), "converged: {again:?}");
+    assert_eq!(
+        (again.pending_bytes, again.done_bytes),
+        (0, 0),
+        "converged: {again:?}"
+    );
 }
