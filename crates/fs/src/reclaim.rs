@@ -225,11 +225,7 @@ impl Reclaimer {
         if only.is_empty() {
             return Ok(None);
         }
-        {
-            let _records = self.packs.records().write().unwrap();
-            *self.moved.lock().unwrap() = Moved::default();
-            self.active.store(true, Ordering::SeqCst);
-        }
+        self.begin_round();
         let mut settle = || self.settle();
         let r = reclaim_tree(
             &self.root,
@@ -261,11 +257,7 @@ impl Reclaimer {
         self.kept.close_all();
         // Rule 1: the packs a round may take are known before its walk.
         let free = self.packs.reclaimable().map_err(|e| e.to_string())?;
-        {
-            let _records = self.packs.records().write().unwrap();
-            *self.moved.lock().unwrap() = Moved::default();
-            self.active.store(true, Ordering::SeqCst);
-        }
+        self.begin_round();
         let mut settle = || self.settle();
         let r = repack_tree(
             &self.root,
@@ -298,6 +290,14 @@ impl Reclaimer {
             self.last_seen.fetch_add(rc.files_moved, Ordering::Relaxed);
         }
         r
+    }
+
+    /// A round starts: renames and links log what they move from here on (rule 3), set
+    /// under `packs.records()` held exclusively, so none is in flight.
+    fn begin_round(&self) {
+        let _records = self.packs.records().write().unwrap();
+        *self.moved.lock().unwrap() = Moved::default();
+        self.active.store(true, Ordering::SeqCst);
     }
 
     /// `settle` for a round: called with `packs.records()` held exclusively, so no rename

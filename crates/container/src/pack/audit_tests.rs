@@ -107,6 +107,22 @@ fn read_all(packs: &Packs, files: &[(MemDisk, Vec<u8>)], why: &str) {
     }
 }
 
+/// The world after a crash at step `n` (what reached its disks, torn as `n` picks), its
+/// packs opened again; every file reads back as it was.
+fn reboot(w: &World, n: u64) -> (Packs, Vec<(MemDisk, Vec<u8>)>) {
+    let after = Crash::new();
+    let mut rand = rand_from(n);
+    let dir = w.dir.reboot_into(&after, &mut rand);
+    let disks: Vec<(MemDisk, Vec<u8>)> = w
+        .files
+        .iter()
+        .map(|(d, b)| (d.reboot_into(&after, &mut rand), b.clone()))
+        .collect();
+    let packs = Packs::new(Box::new(dir), true, 0).unwrap();
+    read_all(&packs, &disks, &format!("after a crash at step {n}"));
+    (packs, disks)
+}
+
 fn rand_from(seed: u64) -> impl FnMut() -> u64 {
     let mut x = seed | 1;
     move || {
@@ -166,16 +182,7 @@ fn a_reclaim_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
         let r = run_reclaim(&packs, &v, &w.files);
         let crashed = crash.has_crashed();
         assert!(crashed || r.is_ok(), "{r:?}");
-        let after = Crash::new();
-        let mut rand = rand_from(n);
-        let dir = w.dir.reboot_into(&after, &mut rand);
-        let disks: Vec<(MemDisk, Vec<u8>)> = w
-            .files
-            .iter()
-            .map(|(d, b)| (d.reboot_into(&after, &mut rand), b.clone()))
-            .collect();
-        let packs = Packs::new(Box::new(dir), true, 0).unwrap();
-        read_all(&packs, &disks, &format!("after a crash at step {n}"));
+        let (packs, disks) = reboot(&w, n);
         // Reclaim again (what `check --repair` does after the crash): nothing is lost and
         // garbage ends under the limit.
         let reports = audit(&packs, &disks);
@@ -559,16 +566,7 @@ fn a_repack_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
         }
         let crashed = crash.has_crashed();
         assert!(crashed || r.is_ok(), "{r:?}");
-        let after = Crash::new();
-        let mut rand = rand_from(n);
-        let dir = w.dir.reboot_into(&after, &mut rand);
-        let disks: Vec<(MemDisk, Vec<u8>)> = w
-            .files
-            .iter()
-            .map(|(d, b)| (d.reboot_into(&after, &mut rand), b.clone()))
-            .collect();
-        let packs = Packs::new(Box::new(dir), true, 0).unwrap();
-        read_all(&packs, &disks, &format!("after a crash at step {n}"));
+        let (packs, disks) = reboot(&w, n);
         for r in audit(&packs, &disks).values() {
             for i in &r.issues {
                 assert!(!matches!(i, PackIssue::Damage(_)), "crash at {n}: {i:?}");

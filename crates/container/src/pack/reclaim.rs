@@ -397,19 +397,10 @@ pub fn reclaim<S: Storage>(
         }
         // Every slot of this batch is durable now: later batches share their places as
         // places (a record names each, or none and it is garbage a record may still name).
-        for (place, _, _) in went.values_mut() {
+        for (place, _, _) in went.values_mut().chain(contents.0.values_mut().flatten()) {
             if let NewPlace::Slot(slot) = place {
                 if let Ok(p) = packs.durable(slot) {
                     *place = NewPlace::At(p);
-                }
-            }
-        }
-        for v in contents.0.values_mut() {
-            for (place, _, _) in v.iter_mut() {
-                if let NewPlace::Slot(slot) = place {
-                    if let Ok(p) = packs.durable(slot) {
-                        *place = NewPlace::At(p);
-                    }
                 }
             }
         }

@@ -89,17 +89,21 @@ fn data(i: u64, len: usize) -> Vec<u8> {
     format!("file {i} says hello; ").repeat(len / 10 + 1).into_bytes()[..len].to_vec()
 }
 
-/// One round, the packs it may take asked before its walk (as a mount does).
+/// One round with every target zstd:9, `during` run at each directory of its walk.
 fn round(t: &Tree, during: &dyn Fn()) -> Repacked {
+    round_with(t, &All { during })
+}
+
+/// One round, the packs it may take asked before its walk (as a mount does).
+fn round_with(t: &Tree, targets: &dyn Targets) -> Repacked {
     let free = t.packs.reclaimable().unwrap();
-    let targets = All { during };
     let mut pace = |_: u64| true;
     let mut settle = || Settle::Remove;
     repack_tree(
         &t.root,
         &t.packs,
         TreeRepack {
-            targets: &targets,
+            targets,
             mount_target: None,
             free,
             budget: REPACK_BUDGET,
@@ -281,25 +285,7 @@ fn equal_files_with_different_targets_each_reach_theirs_and_the_pass_converges()
     let targets = ByDir {
         nineteen: std::fs::metadata(t.root.join("d19")).unwrap().ino(),
     };
-    let run = || {
-        let free = t.packs.reclaimable().unwrap();
-        let mut pace = |_: u64| true;
-        let mut settle = || Settle::Remove;
-        repack_tree(
-            &t.root,
-            &t.packs,
-            TreeRepack {
-                targets: &targets,
-                mount_target: None,
-                free,
-                budget: REPACK_BUDGET,
-                pace: &mut pace,
-                settle: &mut settle,
-            },
-        )
-        .unwrap()
-        .unwrap()
-    };
+    let run = || round_with(&t, &targets);
     let r = run();
     assert_eq!(r.done_bytes, r.pending_bytes, "{r:?}");
     let level = |name: &str| {
