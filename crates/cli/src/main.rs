@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use args::{MountArgs, Output, Paths};
 use clap::{CommandFactory, Parser, Subcommand};
 use squeezefs_container::format::{
-    FORMAT_VERSION, FORMAT_VERSION_DICT, FORMAT_VERSION_NO_DICT, MIN_FORMAT_VERSION,
+    FORMAT_VERSION, FORMAT_VERSION_DICT, FORMAT_VERSION_NO_DICT, FORMAT_VERSION_TIMES, MIN_FORMAT_VERSION,
 };
 
 mod args;
@@ -287,13 +287,19 @@ fn mount_help() -> String {
         wait; incompressible data is not retried. Small files' packs are\n                              \
         rewritten at it into 1 MiB blocks, similar files together and\n                              \
         identical files stored once (a cold tree reaches archive\n                              \
-        density). Per directory or file: the property\n                              \
+        density), and larger files 1 MiB extents. Per directory or file:\n                              \
+        the property\n                              \
         background_compression (applies to everything below; none: never).\n                              \
         `squeezefs stats --json` shows background.pending_bytes\n  \
         background_idle=SECS        no change through the mount for SECS before the pass runs\n                              \
         (default 5); a change pauses it where it is\n  \
         background_rate=SIZE        bytes a second the pass rewrites at most (default 64M); it\n                              \
         also runs at nice 19 in the idle I/O class\n  \
+        background_extent_size=SIZE\n                              \
+        cold files stored in smaller extents get extents this large\n                              \
+        (4K..1M; default 1M, or extent_size= when that is given): they\n                              \
+        compress better and lose less to rounding (slack). Files with an\n                              \
+        extent_size property of their own keep it\n  \
         allow_other                 let other users in (needs user_allow_other when not root)\n  \
         default_permissions         kernel permission checks (on by default)\n  \
         ro                          read-only (never packs); files are opened by the kernel\n                              \
@@ -318,14 +324,15 @@ fn mount_help() -> String {
 }
 
 /// `0.1.0 (container format 2, 3 for files with a dictionary, 5 for files whose times the
-/// background pass keeps; packed files format 4 (by default; mount option nopack: not);
-/// reads 1–5)`.
+/// background pass keeps, 6 for files it gave larger extents; packed files format 4 (by
+/// default; mount option nopack: not); reads 1–6)`.
 fn version() -> &'static str {
     use squeezefs_container::pack::format::PACKS_FORMAT_VERSION as PACKED;
     Box::leak(
         format!(
             "{} (container format {FORMAT_VERSION_NO_DICT}, {FORMAT_VERSION_DICT} for files with a dictionary, \
-             {FORMAT_VERSION} for files whose times the background pass keeps; packed files format {PACKED} \
+             {FORMAT_VERSION_TIMES} for files whose times the background pass keeps, {FORMAT_VERSION} for files \
+             it gave larger extents; packed files format {PACKED} \
              (by default; mount option nopack: not); reads {MIN_FORMAT_VERSION}–{FORMAT_VERSION})",
             env!("CARGO_PKG_VERSION")
         )

@@ -71,6 +71,12 @@ fn stored(backing: &Path) -> Vec<String> {
     common::types(&common::squeezefs_json(&["stats".as_ref(), backing.as_os_str()]))
 }
 
+/// The extents of one backing file, and the bytes its copies lose to rounding (slack).
+fn extents_and_slack(backing: &Path) -> (u64, u64) {
+    let v = common::squeezefs_json(&["stats".as_ref(), backing.as_os_str()]);
+    (v["extents"].as_u64().unwrap(), v["slack"].as_u64().unwrap())
+}
+
 /// Modification and change times (to the nanosecond) and an MD5 of each of `files`, as
 /// `tests` sees them through the mount.
 fn seen(m: &Mount, files: &[&str]) -> Vec<String> {
@@ -131,6 +137,9 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     let b = d.join("backing");
     live(&m); // (reading the statistics commits what closed files wait for)
     assert_eq!(stored(&b.join("logs/app.log")), ["zstd:1"], "written fast");
+    // 2.7 MB in 128 KiB extents.
+    let (extents, slack_before) = extents_and_slack(&b.join("logs/app.log"));
+    assert_eq!(extents, 21);
     let before = seen(&m, &FILES);
 
     // The first walk leaves the held file, so it keeps something pending.
@@ -148,6 +157,15 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
         v["background"]
     );
     assert_eq!(stored(&b.join("logs/app.log")), ["zstd:12"], "the mount's target");
+    // Cold files get 1 MiB extents (point 5): three, losing less to rounding.
+    let (extents, slack) = extents_and_slack(&b.join("logs/app.log"));
+    assert_eq!(extents, 3);
+    assert!(slack < slack_before, "slack {slack_before} -> {slack}");
+    assert_eq!(
+        extents_and_slack(&b.join("keep/a.txt")).0,
+        10,
+        "`none` keeps 128 KiB extents too"
+    );
     assert_eq!(stored(&b.join("arch/b.txt")), ["zstd:9"], "a directory's target");
     assert_eq!(
         stored(&b.join("arch/sub/c.txt")),

@@ -9,7 +9,7 @@
 //! [`crate::pack::audit`], which needs every file's record first.
 
 use crate::encode::decode_payload;
-use crate::format::{half_offset, slot_size, ExtentHeader, DATA_START};
+use crate::format::{ExtentHeader, Geometry, DATA_START};
 use crate::layout::{
     self, current_superblock, half_name, newest_first, read_head, superblock_copies, Head, Tie,
 };
@@ -35,6 +35,8 @@ pub enum Severity {
 pub enum Fix {
     /// Punch half `half` of extent `index`.
     PunchHalf { index: u64, half: u8 },
+    /// Punch `len` bytes at `offset` (an extent area the file left for a new one).
+    Punch { offset: u64, len: u64 },
     /// Cut the file to this length.
     Truncate(u64),
     /// Remove the file's location record (a superblock outranks it).
@@ -56,6 +58,8 @@ pub struct Report {
     pub plain: bool,
     pub size: u64,
     pub extent_size: u64,
+    /// Where the extent area starts: MiB past the superblocks (`SB_FLAG_AREA`).
+    pub area: u32,
     /// Extent copies verified (header and payload checksums, and decoded).
     pub extents_verified: u64,
     /// A packed file: its current location record (its bytes were read from the pack and
@@ -84,16 +88,16 @@ enum Half {
     Invalid(String),
 }
 
-fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, h: u8) -> Result<Half> {
-    let hdr = match layout::read_half(st, shift, idx, h)? {
+fn read_half<S: Storage>(st: &S, geo: Geometry, idx: u64, h: u8) -> Result<Half> {
+    let hdr = match layout::read_half(st, geo, idx, h)? {
         layout::Half::Hole => return Ok(Half::Hole),
         layout::Half::Invalid(e) => return Ok(Half::Invalid(format!("header: {e}"))),
         layout::Half::Header(x) => x,
     };
-    let Some(payload) = layout::read_payload(st, shift, idx, h, &hdr)? else {
+    let Some(payload) = layout::read_payload(st, geo, idx, h, &hdr)? else {
         return Ok(Half::Invalid("payload checksum mismatch".into()));
     };
-    let mut out = vec![0u8; 1 << shift];
+    let mut out = vec![0u8; 1 << geo.shift];
     if let Err(e) = decode_payload(&hdr, &payload, &mut out) {
         return Ok(Half::Invalid(format!(
             "payload passes its checksum but does not decode: {e}"
@@ -203,7 +207,27 @@ pub fn check<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Report> {
     }
     r.size = sb.size;
     r.extent_size = 1 << sb.extent_shift;
-    let shift = sb.extent_shift;
+    r.area = sb.area;
+    let (shift, geo) = (sb.extent_shift, sb.geometry());
+    // Data between the superblocks and a moved extent area: the old area, which a crash
+    // kept the pass from punching once the superblock naming the new one was durable.
+    if geo.start > DATA_START {
+        if let Some(at) = st.next_data(DATA_START)?.filter(|&at| at < geo.start) {
+            r.findings.push(Finding {
+                severity: Severity::Leftover,
+                extent: None,
+                detail: format!(
+                    "{} bytes of an extent area the file left for a new one (a crash came before \
+                     they were punched)",
+                    geo.start - at
+                ),
+                fix: Some(Fix::Punch {
+                    offset: DATA_START,
+                    len: geo.start - DATA_START,
+                }),
+            });
+        }
+    }
     let needed = if sb.is_inline() {
         r.extents_verified += 1;
         DATA_START
@@ -211,7 +235,7 @@ pub fn check<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Report> {
         let count = sb.size.div_ceil(1 << shift);
         for idx in 0..count {
             let offset = idx << shift;
-            let halves = [read_half(st, shift, idx, 0)?, read_half(st, shift, idx, 1)?];
+            let halves = [read_half(st, geo, idx, 0)?, read_half(st, geo, idx, 1)?];
             let gens = [0, 1].map(|h| match &halves[h] {
                 Half::Valid(x) => Some(x.generation),
                 _ => None,
@@ -264,7 +288,7 @@ pub fn check<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Report> {
                 }
             }
         }
-        half_offset(shift, count, 0)
+        geo.half(count, 0)
     };
     if len > needed && st.next_data(needed)?.is_some() {
         r.findings.push(Finding {
@@ -321,7 +345,7 @@ fn check_packed(r: &mut Report, packs: Option<&Packs>, loc: Location, leftover: 
 /// Removes the leftovers `report` found (after making the current copies durable). Returns
 /// how many fixes were applied.
 pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
-    let extent_shift = report.extent_size.trailing_zeros() as u8;
+    let geo = Geometry::new(report.extent_size.trailing_zeros() as u8, report.area);
     let fixes: Vec<Fix> = report.findings.iter().filter_map(|f| f.fix).collect();
     if fixes.is_empty() {
         return Ok(0);
@@ -330,9 +354,8 @@ pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
     st.sync_all()?;
     for f in &fixes {
         match *f {
-            Fix::PunchHalf { index, half } => {
-                st.punch(half_offset(extent_shift, index, half), slot_size(extent_shift))?
-            }
+            Fix::PunchHalf { index, half } => st.punch(geo.half(index, half), geo.slot())?,
+            Fix::Punch { offset, len } => st.punch(offset, len)?,
             Fix::Truncate(len) => st.set_len(len)?,
             Fix::RemoveRecord => st.remove_xattr(LOCATION_XATTR)?,
         }

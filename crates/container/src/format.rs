@@ -1,5 +1,5 @@
-//! On-disk structures of a container, versions 2, 3 and 5 (version 1 is read too; 4 is the
-//! packs' format, `pack::format`, never a container's). docs/FORMAT.md
+//! On-disk structures of a container, versions 2, 3, 5 and 6 (version 1 is read too; 4 is
+//! the packs' format, `pack::format`, never a container's). docs/FORMAT.md
 //! describes every field; this module is the only code that knows the byte layout. All
 //! integers little-endian.
 
@@ -10,10 +10,14 @@ use xxhash_rust::xxh3::xxh3_64;
 /// and line-ending conversions are detected).
 pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
 /// The newest format version this code reads and writes. A superblock is written as version
-/// 5 only when it keeps a change time (`SB_FLAG_TIMES`), as version 3 when the file uses a
-/// dictionary (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as version 2, so files that use
-/// neither stay readable by squeezefs versions before them.
-pub const FORMAT_VERSION: u16 = 5;
+/// 6 only when its extent area was moved (`SB_FLAG_AREA`), as version 5 when it keeps a
+/// change time (`SB_FLAG_TIMES`), as version 3 when the file uses a dictionary
+/// (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as version 2, so files that use none of
+/// these stay readable by squeezefs versions before them.
+pub const FORMAT_VERSION: u16 = 6;
+/// The version written for files that keep times and whose extent area is where it always
+/// was.
+pub const FORMAT_VERSION_TIMES: u16 = 5;
 /// The version written for files that use a dictionary and keep no change time.
 pub const FORMAT_VERSION_DICT: u16 = 3;
 /// The version written for files that use no dictionary.
@@ -50,6 +54,13 @@ pub const SB_FLAG_DICT: u32 = 1 << 2;
 /// change through a mount. Never with `SB_FLAG_INLINE` (the area is the inline payload's
 /// then).
 pub const SB_FLAG_TIMES: u32 = 1 << 3;
+/// Superblock flag (version 6): the extent area starts `area` MiB past [`DATA_START`]
+/// (header bytes 52..56), not at it. Background recompression gives a cold file larger
+/// extents by writing them past everything the file held, then a superblock naming the new
+/// extent size and area; the old area is punched once that superblock is durable.
+pub const SB_FLAG_AREA: u32 = 1 << 4;
+/// The unit of [`Superblock::area`].
+pub const AREA_UNIT: u64 = 1 << 20;
 /// Bytes of the kept times in the area after the header: the change time's seconds (i64)
 /// and nanoseconds (u32, < 10⁹), 4 reserved bytes (zero), the modification time's seconds
 /// and nanoseconds, 4 reserved bytes.
@@ -96,14 +107,18 @@ pub fn sb_known_flags(version: u16) -> u32 {
         1 => SB_FLAG_INLINE,
         2 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
         3 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT,
-        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES,
+        5 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES,
+        _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES | SB_FLAG_AREA,
     }
 }
 
-/// Whether a superblock of `version` is one this code reads: 1, 2, 3 and 5 (4 numbers the
-/// packs' format, never a container's).
+/// Whether a superblock of `version` is one this code reads: 1, 2, 3, 5 and 6 (4 numbers
+/// the packs' format, never a container's).
 pub fn is_container_version(version: u16) -> bool {
-    matches!(version, MIN_FORMAT_VERSION..=FORMAT_VERSION_DICT | FORMAT_VERSION)
+    matches!(
+        version,
+        MIN_FORMAT_VERSION..=FORMAT_VERSION_DICT | FORMAT_VERSION_TIMES | FORMAT_VERSION
+    )
 }
 
 /// Superblock `props` bit (version 2): `codec` is the file's own compression property
@@ -138,9 +153,38 @@ pub fn slot_size(extent_shift: u8) -> u64 {
     (1u64 << extent_shift) + BLOCK
 }
 
-/// Offset of half `half` (0 = A, 1 = B) of extent `index`.
+/// Offset of half `half` (0 = A, 1 = B) of extent `index` in a container whose extent area
+/// is where it always was (area 0; see [`Geometry`] for the others).
 pub fn half_offset(extent_shift: u8, index: u64, half: u8) -> u64 {
-    DATA_START + (2 * index + half as u64) * slot_size(extent_shift)
+    Geometry::new(extent_shift, 0).half(index, half)
+}
+
+/// Where a container's extent slots are: their size and the start of their area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub shift: u8,
+    /// Offset of the first slot: [`DATA_START`] plus the superblock's `area` MiB.
+    pub start: u64,
+}
+
+impl Geometry {
+    /// Extents of `1 << shift` bytes in an area `area` MiB past [`DATA_START`].
+    pub fn new(shift: u8, area: u32) -> Geometry {
+        Geometry {
+            shift,
+            start: DATA_START + area as u64 * AREA_UNIT,
+        }
+    }
+
+    /// Offset of half `half` (0 = A, 1 = B) of extent `index`.
+    pub fn half(&self, index: u64, half: u8) -> u64 {
+        self.start + (2 * index + half as u64) * slot_size(self.shift)
+    }
+
+    /// Bytes reserved for one half.
+    pub fn slot(&self) -> u64 {
+        slot_size(self.shift)
+    }
 }
 
 /// Offset of superblock copy `slot` (0 or 1).
@@ -155,7 +199,7 @@ pub enum FormatError {
     Magic,
     #[error("header checksum mismatch")]
     Checksum,
-    #[error("format version {0} is not one this squeezefs understands (1 … 3, 5)")]
+    #[error("format version {0} is not one this squeezefs understands (1 … 3, 5, 6)")]
     Version(u16),
     #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
     Flags(u32),
@@ -206,6 +250,9 @@ pub struct Superblock {
     pub inline: Vec<u8>,
     /// The times `stat` shows (`SB_FLAG_TIMES`, version 5; never on an inline superblock).
     pub kept_times: Option<KeptTimes>,
+    /// MiB past [`DATA_START`] where the extent area starts (`SB_FLAG_AREA`, version 6,
+    /// when not 0).
+    pub area: u32,
 }
 
 impl Superblock {
@@ -213,11 +260,18 @@ impl Superblock {
         self.flags & SB_FLAG_INLINE != 0
     }
 
-    /// The version this superblock is written as: 5 only when it keeps a change time, 3
-    /// when it uses a dictionary, else 2.
+    /// Where its extents are.
+    pub fn geometry(&self) -> Geometry {
+        Geometry::new(self.extent_shift, self.area)
+    }
+
+    /// The version this superblock is written as: 6 only when its extent area moved, 5
+    /// when it keeps a change time, 3 when it uses a dictionary, else 2.
     pub fn version(&self) -> u16 {
-        if self.kept_times.is_some() {
+        if self.area != 0 {
             FORMAT_VERSION
+        } else if self.kept_times.is_some() {
+            FORMAT_VERSION_TIMES
         } else if self.flags & SB_FLAG_DICT != 0 || self.props & PROP_DICTIONARY != 0 {
             FORMAT_VERSION_DICT
         } else {
@@ -228,7 +282,10 @@ impl Superblock {
     /// The 4096-byte block for this superblock.
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.inline.len() <= INLINE_MAX, "inline payload too large");
-        let mut flags = self.flags & !SB_FLAG_TIMES;
+        let mut flags = self.flags & !(SB_FLAG_TIMES | SB_FLAG_AREA);
+        if self.area != 0 {
+            flags |= SB_FLAG_AREA;
+        }
         // The area after the header: the inline payload, or the kept change time.
         let area = match self.kept_times {
             Some(t) => {
@@ -253,7 +310,8 @@ impl Superblock {
         b[38..40].copy_from_slice(&(area.len() as u16).to_le_bytes());
         b[40..48].copy_from_slice(&xxh3_64(&area).to_le_bytes());
         b[48..52].copy_from_slice(&self.dict_id.to_le_bytes());
-        // 52..56: reserved, zero
+        // 52..56: the extent area (version 6), else reserved, zero.
+        b[52..56].copy_from_slice(&self.area.to_le_bytes());
         let sum = xxh3_64(&b[0..56]);
         b[56..64].copy_from_slice(&sum.to_le_bytes());
         b[SB_HEADER_LEN..].copy_from_slice(&area);
@@ -292,6 +350,15 @@ impl Superblock {
             return Err(FormatError::Field("dictionary id"));
         }
         let (codec, extent_shift) = decode_codec_shift(block[32], block[33], [block[34], block[35]])?;
+        // Bytes 52..56 were reserved before version 6 (written as zero, never checked).
+        let area = if flags & SB_FLAG_AREA != 0 {
+            match u32_at(block, 52) {
+                0 => return Err(FormatError::Field("extent area")),
+                a => a,
+            }
+        } else {
+            0
+        };
         let inline_codec = Algorithm::from_id(block[36]).ok_or(FormatError::Field("inline codec"))?;
         let inline_len = u16_at(block, 38) as usize;
         if inline_len > INLINE_MAX || block.len() < SB_HEADER_LEN + inline_len {
@@ -317,7 +384,8 @@ impl Superblock {
             return Err(FormatError::Field("inline payload without inline flag"));
         }
         Ok(Superblock {
-            flags: flags & !SB_FLAG_TIMES,
+            flags: flags & !(SB_FLAG_TIMES | SB_FLAG_AREA),
+            area,
             generation: u64_at(block, 16),
             size,
             extent_shift,
@@ -453,6 +521,7 @@ mod tests {
             inline_codec: Algorithm::Zstd,
             inline: vec![1, 2, 3],
             kept_times: None,
+            area: 0,
         }
     }
 
@@ -468,6 +537,51 @@ mod tests {
             }),
             ..sb()
         }
+    }
+
+    #[test]
+    fn a_moved_extent_area_is_version_6_and_older_readers_refuse_it() {
+        let s = Superblock { area: 3, ..kept() };
+        let b = s.encode();
+        assert_eq!(u16_at(&b, 8), 6);
+        assert_eq!(u32_at(&b, 52), 3);
+        assert_eq!(Superblock::decode(&b).unwrap(), s);
+        assert_eq!(s.geometry().half(0, 0), DATA_START + 3 * AREA_UNIT);
+        assert_eq!(
+            s.geometry().half(2, 1),
+            DATA_START + 3 * AREA_UNIT + 5 * slot_size(17)
+        );
+        for i in 0..SB_HEADER_LEN {
+            let mut bad = b.clone();
+            bad[i] ^= 0x01;
+            assert!(Superblock::decode(&bad).is_err(), "flip at byte {i} accepted");
+        }
+        // Without kept times it is version 6 too; with area 0, what it was.
+        let plain = Superblock {
+            kept_times: None,
+            ..s.clone()
+        };
+        assert_eq!(u16_at(&plain.encode(), 8), 6);
+        assert_eq!(Superblock::decode(&plain.encode()).unwrap(), plain);
+        assert_eq!(u16_at(&Superblock { area: 0, ..s.clone() }.encode(), 8), 5);
+        // What a version 5 reader sees: the flag it does not know, so refused as newer.
+        assert_eq!(
+            Superblock::decode(&with_version(s.encode(), 5)),
+            Err(FormatError::Flags(SB_FLAG_AREA))
+        );
+        // A zero area with the flag is invalid; a version 2 superblock's reserved bytes
+        // are not read as an area.
+        let mut zero = s.encode();
+        zero[52..56].copy_from_slice(&0u32.to_le_bytes());
+        let sum = xxh3_64(&zero[0..56]);
+        zero[56..64].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(Superblock::decode(&zero), Err(FormatError::Field("extent area")));
+        let mut v2 = sb().encode();
+        v2[52] = 9;
+        let sum = xxh3_64(&v2[0..56]);
+        v2[56..64].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(Superblock::decode(&v2).unwrap().area, 0);
+        assert_eq!(half_offset(17, 4, 1), Geometry::new(17, 0).half(4, 1));
     }
 
     /// Rewrites the version field (and the header checksum) of an encoded superblock.
@@ -539,11 +653,11 @@ mod tests {
         let mut s = sb();
         s.flags |= 1 << 7;
         assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
-        // 4 numbers the packs' format, never a container's; 6 is newer than this code.
+        // 4 numbers the packs' format, never a container's; 7 is newer than this code.
         let b = with_version(sb().encode(), 4);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(4)));
-        let b = with_version(kept().encode(), 6);
-        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(6)));
+        let b = with_version(kept().encode(), 7);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(7)));
         let b = with_version(sb().encode(), 0);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(0)));
         let s = Superblock {

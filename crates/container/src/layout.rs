@@ -16,8 +16,8 @@
 
 use crate::encode::payload_ok;
 use crate::format::{
-    half_offset, is_superblock, sb_offset, slot_size, ExtentHeader, FormatError, Superblock, BLOCK,
-    DATA_START, EXTENT_HEADER_LEN, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
+    is_superblock, sb_offset, slot_size, ExtentHeader, FormatError, Geometry, Superblock, BLOCK, DATA_START,
+    EXTENT_HEADER_LEN, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT,
 };
 use crate::storage::{read_full, Storage};
 use crate::Result;
@@ -168,21 +168,21 @@ impl Half {
 }
 
 /// Reads and judges the header of half `half` of extent `idx`.
-pub(crate) fn read_half<S: Storage>(st: &S, shift: u8, idx: u64, half: u8) -> Result<Half> {
+pub(crate) fn read_half<S: Storage>(st: &S, geo: Geometry, idx: u64, half: u8) -> Result<Half> {
     let mut hb = [0u8; EXTENT_HEADER_LEN];
-    let n = read_full(st, &mut hb, half_offset(shift, idx, half))?;
+    let n = read_full(st, &mut hb, geo.half(idx, half))?;
     if hb[..n].iter().all(|&b| b == 0) {
         return Ok(Half::Hole);
     }
-    Ok(match ExtentHeader::decode(&hb[..n], idx, shift) {
+    Ok(match ExtentHeader::decode(&hb[..n], idx, geo.shift) {
         Ok(h) => Half::Header(h),
         Err(e) => Half::Invalid(e),
     })
 }
 
 /// Both halves of extent `idx`, A first.
-pub(crate) fn read_halves<S: Storage>(st: &S, shift: u8, idx: u64) -> Result<[Half; 2]> {
-    Ok([read_half(st, shift, idx, 0)?, read_half(st, shift, idx, 1)?])
+pub(crate) fn read_halves<S: Storage>(st: &S, geo: Geometry, idx: u64) -> Result<[Half; 2]> {
+    Ok([read_half(st, geo, idx, 0)?, read_half(st, geo, idx, 1)?])
 }
 
 /// Halves holding a valid header, and their headers, newest first.
@@ -200,17 +200,13 @@ pub(crate) fn newest_halves(halves: &[Half; 2], tie: Tie) -> Vec<(u8, ExtentHead
 /// checksum matches; `None` otherwise (torn or damaged).
 pub(crate) fn read_payload<S: Storage>(
     st: &S,
-    shift: u8,
+    geo: Geometry,
     idx: u64,
     half: u8,
     h: &ExtentHeader,
 ) -> Result<Option<Vec<u8>>> {
     let mut payload = vec![0u8; h.stored_len as usize];
-    let n = read_full(
-        st,
-        &mut payload,
-        half_offset(shift, idx, half) + EXTENT_HEADER_LEN as u64,
-    )?;
+    let n = read_full(st, &mut payload, geo.half(idx, half) + EXTENT_HEADER_LEN as u64)?;
     Ok((n == payload.len() && payload_ok(h, &payload)).then_some(payload))
 }
 
@@ -219,14 +215,14 @@ pub(crate) fn read_payload<S: Storage>(
 /// header). Returns how many were read.
 pub(crate) fn read_payload_start<S: Storage>(
     st: &S,
-    shift: u8,
+    geo: Geometry,
     idx: u64,
     half: u8,
     h: &ExtentHeader,
     buf: &mut [u8],
 ) -> Result<usize> {
     let len = (h.stored_len as usize).min(buf.len());
-    let at = half_offset(shift, idx, half) + EXTENT_HEADER_LEN as u64;
+    let at = geo.half(idx, half) + EXTENT_HEADER_LEN as u64;
     Ok(read_full(st, &mut buf[..len], at)?)
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use squeezefs_codec::Algorithm;
 
-use crate::format::{codec_label, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
+use crate::format::{codec_label, BLOCK, DATA_START, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN, SB_FLAG_DICT};
 use crate::layout::{
     current_superblock, newest_halves, read_halves, read_head, read_payload_start, superblock_copies, Half,
     Head, Tie,
@@ -153,8 +153,14 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
     if sb.dict_id != 0 {
         u.dicts.insert(sb.dict_id);
     }
-    let shift = sb.extent_shift;
+    let (shift, geo) = (sb.extent_shift, sb.geometry());
     u.extent_size = 1 << shift;
+    // An extent area a relayout left and a crash kept from being punched.
+    if geo.start > DATA_START {
+        if let Some(at) = st.next_data(DATA_START)?.filter(|&at| at < geo.start) {
+            u.leftover += geo.start - at;
+        }
+    }
     if sb.is_inline() {
         if sb.size > 0 {
             // The inline payload's frame names its dictionary (only in files flagged so).
@@ -176,7 +182,7 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
         return Ok(u);
     }
     for idx in 0..sb.size.div_ceil(1 << shift) {
-        let halves = read_halves(st, shift, idx)?;
+        let halves = read_halves(st, geo, idx)?;
         let torn = halves.iter().filter(|h| matches!(h, Half::Invalid(_))).count() as u64 * BLOCK;
         // Current copy first; of equal generations, half A (as `usage` always did).
         let copies = newest_halves(&halves, Tie::First);
@@ -190,7 +196,7 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
         let kind = if cur.flags & EXTENT_FLAG_DICT != 0 {
             // Which dictionary: the frame header, the first bytes of the payload.
             let mut frame = [0u8; 18];
-            let got = read_payload_start(st, shift, idx, cur_half, &cur, &mut frame)?;
+            let got = read_payload_start(st, geo, idx, cur_half, &cur, &mut frame)?;
             u.dicts
                 .extend(squeezefs_codec::dict::frame_dict_id(&frame[..got]));
             Kind::DictExtent(cur.level)

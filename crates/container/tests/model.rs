@@ -13,7 +13,8 @@ use squeezefs_container::format::KeptTimes;
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
-    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Storage, WriteBack, DEFAULT_DIRTY_BYTES,
+    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, Storage, WriteBack,
+    DEFAULT_DIRTY_BYTES,
 };
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
@@ -125,6 +126,16 @@ enum Op {
     /// Drops every clean cached extent (what the daemon does once a closed file's state is
     /// written back).
     DropCache,
+    /// Plans a relayout to extents of `1 << shift` bytes at `RECOMPRESS_TARGETS[target]`
+    /// (bytes unchanged), keeping [`KEPT_TIMES`]; steps may follow, with other operations
+    /// between them,
+    PlanRelayout {
+        shift: u8,
+        target: u8,
+    },
+    /// each writing up to this many extents of the new layout (the last one switches the
+    /// file to it; a step on a file that changed since the plan drops it).
+    RelayoutStep(u8),
 }
 
 /// Read-ahead steps under way ([`Op::PlanAhead`]).
@@ -132,6 +143,8 @@ enum Op {
 struct Ahead {
     plans: Vec<AheadPlan>,
     fetched: Vec<Fetched>,
+    /// A relayout under way ([`Op::PlanRelayout`]).
+    relayout: Option<Relayout>,
 }
 
 /// A zstd dictionary trained on text like the payloads' (registered once per process).
@@ -186,7 +199,7 @@ fn kept_after(before: Option<KeptTimes>, op: &Op, size_before: u64) -> Vec<Optio
         Op::Write { len, .. } if *len > 0 => vec![None],
         Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) => vec![None],
         Op::Punch { off, len } if *off < size_before && *len > 0 => vec![None],
-        Op::Recompress(_) if before.is_none() => vec![None, Some(KEPT_TIMES)],
+        Op::Recompress(_) | Op::PlanRelayout { .. } if before.is_none() => vec![None, Some(KEPT_TIMES)],
         _ => vec![before],
     }
 }
@@ -225,6 +238,8 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::FetchAhead),
         2 => Just(Op::InstallAhead),
         1 => Just(Op::DropCache),
+        2 => (13u8..=20, 0..RECOMPRESS_TARGETS.len() as u8).prop_map(|(shift, target)| Op::PlanRelayout { shift, target }),
+        3 => (1u8..4).prop_map(Op::RelayoutStep),
     ]
 }
 
@@ -316,6 +331,19 @@ fn apply_container(
             let todo = c.pending_for(target)?;
             c.recompress_extents(target, &todo, Some(KEPT_TIMES))
                 .map(|_| None)
+        }
+        Op::PlanRelayout { shift, target } => {
+            let target = RECOMPRESS_TARGETS[*target as usize].parse().unwrap();
+            ahead.relayout = c.plan_relayout(target, *shift, KEPT_TIMES)?;
+            Ok(None)
+        }
+        Op::RelayoutStep(n) => {
+            if let Some(mut plan) = ahead.relayout.take() {
+                if c.relayout_step(&mut plan, *n as u64)? == RelayoutStep::Progress {
+                    ahead.relayout = Some(plan);
+                }
+            }
+            Ok(None)
         }
         Op::Settle => {
             let ticket = c.ticket();

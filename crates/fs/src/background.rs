@@ -58,6 +58,11 @@ pub struct Config {
     pub idle: Duration,
     /// Logical bytes a second.
     pub rate: u64,
+    /// `background_extent_size=SIZE` (log2): cold files in smaller extents are rewritten
+    /// into extents this large (1 MiB unless the mount's `extent_size=` chose a size).
+    pub extent_shift: u8,
+    /// `background_extent_size=` was given: `extent_size=` leaves it.
+    pub extent_shift_given: bool,
 }
 
 impl Default for Config {
@@ -66,6 +71,8 @@ impl Default for Config {
             target: None,
             idle: DEFAULT_IDLE,
             rate: DEFAULT_RATE,
+            extent_shift: squeezefs_container::format::MAX_EXTENT_SHIFT,
+            extent_shift_given: false,
         }
     }
 }
@@ -157,6 +164,11 @@ impl Pass {
     /// The mount's own target.
     pub fn target(&self) -> Option<CodecSpec> {
         self.cfg.target
+    }
+
+    /// The extent size (log2) the pass gives cold files (`background_extent_size=`).
+    pub fn extent_shift(&self) -> u8 {
+        self.cfg.extent_shift
     }
 
     /// A change through the mount (rule 1): `bytes` of data written, if any.
@@ -487,6 +499,7 @@ mod tests {
                 target: Some("zstd:15".parse().unwrap()),
                 idle: Duration::from_millis(idle_ms),
                 rate,
+                ..Config::default()
             },
             false,
         )

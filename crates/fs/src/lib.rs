@@ -124,7 +124,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
                            pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, background_compression=, background_idle=, \
-                           background_rate=, allow_other, default_permissions, ro, rw, create";
+                           background_rate=, background_extent_size=, allow_other, default_permissions, ro, rw, create";
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -274,7 +274,17 @@ impl MountConfig {
                     self.force = false;
                 }
                 ("extent_size", Some(v)) | ("extent-size", Some(v)) => {
-                    self.extent_shift = parse_extent_size(v)?
+                    self.extent_shift = parse_extent_size(v)?;
+                    // An extent size chosen for the mount is kept by the background pass
+                    // too, unless `background_extent_size=` says otherwise.
+                    if !self.background.extent_shift_given {
+                        self.background.extent_shift = self.extent_shift;
+                    }
+                }
+                ("background_extent_size" | "background-extent-size", Some(v)) => {
+                    self.background.extent_shift =
+                        parse_extent_size(v).map_err(|e| e.replace("extent_size=", &format!("{key}=")))?;
+                    self.background.extent_shift_given = true;
                 }
                 ("allow_other", None) => self.allow_other = true,
                 ("default_permissions", None) => self.default_permissions = true,
@@ -386,7 +396,10 @@ impl MountConfig {
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
                 | ("dirty_expire" | "dirty-expire" | "spin", None)
-                | ("background_compression" | "background_idle" | "background_rate", None)
+                | (
+                    "background_compression" | "background_idle" | "background_rate" | "background_extent_size",
+                    None,
+                )
                 | (
                     "allow_other"
                     | "default_permissions"
@@ -628,8 +641,8 @@ pub fn mount(
         mountpoint.display(),
         opts.compress_name(),
         (1u32 << cfg.extent_shift) / 1024,
-        // (Version 5 is only ever written by the background pass, for the files it keeps
-        // the times of.)
+        // (Versions 5 and 6 are only ever written by the background pass, for the files it
+        // keeps the times of or gives larger extents.)
         if packs.writable() {
             PACKS_FORMAT_VERSION
         } else {
@@ -797,7 +810,23 @@ mod tests {
         assert_eq!(c.background.rate, 16 << 20);
         c.apply_options("background_compression=none").unwrap();
         assert_eq!(c.background.target, None);
+        // Cold files get 1 MiB extents, unless the mount chose an extent size, unless
+        // `background_extent_size=` says otherwise (in any order).
+        assert_eq!(c.background.extent_shift, 20);
+        c.apply_options("extent_size=16K").unwrap();
+        assert_eq!(c.background.extent_shift, 14);
+        let mut c = MountConfig::default();
+        c.apply_options("background_extent_size=512K,extent_size=16K")
+            .unwrap();
+        assert_eq!((c.extent_shift, c.background.extent_shift), (14, 19));
+        c.apply_options("background_extent_size=16K").unwrap();
+        assert_eq!(c.background.extent_shift, 14);
         for (bad, says) in [
+            (
+                "background_extent_size=2M",
+                "background_extent_size=2M: must be a power of two",
+            ),
+            ("background_extent_size", "malformed"),
             ("background_compression=zstd:42", "background_compression=zstd:42"),
             ("background_compression", "malformed"),
             ("background_idle=0", "1 to 86400"),

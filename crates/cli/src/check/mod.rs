@@ -192,6 +192,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                         "detail": f.detail,
                         "fix": f.fix.map(|x| match x {
                             Fix::PunchHalf { index, half } => format!("punch extent {index} half {half}"),
+                            Fix::Punch { offset, len } => format!("punch {len} bytes at {offset}"),
                             Fix::Truncate(n) => format!("truncate to {n}"),
                             Fix::RemoveRecord => "remove the location record".into(),
                         }),

@@ -28,6 +28,7 @@ use super::cache::{probe_halves, Probed};
 use super::state::{DiskState, Mode, Packed};
 use super::Container;
 use crate::encode::decode_payload;
+use crate::format::Geometry;
 use crate::storage::Storage;
 use crate::Result;
 
@@ -44,7 +45,7 @@ pub(super) fn next_instance() -> u64 {
 pub struct AheadPlan {
     instance: u64,
     epoch: u64,
-    shift: u8,
+    geo: Geometry,
     idx: u64,
     /// Bytes of the extent inside the file (the rest reads as zeros).
     valid: usize,
@@ -61,18 +62,18 @@ pub struct Fetched {
 impl AheadPlan {
     /// The bytes of the file the extent holds: `[start, end)`.
     pub fn range(&self) -> (u64, u64) {
-        (self.idx << self.shift, (self.idx + 1) << self.shift)
+        (self.idx << self.geo.shift, (self.idx + 1) << self.geo.shift)
     }
 
     /// Reads, verifies and decodes the extent's current copy from `st` (the same backing
     /// file as the container's). `None`: a hole, or a half that is damaged (left to the
     /// reader, which reports it).
     pub fn fetch<S: Storage>(&self, st: &S) -> Result<Option<Fetched>> {
-        let Probed { state, copy, damage } = probe_halves(st, self.shift, self.idx)?;
+        let Probed { state, copy, damage } = probe_halves(st, self.geo, self.idx)?;
         let Some((h, payload)) = copy.filter(|_| damage.is_empty()) else {
             return Ok(None);
         };
-        let mut data = vec![0u8; 1 << self.shift].into_boxed_slice();
+        let mut data = vec![0u8; 1 << self.geo.shift].into_boxed_slice();
         if decode_payload(&h, &payload, &mut data).is_err() {
             return Ok(None);
         }
@@ -114,7 +115,7 @@ impl<S: Storage> Container<S> {
             .map(|idx| AheadPlan {
                 instance: p.instance,
                 epoch: p.epoch,
-                shift: p.shift,
+                geo: p.geo(),
                 idx,
                 valid: p.logical_len(idx),
             })
@@ -141,7 +142,7 @@ impl<S: Storage> Container<S> {
         let plan = &f.plan;
         let current = plan.instance == p.instance
             && plan.epoch == p.epoch
-            && plan.shift == p.shift
+            && plan.geo == p.geo()
             && plan.valid == p.logical_len(plan.idx)
             && p.wants_ahead(plan.idx);
         p.stats.ahead(current);

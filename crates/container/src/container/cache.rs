@@ -7,6 +7,7 @@ use log::warn;
 
 use super::state::{Copy, DiskState, Ext, Packed};
 use crate::encode::decode_payload;
+use crate::format::Geometry;
 use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, Tie};
 use crate::storage::Storage;
 use crate::{Error, Result};
@@ -26,10 +27,10 @@ pub(super) struct Probed {
 /// Reads both halves of extent `idx` and picks the newest copy whose payload checksum
 /// passes ([`crate::layout`]; of equal generations, half A). Pure: counting and logging
 /// what was damaged is the caller's (the reader's, not a read-ahead's).
-pub(super) fn probe_halves<S: Storage>(st: &S, shift: u8, idx: u64) -> Result<Probed> {
+pub(super) fn probe_halves<S: Storage>(st: &S, geo: Geometry, idx: u64) -> Result<Probed> {
     let mut state = DiskState::default();
     let mut damage = Vec::new();
-    let halves = read_halves(st, shift, idx)?;
+    let halves = read_halves(st, geo, idx)?;
     let present = [0, 1].map(|h| !matches!(halves[h], Half::Hole));
     let valid = [0, 1].map(|h| matches!(halves[h], Half::Header(_)));
     for (half, h) in [0u8, 1].into_iter().zip(&halves) {
@@ -42,7 +43,7 @@ pub(super) fn probe_halves<S: Storage>(st: &S, shift: u8, idx: u64) -> Result<Pr
     let candidates = newest_halves(&halves, Tie::First);
     let mut copy = None;
     for &(half, h) in &candidates {
-        if let Some(payload) = read_payload(st, shift, idx, half, &h)? {
+        if let Some(payload) = read_payload(st, geo, idx, half, &h)? {
             state.cur = Some((half, h.generation));
             // Whether the other half still holds something that must go once this copy
             // is durable.
@@ -64,7 +65,7 @@ impl Packed {
     /// and, when there is a copy, its header and payload; no usable copy of data that was
     /// there is an error.
     pub(super) fn probe<S: Storage>(&self, st: &S, idx: u64) -> Result<(DiskState, Option<Copy>)> {
-        let Probed { state, copy, damage } = probe_halves(st, self.shift, idx)?;
+        let Probed { state, copy, damage } = probe_halves(st, self.geo(), idx)?;
         for _ in 0..damage.len() {
             self.stats.checksum_error();
         }

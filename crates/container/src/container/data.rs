@@ -10,7 +10,6 @@ use std::ops::Range;
 use super::recompress::Recompressed;
 use super::state::{Mode, Packed};
 use super::Container;
-use crate::format::{half_offset, slot_size, DATA_START};
 use crate::layout::{read_half, Half};
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
@@ -257,7 +256,8 @@ impl<S: Storage> Container<S> {
         };
         let mut idx = off >> p.shift;
         let last = (size - 1) >> p.shift;
-        let span = 2 * slot_size(p.shift);
+        let geo = p.geo();
+        let span = 2 * geo.slot();
         while idx <= last {
             if want_data && !p.is_known(idx) && !p.is_stale(idx) {
                 // Let the host skip its holes: the next extent with anything on disk, or
@@ -269,8 +269,8 @@ impl<S: Storage> Container<S> {
                     .map(|(i, _)| *i);
                 let on_disk = self
                     .storage
-                    .next_data(half_offset(p.shift, idx, 0))?
-                    .map(|at| at.saturating_sub(DATA_START) / span);
+                    .next_data(geo.half(idx, 0))?
+                    .map(|at| at.saturating_sub(geo.start) / span);
                 let next = match (in_memory, on_disk) {
                     (None, None) => return Ok(None),
                     (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)).max(idx),
@@ -373,7 +373,7 @@ impl Packed {
             return Ok(d.cur.is_some());
         }
         for half in 0..2u8 {
-            if !matches!(read_half(st, self.shift, idx, half)?, Half::Hole) {
+            if !matches!(read_half(st, self.geo(), idx, half)?, Half::Hole) {
                 return Ok(true);
             }
         }
@@ -385,8 +385,8 @@ impl Packed {
     pub(super) fn punch_extents<S: Storage>(&mut self, st: &S, range: Range<u64>) -> Result<()> {
         // The backing file is a packed file's fallback until its record is durable.
         self.leave_pack(st)?;
-        let start = half_offset(self.shift, range.start, 0);
-        let end = half_offset(self.shift, range.end, 0);
+        let start = self.geo().half(range.start, 0);
+        let end = self.geo().half(range.end, 0);
         st.punch(start, end - start)?;
         self.unsynced = true;
         if range.start == 0 {

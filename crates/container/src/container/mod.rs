@@ -39,6 +39,7 @@ mod packing;
 mod policy;
 mod props;
 mod recompress;
+mod relayout;
 mod state;
 mod writeout;
 
@@ -53,6 +54,7 @@ pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 pub use recompress::Recompressed;
+pub use relayout::{Relayout, Step as RelayoutStep};
 use state::{Ext, Mode, Packed};
 
 use crate::encode::decode_payload;
@@ -135,6 +137,7 @@ impl Packed {
     fn new(shift: u8, opts: &Options, size: u64) -> Packed {
         Packed {
             shift,
+            area: 0,
             codec: opts.codec,
             codec_prop: false,
             shift_prop: false,
@@ -292,6 +295,7 @@ impl<S: Storage> Container<S> {
         p.sb_anchored = true;
         p.sb_covers = sb.size > 0;
         p.sb_gen = sb.generation;
+        p.area = sb.area;
         if loc.is_some() {
             // An older record the superblock replaced: it goes once that is durable.
             p.loc = loc;

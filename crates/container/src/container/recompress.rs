@@ -143,7 +143,7 @@ impl<S: Storage> Container<S> {
         if idx >= p.extent_count() || p.is_stale(idx) {
             return false;
         }
-        let Ok(halves) = read_halves(&self.storage, p.shift, idx) else {
+        let Ok(halves) = read_halves(&self.storage, p.geo(), idx) else {
             return false;
         };
         let Some(&(_, h)) = newest_halves(&halves, Tie::First).first() else {

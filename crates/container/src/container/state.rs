@@ -11,7 +11,7 @@ use std::sync::Arc;
 use squeezefs_codec::CodecSpec;
 
 use super::dirty::DirtyShare;
-use crate::format::{ExtentHeader, KeptTimes};
+use crate::format::{ExtentHeader, Geometry, KeptTimes};
 use crate::pack::{Location, Packs, Slot};
 use crate::stats::Stats;
 
@@ -120,6 +120,9 @@ impl Ext {
 #[derive(Debug)]
 pub(super) struct Packed {
     pub(super) shift: u8,
+    /// Where the extent area starts: MiB past `DATA_START` (`SB_FLAG_AREA`; 0 for every
+    /// file whose extent size the background pass never changed).
+    pub(super) area: u32,
     /// Effective codec: the file's property, or the mount's.
     pub(super) codec: CodecSpec,
     /// `codec` is the file's own property (`PROP_COMPRESSION`).
@@ -242,6 +245,11 @@ impl Packed {
         if self.rewrite_codec.is_none() && self.kept_times.take().is_some() {
             self.sb_dirty = true;
         }
+    }
+
+    /// Where the extents are on disk.
+    pub(super) fn geo(&self) -> Geometry {
+        Geometry::new(self.shift, self.area)
     }
 
     pub(super) fn extent_len(&self) -> usize {

@@ -10,8 +10,8 @@ use squeezefs_codec::Algorithm;
 use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
-    half_offset, sb_offset, slot_size, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX,
-    PROP_COMPRESSION, PROP_DICTIONARY, PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
+    sb_offset, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
+    PROP_DICTIONARY, PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
 use crate::storage::Storage;
 use crate::{Error, Result};
@@ -165,7 +165,7 @@ impl Packed {
             plans.push((idx, half, gen, other_dirty, how));
         }
         let policy = self.policy();
-        let shift = self.shift;
+        let geo = self.geo();
         // The backoff decides, in order, which extents are not even tried.
         let skips: Vec<bool> = plans.iter().map(|_| self.backoff_skips()).collect();
         let jobs: Vec<Job<'_>> = plans
@@ -188,7 +188,7 @@ impl Packed {
             drop(timed);
             self.stats
                 .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
-            write_half(st, &half, half_offset(shift, j.idx, j.half), j.careful).map(|()| outcome)
+            write_half(st, &half, geo.half(j.idx, j.half), j.careful).map(|()| outcome)
         };
         // One extent (most closes of small files): no thread hand-off.
         let results: Vec<std::io::Result<Outcome>> = if jobs.len() == 1 {
@@ -232,8 +232,8 @@ impl Packed {
         self.unsynced |= !holes.is_empty();
         let mut punched = Ok(());
         for idx in holes {
-            let start = half_offset(self.shift, idx, 0);
-            if let Err(e) = st.punch(start, 2 * slot_size(self.shift)) {
+            let start = self.geo().half(idx, 0);
+            if let Err(e) = st.punch(start, 2 * self.geo().slot()) {
                 punched = Err(e);
                 break;
             }
@@ -322,8 +322,8 @@ impl Packed {
                 .collect();
             for i in rewritten.into_iter().chain(std::iter::once(count)) {
                 if i > run_start {
-                    let a = half_offset(self.shift, run_start, 0);
-                    let b = half_offset(self.shift, i, 0);
+                    let a = self.geo().half(run_start, 0);
+                    let b = self.geo().half(i, 0);
                     if a < st.len()? {
                         st.punch(a, b - a)?;
                         wrote = true;
@@ -337,7 +337,7 @@ impl Packed {
             // Extents changed in place and the superblock still describes them; their old
             // halves go at the next sync. Leftovers past the last extent (from a truncation
             // a crash interrupted) go once the superblock is known durable.
-            let needed = half_offset(self.shift, count, 0);
+            let needed = self.geo().half(count, 0);
             if st.len()? > needed {
                 if !self.sb_durable || self.sb_unknown {
                     st.sync_data()?;
@@ -404,6 +404,7 @@ impl Packed {
             inline_codec: Algorithm::None,
             inline: Vec::new(),
             kept_times: None,
+            area: self.area,
         };
         st.write_at(&sb.encode(), sb_offset(0))?;
         self.sb_slot = Some(0);
@@ -451,6 +452,7 @@ impl Packed {
             // An inline file keeps none: its area holds the payload (a file that became
             // inline was changed anyway).
             kept_times: self.kept_times.filter(|_| !is_inline),
+            area: self.area,
         };
         st.write_at(&sb.encode(), sb_offset(slot))?;
         // The other slot may hold an older copy (always, once a file had a superblock
@@ -470,7 +472,7 @@ impl Packed {
         let needed = if is_inline {
             DATA_START
         } else {
-            half_offset(self.shift, self.extent_count(), 0)
+            self.geo().half(self.extent_count(), 0)
         };
         if st.len()? > needed {
             st.sync_data()?;
@@ -495,14 +497,14 @@ impl Packed {
             }
             self.drop_stale_location(st)?;
         }
-        let shift = self.shift;
+        let geo = self.geo();
         for (idx, e) in self.exts.iter_mut() {
             if let Some(d) = e.disk.as_mut() {
                 if let Some((h, _)) = d.cur {
                     d.durable = true;
                     d.ambiguous = false;
                     if d.other_dirty {
-                        st.punch(half_offset(shift, *idx, 1 - h), slot_size(shift))?;
+                        st.punch(geo.half(*idx, 1 - h), geo.slot())?;
                         d.other_dirty = false;
                     }
                 }

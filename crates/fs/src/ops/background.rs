@@ -240,17 +240,49 @@ impl Core {
             if pass.wait_turn(0).is_none() {
                 return;
             }
+            let want = pass.extent_shift();
             let look = self.files.scan(inode, |c| {
-                let (todo, count) = c.pending_in(target, start..start + SCAN_SLICE);
                 let writable =
                     sys::status_flags(c.storage().file()).is_ok_and(|f| f & libc::O_ACCMODE == libc::O_RDWR);
-                (todo, count, c.extent_size().unwrap_or(0), writable)
+                // Larger extents first (point 5): a relayout rewrites every extent at the
+                // target anyway.
+                let relayout = (start == 0).then(|| c.relayout_shift(want)).flatten();
+                let old_area = start == 0 && c.old_area_left().unwrap_or(false);
+                let (todo, count) = match relayout {
+                    Some(_) => (Vec::new(), 0),
+                    None => c.pending_in(target, start..start + SCAN_SLICE),
+                };
+                (
+                    todo,
+                    count,
+                    c.extent_size().unwrap_or(0),
+                    writable,
+                    relayout,
+                    old_area,
+                )
             });
-            let (todo, count, extent, writable) = match look {
+            let (todo, count, extent, writable, relayout, old_area) = match look {
                 Ok(l) => l,
                 // (Logged with the file's name by `Files::open_container`.)
                 Err(_) => return pass.skipped(false),
             };
+            if (relayout.is_some() || old_area) && !writable {
+                return pass.read_only();
+            }
+            if old_area {
+                // A relayout's old extent area that a crash kept from being punched.
+                match self
+                    .files
+                    .quiet(inode, |c| c.punch_old_area(), "background pass (relayout)")
+                {
+                    Ok(Some(())) => {}
+                    Ok(None) => pass.skipped(true),
+                    Err(_) => pass.skipped(false),
+                }
+            }
+            if relayout.is_some() {
+                return self.background_relayout(inode, target, want, pass);
+            }
             if !todo.is_empty() {
                 if !writable {
                     // A non-root daemon, and a mode that keeps it out: left as it is.

@@ -29,6 +29,7 @@ mod names;
 mod open_create;
 mod properties;
 mod readdir;
+mod relayout;
 mod reply;
 mod virtual_file;
 mod xattr;

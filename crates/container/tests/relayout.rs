@@ -1,0 +1,342 @@
+//! Background relayout (issue 30, point 5): a cold file's extents made larger in a new
+//! extent area (format version 6), with changes between steps, reopens, and crashes or
+//! kills at every storage operation.
+
+use proptest::prelude::*;
+use squeezefs_codec::{Algorithm, CodecSpec};
+use squeezefs_container::check::{check, repair, Severity};
+use squeezefs_container::format::{KeptTimes, DATA_START};
+use squeezefs_container::sim::{Crash, MemDisk};
+use squeezefs_container::usage::{usage, Kind};
+use squeezefs_container::{Container, Options, Relayout, RelayoutStep, Storage};
+use squeezefs_testdata::{log_lines, random};
+
+const TIMES: KeptTimes = KeptTimes {
+    ctime: (1_650_000_000, 42),
+    mtime: (1_640_000_000, 7),
+};
+
+fn opts() -> Options {
+    Options {
+        codec: "zstd:1".parse::<CodecSpec>().unwrap(),
+        ..Options::default()
+    }
+}
+
+fn target() -> CodecSpec {
+    "zstd:9".parse().unwrap()
+}
+
+fn contents(disk: &MemDisk) -> Vec<u8> {
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    let n = c.size().unwrap() as usize;
+    c.read(0, n).unwrap()
+}
+
+/// A file of 3.5 MiB in 128 KiB extents at zstd:1: text, noise, and a hole.
+fn cold_file() -> (MemDisk, Vec<u8>) {
+    let disk = MemDisk::new();
+    let mut data = log_lines(3 << 20);
+    data.extend_from_slice(&random(512 << 10, 5));
+    data[1 << 20..(1 << 20) + (300 << 10)].fill(0);
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    (disk, data)
+}
+
+/// Runs a whole relayout to 1 MiB extents, `per_step` extents at a time, the container
+/// opened afresh before every step when `reopen` (as the pass does for a file nobody has
+/// open).
+fn relayout(disk: &MemDisk, per_step: u64, reopen: bool) -> squeezefs_container::Result<RelayoutStep> {
+    let mut c = Container::open(disk.clone(), &opts())?;
+    let Some(mut plan) = c.plan_relayout(target(), 20, TIMES)? else {
+        return Ok(RelayoutStep::Changed);
+    };
+    loop {
+        if reopen {
+            c = Container::open(disk.clone(), &opts())?;
+        }
+        match c.relayout_step(&mut plan, per_step)? {
+            RelayoutStep::Progress => continue,
+            done => return Ok(done),
+        }
+    }
+}
+
+fn no_damage(disk: &MemDisk) -> squeezefs_container::check::Report {
+    let r = check(disk, None).unwrap();
+    assert!(!r.damaged(), "{:?}", r.findings);
+    r
+}
+
+#[test]
+fn relayout_gives_larger_extents_the_same_bytes_and_frees_the_old_area() {
+    let (disk, data) = cold_file();
+    let before = usage(&disk, None).unwrap();
+    assert_eq!(before.extent_size, 128 << 10);
+    let done = relayout(&disk, 1, true).unwrap();
+    assert_eq!(
+        done,
+        RelayoutStep::Done(squeezefs_container::Recompressed {
+            extents: 4,
+            bytes: data.len() as u64
+        })
+    );
+    assert_eq!(contents(&disk), data);
+    let after = usage(&disk, None).unwrap();
+    assert_eq!(after.extent_size, 1 << 20);
+    // Text at zstd:9, the noise raw; the hole stays a hole (no extent of zeros).
+    let kinds: Vec<Kind> = after.parts.keys().copied().collect();
+    assert_eq!(
+        kinds,
+        vec![Kind::Extent(Algorithm::None, 0), Kind::Extent(Algorithm::Zstd, 9)]
+    );
+    let disk_of = |u: &squeezefs_container::usage::Usage| u.parts.values().map(|p| p.disk).sum::<u64>();
+    assert!(
+        disk_of(&after) < disk_of(&before),
+        "{} -> {}",
+        disk_of(&before),
+        disk_of(&after)
+    );
+    // The old area is punched: the first data past the superblocks is the new area's.
+    let first = disk.next_data(DATA_START).unwrap().unwrap();
+    assert!(first >= DATA_START + (1 << 20), "old area left at {first}");
+    // Version 6, keeping the times; `check` finds nothing.
+    let mut head = [0u8; 10];
+    disk.read_at(&mut head, 0).unwrap();
+    let v0 = u16::from_le_bytes([head[8], head[9]]);
+    disk.read_at(&mut head, 4096).unwrap();
+    let v1 = u16::from_le_bytes([head[8], head[9]]);
+    assert!(v0 == 6 || v1 == 6, "versions {v0} {v1}");
+    let c = Container::open(disk.clone(), &opts()).unwrap();
+    assert_eq!(c.kept_times(), Some(TIMES));
+    assert_eq!(c.relayout_shift(20), None, "done: not a candidate again");
+    let r = no_damage(&disk);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    // 28 extents of 128 KiB, each with two slots of 132 KiB: the old slots reach 7.2 MiB
+    // past the superblocks, so the new area starts 8 MiB past them.
+    assert_eq!(r.area, 8);
+}
+
+#[test]
+fn the_relaid_file_is_written_read_and_truncated_like_any_other() {
+    let (disk, mut data) = cold_file();
+    relayout(&disk, 4, false).unwrap();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    // A write drops the kept times; it lands in a 1 MiB extent of the new area.
+    let patch = vec![7u8; 5000];
+    c.write(1_500_000, &patch).unwrap();
+    data[1_500_000..1_505_000].copy_from_slice(&patch);
+    // Grown past the end, then cut inside an extent.
+    c.write(5 << 20, b"tail").unwrap();
+    data.resize(5 << 20, 0);
+    data.extend_from_slice(b"tail");
+    c.fsync().unwrap();
+    assert_eq!(c.kept_times(), None);
+    c.set_size(2_000_000).unwrap();
+    data.truncate(2_000_000);
+    c.fsync().unwrap();
+    drop(c);
+    assert_eq!(contents(&disk), data);
+    let r = no_damage(&disk);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    // Cut to one extent: written back, the file goes inline? No: 2 MB stays in extents;
+    // cut to a few bytes it becomes inline and keeps its area (still version 6).
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    c.set_size(100).unwrap();
+    c.fsync().unwrap();
+    drop(c);
+    assert_eq!(contents(&disk), data[..100].to_vec());
+    no_damage(&disk);
+}
+
+#[test]
+fn a_change_between_steps_drops_the_plan_and_what_it_wrote() {
+    for change in 0..4 {
+        let (disk, mut data) = cold_file();
+        let mut c = Container::open(disk.clone(), &opts()).unwrap();
+        let mut plan: Relayout = c.plan_relayout(target(), 20, TIMES).unwrap().unwrap();
+        assert_eq!(c.relayout_step(&mut plan, 2).unwrap(), RelayoutStep::Progress);
+        drop(c);
+        let mut c = Container::open(disk.clone(), &opts()).unwrap();
+        match change {
+            // In place: same size, and the superblock would have stayed as it was but for
+            // the kept times the change drops.
+            0 => {
+                c.write(10, b"changed").unwrap();
+                data[10..17].copy_from_slice(b"changed");
+            }
+            // Grown into the area the plan writes.
+            1 => {
+                c.write(6 << 20, b"far").unwrap();
+                data.resize(6 << 20, 0);
+                data.extend_from_slice(b"far");
+            }
+            2 => {
+                c.set_size(1 << 20).unwrap();
+                data.truncate(1 << 20);
+            }
+            // Only in memory, not written back yet.
+            _ => {
+                c.write(0, b"dirty").unwrap();
+                data[..5].copy_from_slice(b"dirty");
+            }
+        }
+        if change < 3 {
+            c.fsync().unwrap();
+        }
+        assert_eq!(
+            c.relayout_step(&mut plan, 8).unwrap(),
+            RelayoutStep::Changed,
+            "change {change}"
+        );
+        c.fsync().unwrap();
+        drop(c);
+        assert_eq!(contents(&disk), data, "change {change}");
+        let r = no_damage(&disk);
+        assert!(r.findings.is_empty(), "change {change}: {:?}", r.findings);
+        assert_eq!(usage(&disk, None).unwrap().extent_size, 128 << 10);
+    }
+}
+
+#[test]
+fn what_is_left_alone() {
+    // One extent at the new size would be all of it: at most 256 KiB extents for 300 KiB.
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    c.write(0, &log_lines(300 << 10)).unwrap();
+    c.fsync().unwrap();
+    assert_eq!(c.relayout_shift(20), Some(18));
+    // 200 KiB: two 128 KiB extents already.
+    c.set_size(200 << 10).unwrap();
+    c.fsync().unwrap();
+    assert_eq!(c.relayout_shift(20), None);
+    // An extent size of the file's own.
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    c.set_extent_size_property(Some(14)).unwrap();
+    c.write(0, &log_lines(1 << 20)).unwrap();
+    c.fsync().unwrap();
+    assert_eq!(c.relayout_shift(20), None);
+    // Bytes not written out yet.
+    let (disk, _) = cold_file();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    assert_eq!(c.relayout_shift(20), Some(20));
+    c.write(0, b"x").unwrap();
+    assert_eq!(c.relayout_shift(20), None);
+    assert!(c.plan_relayout(target(), 20, TIMES).unwrap().is_none());
+}
+
+/// A crash at every storage operation of a relayout: the file reads the same bytes, has no
+/// damage, and `check --repair` leaves nothing behind; once one finishes, the file is
+/// relaid.
+#[test]
+fn a_crash_anywhere_in_a_relayout_leaves_the_same_bytes() {
+    let (disk, data) = cold_file();
+    let mut seen = [false; 2];
+    for n in 0..200u64 {
+        for killed in [false, true] {
+            let trial = disk.reboot(|| 0);
+            trial.crash_after(n);
+            let finished = relayout(&trial, 1, n % 2 == 0).is_ok() && !trial.has_crashed();
+            let after = if killed {
+                trial.reboot_killed_into(&Crash::new(), || n)
+            } else {
+                reboot_after(&trial, n)
+            };
+            assert_eq!(contents(&after), data, "crash after {n} (killed: {killed})");
+            let r = no_damage(&after);
+            if r.leftovers() > 0 {
+                repair(&after, &r).unwrap();
+                // (A torn superblock copy stays a warning until the next one is written.)
+                let r = no_damage(&after);
+                assert!(
+                    r.findings.iter().all(|f| f.severity == Severity::Warning),
+                    "after repair: {:?}",
+                    r.findings
+                );
+                assert_eq!(contents(&after), data);
+            }
+            let relaid = usage(&after, None).unwrap().extent_size == 1 << 20;
+            seen[relaid as usize] = true;
+            // A crash once the new superblock is durable leaves the old area: the pass
+            // punches it on its next visit.
+            if relaid {
+                let mut c = Container::open(after.clone(), &opts()).unwrap();
+                c.punch_old_area().unwrap();
+                assert!(!c.old_area_left().unwrap());
+            }
+            if finished {
+                assert!(relaid);
+                assert!(seen[0] && seen[1]);
+                return;
+            }
+        }
+    }
+    panic!("the relayout never finished within 200 operations");
+}
+
+fn reboot_after(disk: &MemDisk, n: u64) -> MemDisk {
+    let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    disk.reboot(|| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Random sizes, extent sizes and step lengths, a write between two steps or not:
+    /// the bytes are always the model's.
+    #[test]
+    fn relayout_keeps_any_file(
+        len in 1usize..(3 << 20),
+        shift in 12u8..18,
+        want in 13u8..=20,
+        per_step in 1u64..5,
+        write_at in proptest::option::of(0usize..(3 << 20)),
+        seed in any::<u64>(),
+    ) {
+        let disk = MemDisk::new();
+        let o = Options { extent_shift: shift, ..opts() };
+        let mut data = log_lines(len);
+        let noise = random(len / 3, seed);
+        data[len / 3..len / 3 + noise.len()].copy_from_slice(&noise);
+        let mut c = Container::open(disk.clone(), &o).unwrap();
+        c.write(0, &data).unwrap();
+        c.fsync().unwrap();
+        let plan = c.plan_relayout(target(), want, TIMES).unwrap();
+        let expect = {
+            let size = len as u64;
+            let fits = 63 - (size - 1).leading_zeros() as u8;
+            let s = want.min(fits);
+            (len > 1 && s > shift && size > 1 << s).then_some(s)
+        };
+        prop_assert_eq!(plan.map(|p| p.shift()), expect);
+        if let Some(mut plan) = plan {
+            let mut first = true;
+            loop {
+                let step = c.relayout_step(&mut plan, per_step).unwrap();
+                if step != RelayoutStep::Progress { break; }
+                if let (true, Some(at)) = (first, write_at) {
+                    let at = at.min(len - 1);
+                    c.write(at as u64, b"w").unwrap();
+                    data[at] = b'w';
+                    c.flush().unwrap();
+                }
+                first = false;
+                c = Container::open(disk.clone(), &o).unwrap();
+            }
+        }
+        c.fsync().unwrap();
+        drop(c);
+        let mut c = Container::open(disk.clone(), &o).unwrap();
+        prop_assert_eq!(c.read(0, len + 1).unwrap(), data);
+        let r = check(&disk, None).unwrap();
+        prop_assert!(r.findings.is_empty(), "{:?}", r.findings);
+    }
+}
