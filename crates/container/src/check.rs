@@ -9,7 +9,7 @@
 //! [`crate::pack::audit`], which needs every file's record first.
 
 use crate::encode::decode_payload;
-use crate::format::{ExtentHeader, Geometry, DATA_START};
+use crate::format::{sb_offset, ExtentHeader, Geometry, BLOCK, DATA_START};
 use crate::layout::{
     self, current_superblock, half_name, newest_first, read_head, superblock_copies, Head, Tie,
 };
@@ -213,6 +213,24 @@ pub fn check<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Report> {
     // kept the pass from punching once the superblock naming the new one was durable.
     if geo.start > DATA_START {
         if let Some(at) = st.next_data(DATA_START)?.filter(|&at| at < geo.start) {
+            // An older superblock copy still valid describes that area: it goes first
+            // (decay of the newer copy must never fall back on punched extents).
+            let other = 1 - slot;
+            if let Ok(old) = &copies[other as usize].decoded {
+                r.findings.push(Finding {
+                    severity: Severity::Leftover,
+                    extent: None,
+                    detail: format!(
+                        "superblock copy {other} (generation {} < {}) describes an extent area the \
+                         file left",
+                        old.generation, sb.generation
+                    ),
+                    fix: Some(Fix::Punch {
+                        offset: sb_offset(other),
+                        len: BLOCK,
+                    }),
+                });
+            }
             r.findings.push(Finding {
                 severity: Severity::Leftover,
                 extent: None,
@@ -355,7 +373,12 @@ pub fn repair<S: Storage>(st: &S, report: &Report) -> Result<usize> {
     for f in &fixes {
         match *f {
             Fix::PunchHalf { index, half } => st.punch(geo.half(index, half), geo.slot())?,
-            Fix::Punch { offset, len } => st.punch(offset, len)?,
+            Fix::Punch { offset, len } => {
+                st.punch(offset, len)?;
+                // (An older superblock copy's punch is durable before the area it
+                // describes goes.)
+                st.sync_all()?;
+            }
             Fix::Truncate(len) => st.set_len(len)?,
             Fix::RemoveRecord => st.remove_xattr(LOCATION_XATTR)?,
         }

@@ -340,3 +340,148 @@ proptest! {
         prop_assert!(r.findings.is_empty(), "{:?}", r.findings);
     }
 }
+
+/// Noise first (stored raw, so the new extents are long and cover offsets where the old
+/// layout's last slots would be), then text.
+fn noisy_cold_file() -> (MemDisk, Vec<u8>) {
+    let disk = MemDisk::new();
+    let mut data = random(3 << 20, 9);
+    data.extend_from_slice(&log_lines(512 << 10));
+    data[1 << 20..(1 << 20) + (300 << 10)].fill(0);
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    (disk, data)
+}
+
+/// The daemon keeps a closed file's container, and the pass's steps use it; a user then
+/// grows the file through that same container (found by review: the extents a step wrote
+/// past the end were read as the grown file's, and made its damage durable).
+#[test]
+fn a_file_grown_between_steps_in_the_same_container_reads_zeros_there() {
+    for how in 0..2 {
+        let (disk, mut data) = noisy_cold_file();
+        let mut c = Container::open(disk.clone(), &opts()).unwrap();
+        let mut plan = c.plan_relayout(target(), 20, TIMES).unwrap().unwrap();
+        assert_eq!(c.relayout_step(&mut plan, 2).unwrap(), RelayoutStep::Progress);
+        if how == 0 {
+            c.set_size(12 << 20).unwrap();
+            data.resize(12 << 20, 0);
+        } else {
+            c.write(12 << 20, b"far").unwrap();
+            data.resize(12 << 20, 0);
+            data.extend_from_slice(b"far");
+        }
+        assert_eq!(c.read(0, data.len()).unwrap(), data, "how {how}");
+        c.fsync().unwrap();
+        assert_eq!(c.relayout_step(&mut plan, 8).unwrap(), RelayoutStep::Changed);
+        drop(c);
+        let r = no_damage(&disk);
+        assert!(r.findings.is_empty(), "how {how}: {:?}", r.findings);
+        assert_eq!(contents(&disk), data, "how {how}");
+    }
+}
+
+/// A kill between the superblock naming the new area and the punch of the old one leaves
+/// both superblock copies valid; whatever punches the old area later (the pass, `check
+/// --repair`) must punch the older copy first, so that decay of the newer copy makes the
+/// file unreadable rather than zeros (found by review).
+#[test]
+fn the_older_superblock_copy_never_outlives_the_old_area() {
+    use squeezefs_container::format::{sb_offset, Superblock};
+    let copies = |d: &MemDisk| {
+        [0u8, 1].map(|s| {
+            let mut b = vec![0u8; 4096];
+            d.read_at(&mut b, sb_offset(s)).unwrap();
+            Superblock::decode(&b).ok()
+        })
+    };
+    let (disk, data) = noisy_cold_file();
+    for n in 0..400u64 {
+        let trial = disk.reboot(|| 0);
+        trial.crash_after(n);
+        let _ = relayout(&trial, 8, false);
+        assert!(
+            trial.has_crashed(),
+            "no kill point left both copies and the old area"
+        );
+        let after = trial.reboot_killed_into(&Crash::new(), || n);
+        let both = copies(&after);
+        let Some(newer) = both.iter().flatten().max_by_key(|s| s.generation).cloned() else {
+            continue;
+        };
+        let left = Container::open(after.clone(), &opts())
+            .unwrap()
+            .old_area_left()
+            .unwrap();
+        if !(both.iter().all(|c| c.is_some()) && newer.area != 0 && left) {
+            continue;
+        }
+        let slot = both.iter().position(|c| c.as_ref() == Some(&newer)).unwrap() as u64;
+        for via_check in [false, true] {
+            let d = after.reboot(|| 1);
+            if via_check {
+                let r = check(&d, None).unwrap();
+                assert_eq!(r.leftovers(), 2, "{:?}", r.findings);
+                repair(&d, &r).unwrap();
+            } else {
+                Container::open(d.clone(), &opts())
+                    .unwrap()
+                    .punch_old_area()
+                    .unwrap();
+            }
+            assert_eq!(contents(&d), data);
+            assert!(check(&d, None).unwrap().findings.is_empty());
+            // Decay of the newer copy: one bit of its header.
+            let mut b = [0u8; 1];
+            d.read_at(&mut b, slot * 4096 + 20).unwrap();
+            b[0] ^= 1;
+            d.write_at(&b, slot * 4096 + 20).unwrap();
+            let got = Container::open(d.clone(), &opts()).and_then(|mut c| c.read(0, data.len()));
+            assert!(
+                got.is_err(),
+                "kill after {n}, via check {via_check}: read {:?} bytes",
+                got.map(|b| b.len())
+            );
+            assert!(check(&d, None).unwrap().damaged());
+        }
+        return;
+    }
+    panic!("no kill point between the superblock and the punch");
+}
+
+/// A damaged extent: a header that does not validate keeps the file out of a relayout (as
+/// recompression leaves the extent), and a payload that does not match makes the step
+/// fail and take back what it wrote (found by review: every walk redid the work).
+#[test]
+fn a_damaged_extent_keeps_a_file_out_or_stops_its_relayout_cleanly() {
+    let (disk, _) = noisy_cold_file();
+    let mut b = [0u8; 1];
+    let at = squeezefs_container::format::half_offset(17, 26, 0) + 9;
+    disk.read_at(&mut b, at).unwrap();
+    disk.write_at(&[b[0] ^ 0x40], at).unwrap();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    assert_eq!(c.relayout_shift(20), Some(20));
+    assert!(
+        c.plan_relayout(target(), 20, TIMES).unwrap().is_none(),
+        "header damage"
+    );
+    // The payload of another extent damaged instead.
+    let (disk, _) = noisy_cold_file();
+    let at = squeezefs_container::format::half_offset(17, 26, 0) + 48 + 100;
+    disk.read_at(&mut b, at).unwrap();
+    disk.write_at(&[b[0] ^ 0x40], at).unwrap();
+    let mut c = Container::open(disk.clone(), &opts()).unwrap();
+    let mut plan = c.plan_relayout(target(), 20, TIMES).unwrap().unwrap();
+    let r = loop {
+        match c.relayout_step(&mut plan, 1) {
+            Ok(RelayoutStep::Progress) => {}
+            other => break other,
+        }
+    };
+    assert!(matches!(&r, Err(e) if e.is_corruption()), "{r:?}");
+    drop(c);
+    let r = check(&disk, None).unwrap();
+    assert_eq!(r.leftovers(), 0, "what the step wrote is cut: {:?}", r.findings);
+    assert_eq!(usage(&disk, None).unwrap().extent_size, 128 << 10);
+}

@@ -22,7 +22,9 @@
 //!    the superblock is still the one the plan was made on; if the file changed, the plan
 //!    is dropped and what it wrote is cut ([`Step::Changed`]).
 //! 3. The last step makes the new extents durable, then writes the superblock naming the
-//!    new extent size and area and makes it durable, then punches the old area.
+//!    new extent size and area and makes it durable, then punches the older superblock
+//!    copy (it describes the old layout) durably, then the old area: an older copy never
+//!    outlives the extents it describes.
 //!
 //! A crash before the superblock is durable leaves the old layout current and the new
 //! extents past its end (cut at the next write-back, or by `check --repair`); a crash
@@ -42,7 +44,10 @@ use squeezefs_codec::CodecSpec;
 use super::state::{Mode, Packed};
 use super::{Container, Recompressed};
 use crate::encode::{encode_extent, Policy};
-use crate::format::{Geometry, KeptTimes, AREA_UNIT, DATA_START, EXTENT_HEADER_LEN, MAX_EXTENT_SHIFT};
+use crate::format::{
+    sb_offset, Geometry, KeptTimes, AREA_UNIT, BLOCK, DATA_START, EXTENT_HEADER_LEN, MAX_EXTENT_SHIFT,
+};
+use crate::layout::{newest_halves, read_halves, Half, Tie};
 use crate::storage::Storage;
 use crate::Result;
 
@@ -59,10 +64,13 @@ pub struct Relayout {
     count: u64,
     next: u64,
     target: CodecSpec,
-    /// Backing bytes before the plan wrote anything: what a dropped plan cuts back to.
+    /// Backing bytes before the plan wrote anything.
     old_len: u64,
     /// Logical bytes written so far.
     done: u64,
+    /// The end of the last copy written (0: none yet): the backing file must still reach
+    /// it when the layout switches.
+    written_end: u64,
 }
 
 impl Relayout {
@@ -107,7 +115,7 @@ impl Packed {
             && !self.shift_prop
             && !self.dict_used
             && self.dict.is_none()
-            && self.size > 0;
+            && self.size >= 2;
         if !candidate {
             return None;
         }
@@ -144,6 +152,20 @@ impl<S: Storage> Container<S> {
         let Some(shift) = p.relayout_shift(want) else {
             return Ok(None);
         };
+        // An extent with no valid copy (`check` reports it) would fail the relayout at
+        // every visit: such a file is left as it is, as recompression leaves the extent.
+        let geo = p.geo();
+        for idx in 0..p.extent_count() {
+            let halves = read_halves(&self.storage, geo, idx)?;
+            let damaged = newest_halves(&halves, Tie::First).is_empty()
+                && halves.iter().any(|h| matches!(h, Half::Invalid(_)));
+            if damaged {
+                return Ok(None);
+            }
+        }
+        let Mode::Packed(p) = &mut self.mode else {
+            return Ok(None);
+        };
         // The kept times are also what tells a step that nothing changed: any change of
         // the file drops them (`Packed::changed`, `forget_kept_times`), and writes a
         // superblock without them, so a write that left the size and the superblock as
@@ -167,7 +189,7 @@ impl<S: Storage> Container<S> {
         let Ok(area) = u32::try_from(area) else {
             return Ok(None); // past 4 PiB: left as it is
         };
-        Ok(Some(Relayout {
+        let plan = Relayout {
             generation: p.sb_gen,
             size: p.size,
             from: p.geo(),
@@ -177,7 +199,21 @@ impl<S: Storage> Container<S> {
             target,
             old_len,
             done: 0,
-        }))
+            written_end: 0,
+        };
+        self.mark_past_end_stale();
+        Ok(Some(plan))
+    }
+
+    /// What a plan writes lies past the current layout's last extent: this container must
+    /// read it as holes and punch it before its next superblock if the file grows over it,
+    /// as a container opened afresh does (`stale_from` at open). A write-back clears
+    /// that mark, so it is set again before every step.
+    fn mark_past_end_stale(&mut self) {
+        if let Mode::Packed(p) = &mut self.mode {
+            let n = p.extent_count();
+            p.stale_from = Some(p.stale_from.map_or(n, |s| s.min(n)));
+        }
     }
 
     /// Writes up to `extents` more extents of `plan`'s new layout; the last step switches
@@ -197,12 +233,36 @@ impl<S: Storage> Container<S> {
             self.drop_relayout(plan)?;
             return Ok(Step::Changed);
         }
+        self.mark_past_end_stale();
+        let end = (plan.next + extents.max(1)).min(plan.count);
+        if let Err(e) = self.write_new_extents(plan, end) {
+            // (An extent that does not read, say: the plan is dropped, and what it wrote
+            // goes.)
+            let _ = self.cut_leftovers();
+            return Err(e);
+        }
+        if plan.next < plan.count {
+            return Ok(Step::Progress);
+        }
+        if self.storage.len()? < plan.written_end {
+            // Cut by something that did not move the generation: not what was planned.
+            self.drop_relayout(plan)?;
+            return Ok(Step::Changed);
+        }
+        self.switch_layout(plan)?;
+        Ok(Step::Done(Recompressed {
+            extents: plan.count,
+            bytes: plan.done,
+        }))
+    }
+
+    /// New extents up to (not including) `end`.
+    fn write_new_extents(&mut self, plan: &mut Relayout, end: u64) -> Result<()> {
         let policy = Policy {
             codec: plan.target,
             force: true,
             dict: None,
         };
-        let end = (plan.next + extents.max(1)).min(plan.count);
         while plan.next < end {
             let j = plan.next;
             let data = self.read(j << plan.to.shift, 1 << plan.to.shift)?;
@@ -213,19 +273,14 @@ impl<S: Storage> Container<S> {
                     p.stats
                         .extent(&outcome, data.len(), half.len() - EXTENT_HEADER_LEN);
                 }
-                self.storage.write_at(&half, plan.to.half(j, 0))?;
+                let at = plan.to.half(j, 0);
+                self.storage.write_at(&half, at)?;
+                plan.written_end = at + half.len() as u64;
             }
             plan.done += data.len() as u64;
             plan.next += 1;
         }
-        if plan.next < plan.count {
-            return Ok(Step::Progress);
-        }
-        self.switch_layout(plan)?;
-        Ok(Step::Done(Recompressed {
-            extents: plan.count,
-            bytes: plan.done,
-        }))
+        Ok(())
     }
 
     /// Step 3: the new extents durable, then the superblock naming them, then the old area
@@ -248,7 +303,11 @@ impl<S: Storage> Container<S> {
         p.sb_dirty = true;
         p.write_superblock(st, None, true)?;
         st.sync_data()?;
+        // (The older superblock copy, which describes the old layout, is punched here.)
         p.synced(st)?;
+        // That punch durable before the old area's: an older copy must never outlive the
+        // extents it describes (decay of the newer copy would then read holes as zeros).
+        st.sync_data()?;
         st.punch(DATA_START, plan.to.start - DATA_START)?;
         Ok(())
     }
@@ -311,6 +370,14 @@ impl<S: Storage> Container<S> {
         if !p.sb_durable || p.sb_unknown {
             st.sync_data()?;
             p.synced(st)?;
+        }
+        // The other superblock copy may still describe the old area (both copies were
+        // valid at open, so nothing marked it to go): it goes first, durably, before the
+        // area it describes.
+        if let Some(s) = p.sb_slot {
+            st.punch(sb_offset(1 - s), BLOCK)?;
+            p.sb_other_dirty = false;
+            st.sync_data()?;
         }
         st.punch(DATA_START, p.geo().start - DATA_START)?;
         Ok(())
