@@ -4,7 +4,10 @@
 //! (`Container::relayout_step`; the container's `relayout.rs` says how it stays
 //! crash-safe). The file's lock is held for one step at a time, so a user who opens the
 //! file waits for one extent at most; a step finds out itself whether the file changed
-//! in between, and then the plan is dropped and the next walk starts again.
+//! in between, and then the plan is dropped and the next walk starts again. A plan left
+//! because the file came into use is not kept either: a later walk plans again, and its
+//! plan first cuts what the earlier one wrote (a file that is never idle long enough for a
+//! whole relayout keeps its extents; the pass's `pending_bytes` says so).
 
 use std::sync::Arc;
 
