@@ -138,6 +138,7 @@ impl Packed {
         Packed {
             shift,
             area: 0,
+            needs_reopen: false,
             codec: opts.codec,
             codec_prop: false,
             shift_prop: false,

@@ -47,9 +47,14 @@ use crate::encode::{encode_extent, Policy};
 use crate::format::{
     sb_offset, Geometry, KeptTimes, AREA_UNIT, BLOCK, DATA_START, EXTENT_HEADER_LEN, MAX_EXTENT_SHIFT,
 };
-use crate::layout::{newest_halves, read_halves, Half, Tie};
+use crate::layout::{
+    current_superblock, newest_halves, read_halves, read_head, superblock_copies, Half, Head, Tie,
+};
 use crate::storage::Storage;
 use crate::Result;
+
+/// Old extents whose headers one step checks.
+const CHECK_SLICE: u64 = 1024;
 
 /// A relayout under way: what it was planned on, where it writes, how far it got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,8 +69,8 @@ pub struct Relayout {
     count: u64,
     next: u64,
     target: CodecSpec,
-    /// Backing bytes before the plan wrote anything.
-    old_len: u64,
+    /// Old extents whose headers the first steps found whole (a slice a step).
+    checked: u64,
     /// Logical bytes written so far.
     done: u64,
     /// The end of the last copy written (0: none yet): the backing file must still reach
@@ -100,6 +105,9 @@ pub enum Step {
     /// The file is not as planned any more (changed, or no longer a candidate): nothing
     /// of the plan is left.
     Changed,
+    /// An extent of the file has no valid copy (`check` reports it): the file is left in
+    /// its extents (recompression leaves that extent alone), and nothing was written.
+    Damaged,
 }
 
 impl Packed {
@@ -115,6 +123,7 @@ impl Packed {
             && !self.shift_prop
             && !self.dict_used
             && self.dict.is_none()
+            && !self.needs_reopen
             && self.size >= 2;
         if !candidate {
             return None;
@@ -152,20 +161,6 @@ impl<S: Storage> Container<S> {
         let Some(shift) = p.relayout_shift(want) else {
             return Ok(None);
         };
-        // An extent with no valid copy (`check` reports it) would fail the relayout at
-        // every visit: such a file is left as it is, as recompression leaves the extent.
-        let geo = p.geo();
-        for idx in 0..p.extent_count() {
-            let halves = read_halves(&self.storage, geo, idx)?;
-            let damaged = newest_halves(&halves, Tie::First).is_empty()
-                && halves.iter().any(|h| matches!(h, Half::Invalid(_)));
-            if damaged {
-                return Ok(None);
-            }
-        }
-        let Mode::Packed(p) = &mut self.mode else {
-            return Ok(None);
-        };
         // The kept times are also what tells a step that nothing changed: any change of
         // the file drops them (`Packed::changed`, `forget_kept_times`), and writes a
         // superblock without them, so a write that left the size and the superblock as
@@ -197,9 +192,9 @@ impl<S: Storage> Container<S> {
             count: p.size.div_ceil(1 << shift),
             next: 0,
             target,
-            old_len,
             done: 0,
             written_end: 0,
+            checked: 0,
         };
         self.mark_past_end_stale();
         Ok(Some(plan))
@@ -232,6 +227,23 @@ impl<S: Storage> Container<S> {
         if !as_planned {
             self.drop_relayout(plan)?;
             return Ok(Step::Changed);
+        }
+        // First steps: the old extents' headers, a slice at a time (the file's lock is
+        // held for one slice only). An extent with no valid copy would fail the relayout
+        // at every visit.
+        let old_count = plan.size.div_ceil(1 << plan.from.shift);
+        if plan.checked < old_count {
+            let to = (plan.checked + CHECK_SLICE).min(old_count);
+            for idx in plan.checked..to {
+                let halves = read_halves(&self.storage, plan.from, idx)?;
+                let damaged = newest_halves(&halves, Tie::First).is_empty()
+                    && halves.iter().any(|h| matches!(h, Half::Invalid(_)));
+                if damaged {
+                    return Ok(Step::Damaged);
+                }
+            }
+            plan.checked = to;
+            return Ok(Step::Progress);
         }
         self.mark_past_end_stale();
         let end = (plan.next + extents.max(1)).min(plan.count);
@@ -292,6 +304,12 @@ impl<S: Storage> Container<S> {
             return Ok(());
         };
         p.synced(st)?;
+        // From here until the old area is punched, a failure (a full disk at the
+        // superblock write, a failed sync) leaves memory and disk possibly apart: which
+        // layout is current is known again only by reading the disk. The container says
+        // so (`needs_reopen`), and every later punch of an old area reads the current
+        // superblock back first.
+        p.needs_reopen = true;
         // Nothing cached describes the old layout any more; a read-ahead planned on it
         // is refused (the geometry and the epoch moved).
         p.exts.clear();
@@ -309,7 +327,14 @@ impl<S: Storage> Container<S> {
         // extents it describes (decay of the newer copy would then read holes as zeros).
         st.sync_data()?;
         st.punch(DATA_START, plan.to.start - DATA_START)?;
+        p.needs_reopen = false;
         Ok(())
+    }
+
+    /// Whether this container's state may differ from the disk's (a relayout's switch
+    /// failed half way): the caller drops it and opens the file again.
+    pub fn needs_reopen(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.needs_reopen)
     }
 
     /// A plan that will not finish: what it wrote past the file's extents is cut (they
@@ -358,18 +383,39 @@ impl<S: Storage> Container<S> {
     }
 
     /// Punches the old extent area [`Container::old_area_left`] found, once the
-    /// superblock naming the new one is durable.
-    pub fn punch_old_area(&mut self) -> Result<()> {
-        if !self.old_area_left()? {
-            return Ok(());
+    /// superblock naming the new one is durable, and only when the disk's current
+    /// superblock is the one this container knows (its generation and area, read back).
+    /// The punch moves the backing file's times: with `keep_times`, a file that keeps
+    /// none gets these kept first, made durable (as before any rewrite of the pass).
+    /// Returns whether it punched.
+    pub fn punch_old_area(&mut self, keep_times: Option<KeptTimes>) -> Result<bool> {
+        if !self.old_area_left()? || self.needs_reopen() {
+            return Ok(false);
         }
+        if let (Some(t), Mode::Packed(p)) = (keep_times, &mut self.mode) {
+            if p.kept_times.is_none() {
+                p.kept_times = Some(t);
+                p.sb_dirty = true;
+            }
+        }
+        self.fsync()?;
         let st = &self.storage;
         let Mode::Packed(p) = &mut self.mode else {
-            return Ok(());
+            return Ok(false);
         };
         if !p.sb_durable || p.sb_unknown {
             st.sync_data()?;
             p.synced(st)?;
+        }
+        let on_disk = match read_head(st)? {
+            Head::Container(blocks) => {
+                let copies = superblock_copies(&blocks);
+                current_superblock(&copies, Tie::First).map(|(_, sb)| (sb.generation, sb.area))
+            }
+            _ => None,
+        };
+        if on_disk != Some((p.sb_gen, p.area)) {
+            return Ok(false);
         }
         // The other superblock copy may still describe the old area (both copies were
         // valid at open, so nothing marked it to go): it goes first, durably, before the
@@ -380,6 +426,6 @@ impl<S: Storage> Container<S> {
             st.sync_data()?;
         }
         st.punch(DATA_START, p.geo().start - DATA_START)?;
-        Ok(())
+        Ok(true)
     }
 }

@@ -123,6 +123,9 @@ pub(super) struct Packed {
     /// Where the extent area starts: MiB past `DATA_START` (`SB_FLAG_AREA`; 0 for every
     /// file whose extent size the background pass never changed).
     pub(super) area: u32,
+    /// A relayout's switch failed half way: memory may not say what the disk does
+    /// (`Container::needs_reopen`).
+    pub(super) needs_reopen: bool,
     /// Effective codec: the file's property, or the mount's.
     pub(super) codec: CodecSpec,
     /// `codec` is the file's own property (`PROP_COMPRESSION`).

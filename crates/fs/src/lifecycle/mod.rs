@@ -99,6 +99,10 @@ impl Kept {
                 *open = None;
                 drop(open);
                 self.inodes.forget(old_ino, 0);
+            } else if open.is_none() {
+                // Dropped already (`Files::quiet` after a failed relayout switch).
+                drop(open);
+                self.inodes.forget(old_ino, 0);
             }
         }
         while let Some(b) = busy.pop_back() {
@@ -359,6 +363,12 @@ impl Files {
             }
             let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
             self.keep_times(inode, of);
+            if of.container.needs_reopen() {
+                // A relayout's switch failed half way: only the disk says which layout is
+                // current. Nothing is held (no handle, nothing dirty or queued), so the
+                // state goes and the next use opens the file again.
+                *open = None;
+            }
             return r.map(Some);
         }
         // (`open` stays held: no state appears beside this container.)

@@ -236,6 +236,9 @@ impl Core {
     /// allows it and only while the file is not in use.
     fn background_file(&self, inode: &Arc<Inode>, target: CodecSpec, pass: &Pass) {
         let mut start = 0u64;
+        // A relayout that found a damaged extent: the file's extents are recompressed
+        // where they are instead (the damaged one is left).
+        let mut relayout_tried = false;
         loop {
             if pass.wait_turn(0).is_none() {
                 return;
@@ -246,7 +249,9 @@ impl Core {
                     sys::status_flags(c.storage().file()).is_ok_and(|f| f & libc::O_ACCMODE == libc::O_RDWR);
                 // Larger extents first (point 5): a relayout rewrites every extent at the
                 // target anyway.
-                let relayout = (start == 0).then(|| c.relayout_shift(want)).flatten();
+                let relayout = (start == 0 && !relayout_tried)
+                    .then(|| c.relayout_shift(want))
+                    .flatten();
                 let old_area = start == 0 && c.old_area_left().unwrap_or(false);
                 let (todo, count) = match relayout {
                     Some(_) => (Vec::new(), 0),
@@ -270,18 +275,14 @@ impl Core {
                 return pass.read_only();
             }
             if old_area {
-                // A relayout's old extent area that a crash kept from being punched.
-                match self
-                    .files
-                    .quiet(inode, |c| c.punch_old_area(), "background pass (relayout)")
-                {
-                    Ok(Some(())) => {}
-                    Ok(None) => pass.skipped(true),
-                    Err(_) => pass.skipped(false),
-                }
+                self.background_punch_old_area(inode, pass);
             }
             if relayout.is_some() {
-                return self.background_relayout(inode, target, want, pass);
+                relayout_tried = true;
+                if self.background_relayout(inode, target, want, pass) {
+                    return;
+                }
+                continue; // not relaid: its extents where they are
             }
             if !todo.is_empty() {
                 if !writable {

@@ -32,14 +32,22 @@ enum Turn {
 }
 
 impl Core {
-    /// Relays `inode` out to extents of `1 << want` bytes (at most) at `target`.
-    pub(super) fn background_relayout(&self, inode: &Arc<Inode>, target: CodecSpec, want: u8, pass: &Pass) {
+    /// Relays `inode` out to extents of `1 << want` bytes (at most) at `target`; false
+    /// when it is not relaid (not a candidate when planned, or a damaged extent), and the
+    /// caller recompresses its extents where they are.
+    pub(super) fn background_relayout(
+        &self,
+        inode: &Arc<Inode>,
+        target: CodecSpec,
+        want: u8,
+        pass: &Pass,
+    ) -> bool {
         let mut plan: Option<Relayout> = None;
         loop {
             // One new extent per turn: its logical bytes, at the pass's rate.
             let bytes = plan.map_or(1 << want, |p| (1u64 << p.shift()).min(p.remaining()));
             let Some(turn) = pass.wait_turn(bytes) else {
-                return; // the pass stops: still pending
+                return true; // the pass stops: still pending
             };
             let done = self.files.quiet(
                 inode,
@@ -48,16 +56,12 @@ impl Core {
                         return Ok(Turn::Changed);
                     }
                     // The file's times, kept in its superblock before anything moves the
-                    // backing file's; the backing file's own are put back after each step.
+                    // backing file's.
                     let st = sys::fstat(c.storage().file())?;
                     let p = match plan.as_mut() {
                         Some(p) => p,
                         None => {
-                            let kept = KeptTimes {
-                                ctime: (st.st_ctime, st.st_ctime_nsec as u32),
-                                mtime: (st.st_mtime, st.st_mtime_nsec as u32),
-                            };
-                            let Some(p) = c.plan_relayout(target, want, kept)? else {
+                            let Some(p) = c.plan_relayout(target, want, kept_of(&st))? else {
                                 return Ok(Turn::NotNow);
                             };
                             pass.found(p.remaining());
@@ -65,13 +69,13 @@ impl Core {
                         }
                     };
                     let step = c.relayout_step(p, 1)?;
-                    let [atime, mtime] = Times {
-                        atime: Some((st.st_atime, st.st_atime_nsec)),
-                        mtime: Some((st.st_mtime, st.st_mtime_nsec)),
-                        ctime: None,
+                    // The backing file's own times put back (for tools that read the
+                    // backing tree) while the file keeps its times; not once a change of
+                    // the file dropped them (`stat` shows the backing file's then, which
+                    // nothing of the pass may move).
+                    if c.kept_times().is_some() {
+                        put_back(c.storage().file(), &st)?;
                     }
-                    .timespecs();
-                    sys::utimens(c.storage().file(), atime, mtime)?;
                     Ok(Turn::Step(step))
                 },
                 "background pass (relayout)",
@@ -80,7 +84,8 @@ impl Core {
                 Ok(Some(Turn::Step(RelayoutStep::Progress))) => {}
                 Ok(Some(Turn::Step(RelayoutStep::Done(r)))) => {
                     let total = plan.map_or(0, |p| p.size());
-                    return pass.rewritten(r.extents, total);
+                    pass.rewritten(r.extents, total);
+                    return true;
                 }
                 Ok(Some(Turn::Step(RelayoutStep::Changed))) => {
                     // Changed since the plan: what was written through the mount brings
@@ -88,21 +93,76 @@ impl Core {
                     if let Some(p) = plan {
                         pass.unfound(p.size());
                     }
-                    return pass.skipped(true);
+                    pass.skipped(true);
+                    return true;
                 }
-                Ok(Some(Turn::NotNow)) => return,
+                Ok(Some(Turn::Step(RelayoutStep::Damaged))) => {
+                    if let Some(p) = plan {
+                        pass.unfound(p.size());
+                    }
+                    return false;
+                }
+                Ok(Some(Turn::NotNow)) => return false,
                 // Its turn again, once idle: the plan finds out itself whether the file
                 // changed.
                 Ok(Some(Turn::Changed)) => {}
-                Ok(None) => return pass.skipped(true), // in use: a later walk
+                Ok(None) => {
+                    pass.skipped(true); // in use: a later walk
+                    return true;
+                }
                 // (Logged with the file's name by `Files::quiet`.)
                 Err(_) => {
                     if let Some(p) = plan {
                         pass.unfound(p.size());
                     }
-                    return pass.skipped(false);
+                    pass.skipped(false);
+                    return true;
                 }
             }
         }
     }
+
+    /// Punches the old extent area a crash kept a relayout from punching, with the file's
+    /// times kept as for any rewrite of the pass.
+    pub(super) fn background_punch_old_area(&self, inode: &Arc<Inode>, pass: &Pass) {
+        let Some(turn) = pass.wait_turn(0) else { return };
+        let done = self.files.quiet(
+            inode,
+            |c| {
+                if !pass.still(turn) {
+                    return Ok(());
+                }
+                let st = sys::fstat(c.storage().file())?;
+                if c.punch_old_area(Some(kept_of(&st)))? && c.kept_times().is_some() {
+                    put_back(c.storage().file(), &st)?;
+                }
+                Ok(())
+            },
+            "background pass (relayout)",
+        );
+        match done {
+            Ok(Some(())) => {}
+            Ok(None) => pass.skipped(true),
+            Err(_) => pass.skipped(false),
+        }
+    }
+}
+
+/// The change and modification times of `st`, to keep.
+fn kept_of(st: &libc::stat) -> KeptTimes {
+    KeptTimes {
+        ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+    }
+}
+
+/// Puts `st`'s access and modification times back on `file`.
+fn put_back(file: &std::fs::File, st: &libc::stat) -> std::io::Result<()> {
+    let [atime, mtime] = Times {
+        atime: Some((st.st_atime, st.st_atime_nsec)),
+        mtime: Some((st.st_mtime, st.st_mtime_nsec)),
+        ctime: None,
+    }
+    .timespecs();
+    sys::utimens(file, atime, mtime)
 }
