@@ -392,10 +392,32 @@ impl<S: Storage> Container<S> {
         if !self.old_area_left()? || self.needs_reopen() {
             return Ok(false);
         }
-        if let (Some(t), Mode::Packed(p)) = (keep_times, &mut self.mode) {
-            if p.kept_times.is_none() {
-                p.kept_times = Some(t);
-                p.sb_dirty = true;
+        {
+            let st = &self.storage;
+            let Mode::Packed(p) = &mut self.mode else {
+                return Ok(false);
+            };
+            if !p.sb_durable || p.sb_unknown {
+                st.sync_data()?;
+                p.synced(st)?;
+            }
+            // The disk's current superblock must be the one this container knows, read
+            // back before anything of ours is written.
+            let on_disk = match read_head(st)? {
+                Head::Container(blocks) => {
+                    let copies = superblock_copies(&blocks);
+                    current_superblock(&copies, Tie::First).map(|(_, sb)| (sb.generation, sb.area))
+                }
+                _ => None,
+            };
+            if on_disk != Some((p.sb_gen, p.area)) {
+                return Ok(false);
+            }
+            if let Some(t) = keep_times {
+                if p.kept_times.is_none() {
+                    p.kept_times = Some(t);
+                    p.sb_dirty = true;
+                }
             }
         }
         self.fsync()?;
@@ -403,20 +425,6 @@ impl<S: Storage> Container<S> {
         let Mode::Packed(p) = &mut self.mode else {
             return Ok(false);
         };
-        if !p.sb_durable || p.sb_unknown {
-            st.sync_data()?;
-            p.synced(st)?;
-        }
-        let on_disk = match read_head(st)? {
-            Head::Container(blocks) => {
-                let copies = superblock_copies(&blocks);
-                current_superblock(&copies, Tie::First).map(|(_, sb)| (sb.generation, sb.area))
-            }
-            _ => None,
-        };
-        if on_disk != Some((p.sb_gen, p.area)) {
-            return Ok(false);
-        }
         // The other superblock copy may still describe the old area (both copies were
         // valid at open, so nothing marked it to go): it goes first, durably, before the
         // area it describes.

@@ -366,7 +366,9 @@ impl Files {
             if of.container.needs_reopen() {
                 // A relayout's switch failed half way: only the disk says which layout is
                 // current. Nothing is held (no handle, nothing dirty or queued), so the
-                // state goes and the next use opens the file again.
+                // state goes and the next use opens the file again. What `stat` remembers
+                // of the closed file goes too: it came from memory, or from before.
+                *inode.file.size.lock().unwrap() = None;
                 *open = None;
             }
             return r.map(Some);
