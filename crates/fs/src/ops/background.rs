@@ -21,15 +21,14 @@ use std::sync::Arc;
 use fuser::INodeNo;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
-use squeezefs_container::format::KeptTimes;
 use squeezefs_container::pack::tree::Targets;
 use squeezefs_container::Recompressed;
 
 use super::names::is_dict_dir;
+use super::relayout::{kept_of, put_back};
 use super::Core;
 use crate::background::{Pass, Walk, CHUNK_BYTES};
 use crate::inode::Inode;
-use crate::lifecycle::state::Times;
 use crate::props::{self, Prop, Value};
 use crate::sys;
 
@@ -334,19 +333,9 @@ impl Core {
                     // rewrite does to the backing file's (`SB_FLAG_TIMES`); the backing
                     // file's are put back too (its access time, for tools that read it).
                     let st = sys::fstat(c.storage().file())?;
-                    let kept = KeptTimes {
-                        ctime: (st.st_ctime, st.st_ctime_nsec as u32),
-                        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
-                    };
-                    let r = c.recompress_extents(target, chunk, Some(kept))?;
+                    let r = c.recompress_extents(target, chunk, Some(kept_of(&st)))?;
                     if r.extents > 0 {
-                        let [atime, mtime] = Times {
-                            atime: Some((st.st_atime, st.st_atime_nsec)),
-                            mtime: Some((st.st_mtime, st.st_mtime_nsec)),
-                            ctime: None,
-                        }
-                        .timespecs();
-                        sys::utimens(c.storage().file(), atime, mtime)?;
+                        put_back(c.storage().file(), &st)?;
                     }
                     Ok(Step::Done(r))
                 },

@@ -150,8 +150,8 @@ impl Core {
     }
 }
 
-/// The change and modification times of `st`, to keep.
-fn kept_of(st: &libc::stat) -> KeptTimes {
+/// The change and modification times of `st`, to keep (every rewrite of the pass).
+pub(super) fn kept_of(st: &libc::stat) -> KeptTimes {
     KeptTimes {
         ctime: (st.st_ctime, st.st_ctime_nsec as u32),
         mtime: (st.st_mtime, st.st_mtime_nsec as u32),
@@ -159,7 +159,7 @@ fn kept_of(st: &libc::stat) -> KeptTimes {
 }
 
 /// Puts `st`'s access and modification times back on `file`.
-fn put_back(file: &std::fs::File, st: &libc::stat) -> std::io::Result<()> {
+pub(super) fn put_back(file: &std::fs::File, st: &libc::stat) -> std::io::Result<()> {
     let [atime, mtime] = Times {
         atime: Some((st.st_atime, st.st_atime_nsec)),
         mtime: Some((st.st_mtime, st.st_mtime_nsec)),
