@@ -65,6 +65,12 @@ impl Packed {
     fn write_extents_counted_after<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
         // Nothing goes to the backing file of a packed file before it leaves its pack.
         self.leave_pack(st)?;
+        // An inline file's superblock holds its bytes, and readers look nowhere else: one
+        // describing the extents (or inline again, with the new bytes) must replace it,
+        // or a whole extent written early (`Container::write`) is never seen.
+        if self.sb_inline {
+            self.sb_dirty = true;
+        }
         // 1. Learn each target's halves where unknown (stale extents included: their
         //    generations must be exceeded).
         let mut need_sync = false;
