@@ -111,6 +111,7 @@ fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig) {
         Ok(p) => p,
         Err(e) => return log::warn!("pack garbage not reclaimed: {e}"),
     };
+    packs.set_keep_ctime(squeezefs_fs::packing::keeps_ctime(backing));
     match crate::check::packs::reclaim_tree(backing, &packs, Some(RECLAIM_BUDGET)) {
         Ok(Some(r)) => log::info!(
             "reclaimed {} of pack garbage at unmount ({} files moved, {} packs removed) in {:.1} s",

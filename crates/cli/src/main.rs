@@ -282,8 +282,9 @@ fn mount_help() -> String {
         background_compression=ALG[:LEVEL]\n                              \
         write at compress= (fast), then, while the mount is idle,\n                              \
         recompress extents stored at another codec or level to this one\n                              \
-        (e.g. zstd:15), in place and crash-safely; contents and mtime\n                              \
-        stay, and ctime too except for small packed files. Files in use\n                              \
+        (e.g. zstd:15), in place and crash-safely; contents, mtime and\n                              \
+        ctime stay (a small packed file's only where the backing fs keeps\n                              \
+        a 64-byte xattr in the inode: ext4 256-byte inodes, XFS). Files in use\n                              \
         wait; incompressible data is not retried. Small files' packs are\n                              \
         rewritten at it into 1 MiB blocks, similar files together and\n                              \
         identical files stored once (a cold tree reaches archive\n                              \

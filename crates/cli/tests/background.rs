@@ -79,6 +79,18 @@ fn extents_and_slack(backing: &Path) -> (u64, u64) {
 
 /// Modification and change times (to the nanosecond) and an MD5 of each of `files`, as
 /// `tests` sees them through the mount.
+/// Bytes of a backing file's location record (`user.sqzfs`): 64 when it keeps a change
+/// time (version 3), 56 otherwise.
+fn record_len(backing_file: &std::path::Path) -> usize {
+    let out = std::process::Command::new("getfattr")
+        .args(["--only-values", "-n", "user.sqzfs"])
+        .arg(backing_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.len()
+}
+
 fn seen(m: &Mount, files: &[&str]) -> Vec<String> {
     files
         .iter()
@@ -379,6 +391,10 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
     let names = sh(&format!("cd {mnt} && find . -type f | sort"));
     let names: Vec<&str> = names.lines().collect();
     assert_eq!(names.len(), 311);
+    m.unmount();
+    // What `stat` shows once written out (the change time is the backing file's after the
+    // group commit set each record).
+    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
     let before = seen(&m, &names);
     m.unmount();
     let b = d.join("backing");
@@ -395,16 +411,18 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
         "{}",
         v["background"]
     );
-    // Contents and modification times unchanged.
+    // Contents, modification and change times unchanged (each moved record keeps the
+    // change time the file showed: version 3).
     let after = seen(&m, &names);
     for ((n, a), b) in names.iter().zip(&after).zip(&before) {
-        let mtime_md5 = |s: &str| {
-            let (times, md5) = s.split_once('\n').unwrap();
-            (times.split('|').next().unwrap().to_string(), md5.to_string())
-        };
-        assert_eq!(mtime_md5(a), mtime_md5(b), "{n}");
+        assert_eq!(a, b, "{n}: times and contents");
     }
     m.unmount();
+    assert_eq!(
+        record_len(&b.join("src/a/f7.c")),
+        64,
+        "a moved record keeps the ctime"
+    );
     assert_eq!(packed_types(&b.join("src/a")), ["packed zstd:15"]);
     assert_eq!(packed_types(&b.join("src/b")), ["packed zstd:15"]);
     assert_eq!(
@@ -439,18 +457,30 @@ fn cold_packs_are_rewritten_at_their_targets_into_big_blocks_and_the_pass_conver
     );
     assert_eq!(v["background"]["repacked_files"], 0, "{}", v["background"]);
     let again = seen(&m, &names);
-    assert_eq!(again.len(), before.len());
+    assert_eq!(again, before, "times and contents on a new mount");
     m.unmount();
     common::check_clean(&b, "after the second mount");
     // A write to one copy gives it its own bytes; the others keep theirs.
     let m = Mount::as_user(&d, "compress=zstd:1", "tests");
     sh(&format!("echo changed > {mnt}/doc/p1/copyright"));
+    // A change of metadata moves the change time again, and the record keeps none.
+    let chmod = "src/a/f7.c";
+    let i = names.iter().position(|n| n.ends_with(chmod)).unwrap();
+    sh(&format!("chmod 600 {mnt}/{chmod}"));
+    let now = seen(&m, &[names[i]]).remove(0);
+    let ctime = |s: &str| s.split(['|', '\n']).nth(1).unwrap().parse::<f64>().unwrap();
+    assert!(ctime(&now) > ctime(&before[i]), "{now} after {}", before[i]);
     assert_eq!(sh(&format!("cat {mnt}/doc/p1/copyright")), "changed\n");
     assert_eq!(
         sh(&format!("md5sum < {mnt}/doc/p2/copyright")),
         sh("seq 1 2500 | md5sum")
     );
     m.unmount();
+    assert_eq!(
+        record_len(&b.join(chmod)),
+        56,
+        "back to a record keeping no ctime"
+    );
     let st = common::squeezefs_json(&["stats".as_ref(), b.as_os_str()]);
     assert_eq!(st["packs"]["shared_files"], 28, "{}", st["packs"]);
     common::check_clean(&b, "after a write to a shared file");

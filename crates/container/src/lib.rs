@@ -22,8 +22,8 @@ mod storage;
 pub mod usage;
 
 pub use container::{
-    AheadPlan, Container, DirtyBudget, Fetched, Options, Recompressed, Relayout, RelayoutStep, Ticket,
-    WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
+    AheadPlan, Container, DirtyBudget, Fetched, Options, Recompressed, Relayout, RelayoutStep, StatTimes,
+    Ticket, WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
 };
 pub use stats::Stats;
 pub use storage::{keeping_times, open_as_owner, read_full, with_owner_access, FileStorage, Storage};

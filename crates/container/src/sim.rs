@@ -57,6 +57,18 @@ struct Inner {
     durable_xattrs: Xattrs,
     /// Unsynced xattr changes, in order (`None`: removal).
     pending_xattrs: Vec<(String, Option<Vec<u8>>)>,
+    /// The change time (`Storage::change_time`): moved by every change of data, length or
+    /// xattr, to a value of [`CLOCK`]; kept by a reboot (a test reads it back only to
+    /// compare it with what a record keeps).
+    ctime: u64,
+}
+
+/// The simulated clock behind [`MemDisk`] change times: strictly increasing, so a moved
+/// ctime never equals an earlier one.
+static CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_700_000_000_000_000_000);
+
+fn tick() -> u64 {
+    CLOCK.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed) + 1_000
 }
 
 #[derive(Debug, Default)]
@@ -178,17 +190,18 @@ impl MemDisk {
                 };
             }
         }
-        MemDisk::rebooted(data, xattrs, crash)
+        MemDisk::rebooted(data, xattrs, g.ctime, crash)
     }
 
     /// A disk holding `data` and `xattrs`, all durable, crashing with `crash`.
-    fn rebooted(data: Vec<u8>, xattrs: Xattrs, crash: &Crash) -> MemDisk {
+    fn rebooted(data: Vec<u8>, xattrs: Xattrs, ctime: u64, crash: &Crash) -> MemDisk {
         MemDisk {
             inner: Arc::new(Mutex::new(Inner {
                 durable: data.clone(),
                 current: data,
                 durable_xattrs: xattrs.clone(),
                 xattrs,
+                ctime,
                 ..Inner::default()
             })),
             crash: crash.clone(),
@@ -225,7 +238,7 @@ impl MemDisk {
                 }
             }
         }
-        MemDisk::rebooted(data, g.xattrs.clone(), crash)
+        MemDisk::rebooted(data, g.xattrs.clone(), g.ctime, crash)
     }
 
     /// Counts one mutating operation against the crash; `Err` when the disk has crashed
@@ -253,6 +266,7 @@ impl MemDisk {
             Some(op) => {
                 apply(&mut g.current, &op);
                 g.pending.push(op);
+                g.ctime = tick();
             }
             None => {
                 g.durable = g.current.clone();
@@ -271,6 +285,7 @@ impl MemDisk {
             Some(v) => g.xattrs.insert(name.to_owned(), v.to_vec()),
             None => g.xattrs.remove(name),
         };
+        g.ctime = tick();
         g.pending_xattrs
             .push((name.to_owned(), value.map(<[u8]>::to_vec)));
         Ok(())
@@ -353,6 +368,17 @@ impl Storage for MemDisk {
 
     fn remove_xattr(&self, name: &str) -> io::Result<()> {
         self.mutate_xattr(name, None)
+    }
+
+    fn change_time(&self) -> io::Result<Option<u64>> {
+        if self.has_crashed() {
+            return Err(crashed());
+        }
+        let mut g = self.inner.lock().unwrap();
+        if g.ctime == 0 {
+            g.ctime = tick(); // (a new disk: made now)
+        }
+        Ok(Some(g.ctime))
     }
 
     fn sync_all(&self) -> io::Result<()> {

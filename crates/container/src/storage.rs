@@ -55,6 +55,12 @@ pub trait Storage: Send + Sync {
     fn identity(&self) -> io::Result<Option<(u64, u64)>> {
         Ok(None)
     }
+    /// The file's change time (ctime) in nanoseconds since the epoch, when the storage
+    /// has one: a reclaim keeps it in the location record it replaces
+    /// (`Location::kept_ctime`), so `stat` goes on showing it.
+    fn change_time(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// Reads exactly `buf.len()` bytes unless EOF comes first; returns the count.
@@ -191,6 +197,12 @@ impl Storage for FileStorage {
         use std::os::unix::fs::MetadataExt;
         let m = self.file.metadata()?;
         Ok(Some((m.dev(), m.ino())))
+    }
+
+    fn change_time(&self) -> io::Result<Option<u64>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok(crate::pack::format::ctime_ns(m.ctime(), m.ctime_nsec()))
     }
 
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {

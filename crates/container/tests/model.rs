@@ -10,11 +10,14 @@ use proptest::prelude::*;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::adapt::Adaptive;
 use squeezefs_container::format::KeptTimes;
+use squeezefs_container::pack::format::ctime_parts;
+use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
+use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
-    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, Storage, WriteBack,
-    DEFAULT_DIRTY_BYTES,
+    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, StatTimes, Storage,
+    WriteBack, DEFAULT_DIRTY_BYTES,
 };
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
@@ -26,7 +29,12 @@ fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>, dirty: usize
     Options {
         codec,
         extent_shift: shift,
-        packs: packs.map(|d| Arc::new(Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap())),
+        packs: packs.map(|d| {
+            let p = Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap();
+            // Records moved by `Op::Reclaim` keep the change time (version 3).
+            p.set_keep_ctime(true);
+            Arc::new(p)
+        }),
         dirty: DirtyBudget::new(dirty),
         adapt: adaptive.then(|| Adaptive::with_clock(1, 4, Arc::new(TickingClock::default()))),
         ..Default::default()
@@ -136,6 +144,15 @@ enum Op {
     /// each writing up to this many extents of the new layout (the last one switches the
     /// file to it; a step on a file that changed since the plan drops it).
     RelayoutStep(u8),
+    /// A reclaim round over every pack no record can newly name (a mount's garbage round,
+    /// beside the open container): the file's bytes, if its record is current and they are
+    /// loaded, move to a new block, and its record (version 3) keeps the change time the
+    /// file showed. With `true`, the file is read first (its bytes loaded: a container
+    /// whose bytes are not loaded pins its pack, and the round leaves it).
+    Reclaim(bool),
+    /// What a change of metadata through the mount does first (`drop_kept_times`): the
+    /// kept times go, durably.
+    ForgetTimes,
 }
 
 /// Read-ahead steps under way ([`Op::PlanAhead`]).
@@ -191,16 +208,37 @@ const KEPT_TIMES: KeptTimes = KeptTimes {
     mtime: (1_500_000_000, 456),
 };
 
-/// The change time a file keeps after `op`, given the one it kept before: a change of the
-/// file drops it (`SB_FLAG_TIMES` lasts only until then), a recompression may set it
-/// (when it had extents to rewrite), anything else keeps it.
-fn kept_after(before: Option<KeptTimes>, op: &Op, size_before: u64) -> Vec<Option<KeptTimes>> {
+/// The times a file keeps after `op`, given those it kept before and the backing file's
+/// change time before it: a change of the file drops them (`SB_FLAG_TIMES` and a record's
+/// change time last only until then), a recompression may set them (when it had extents
+/// to rewrite), a reclaim may keep the change time in the record it moves, anything else
+/// keeps them.
+fn kept_after(before: Option<StatTimes>, op: &Op, size_before: u64, ctime: u64) -> Vec<Option<StatTimes>> {
     match op {
         Op::Write { len, .. } if *len > 0 => vec![None],
-        Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) => vec![None],
+        Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) | Op::ForgetTimes => vec![None],
         Op::Punch { off, len } if *off < size_before && *len > 0 => vec![None],
-        Op::Recompress(_) | Op::PlanRelayout { .. } if before.is_none() => vec![None, Some(KEPT_TIMES)],
+        Op::Recompress(_) | Op::PlanRelayout { .. } if before.is_none() => {
+            vec![None, Some(KEPT_TIMES.into())]
+        }
+        Op::Reclaim(_) if before.is_none() => vec![
+            None,
+            Some(StatTimes {
+                ctime: ctime_parts(ctime),
+                mtime: None,
+            }),
+        ],
         _ => vec![before],
+    }
+}
+
+/// Whether `kept`, read after a crash, is times the file could keep: none, the pass's, or
+/// a change time a record kept (one the backing file had, so not later than its own).
+fn plausible_kept(kept: Option<StatTimes>, disk: &MemDisk) -> bool {
+    match kept {
+        None => true,
+        Some(k) if k == KEPT_TIMES.into() => true,
+        Some(k) => k.mtime.is_none() && k.ctime <= ctime_parts(disk.change_time().unwrap().unwrap()),
     }
 }
 
@@ -240,6 +278,8 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         1 => Just(Op::DropCache),
         2 => (13u8..=20, 0..RECOMPRESS_TARGETS.len() as u8).prop_map(|(shift, target)| Op::PlanRelayout { shift, target }),
         3 => (1u8..4).prop_map(Op::RelayoutStep),
+        2 => any::<bool>().prop_map(Op::Reclaim),
+        1 => Just(Op::ForgetTimes),
     ]
 }
 
@@ -314,6 +354,40 @@ fn apply_container(
                 c.install(f);
             }
             Ok(None)
+        }
+        Op::Reclaim(load) => {
+            let Some(packs) = &opts.packs else { return Ok(None) };
+            if *load {
+                c.read(0, 1)?;
+            }
+            let RecordState::Current { loc, .. } = record_state(disk)? else {
+                return Ok(None);
+            };
+            let ids = packs.dir().list()?.into_iter().collect();
+            packs.retire_any(&ids);
+            let victims = packs.reclaimable()?;
+            let live = [LiveFile {
+                name: "f".into(),
+                loc,
+                id: disk.identity()?,
+                target: None,
+            }];
+            let r = reclaim(
+                packs,
+                &victims,
+                &live,
+                &mut Garbage,
+                |_| Ok(disk.clone()),
+                // (A mount's `syncfs`: the file's record durable whatever the batch.)
+                |_: &[MemDisk]| Ok(disk.sync_all()?),
+                Settle::default,
+            )?;
+            assert!(r.left.is_empty(), "{:?}", r.left);
+            Ok(None)
+        }
+        Op::ForgetTimes => {
+            c.forget_kept_times()?;
+            c.fsync().map(|_| None)
         }
         Op::Write { off, len, kind, seed } => c.write(*off, &payload(*len, *kind, *seed)).map(|_| None),
         Op::Read { off, len } => c.read(*off, *len).map(Some),
@@ -457,7 +531,8 @@ proptest! {
         let (mut dict, mut codec_prop) = (None, None);
         let mut ahead = Ahead::default();
         for op in &ops {
-            let kept = kept_after(c.kept_times(), op, c.size().unwrap());
+            let ctime = disk.change_time().unwrap().unwrap();
+            let kept = kept_after(c.kept_times(), op, c.size().unwrap(), ctime);
             let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
             prop_assert!(kept.contains(&c.kept_times()), "kept ctime {:?} after {:?}, expected one of {:?}", c.kept_times(), op, kept);
             apply_model(&mut model, op);
@@ -523,7 +598,7 @@ proptest! {
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
-        prop_assert!(matches!(c.kept_times(), None | Some(KEPT_TIMES)), "kept ctime {:?}", c.kept_times());
+        prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -620,7 +695,7 @@ proptest! {
         let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
-        prop_assert!(matches!(c.kept_times(), None | Some(KEPT_TIMES)), "kept ctime {:?}", c.kept_times());
+        prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -1111,13 +1186,111 @@ fn written_out_extents_leave_the_cache_within_its_budget() {
     );
 }
 
+/// Operations on a small packed file that reclaim rounds move (see
+/// `packed_files_moved_by_reclaim_keep_their_change_time`).
+fn reclaim_op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..8192u64, 0..8192usize, any::<u8>(), any::<u8>())
+            .prop_map(|(off, len, kind, seed)| Op::Write { off, len, kind, seed }),
+        3 => Just(Op::Fsync),
+        1 => Just(Op::WriteBack),
+        1 => Just(Op::Commit),
+        4 => any::<bool>().prop_map(Op::Reclaim),
+        2 => Just(Op::ForgetTimes),
+        2 => Just(Op::Reopen),
+        2 => Just(Op::Close),
+        2 => (0..16384u64, 0..16384usize).prop_map(|(off, len)| Op::Read { off, len }),
+        1 => (0..16384u64).prop_map(Op::SetSize),
+        1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, .. ProptestConfig::default() })]
+
+    /// A small packed file whose record reclaim rounds replace (version 3, keeping the
+    /// change time the file showed) between writes, reads, reopenings and changes of
+    /// metadata: it reads as the model says, shows a kept change time exactly while the
+    /// record keeps one and the file did not change since, and a crash at any storage
+    /// operation leaves a file that opens, reads as a state it had since its last fsync,
+    /// and keeps no change time it never showed.
+    #[test]
+    fn packed_files_moved_by_reclaim_keep_their_change_time(
+        ops in prop::collection::vec(reclaim_op_strategy(), 1..40),
+        crash_at in 0u64..200,
+        reboot_seed in any::<u64>(),
+    ) {
+        let codec: CodecSpec = "zstd:1".parse().unwrap();
+        let disk = MemDisk::new();
+        let packs = MemPackDir::new(disk.crash());
+        let opts = options(codec, 17, Some(&packs), DEFAULT_DIRTY_BYTES);
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        let mut model = Vec::new();
+        let mut ahead = Ahead::default();
+        let mut moved = 0;
+        for op in &ops {
+            let ctime = disk.change_time().unwrap().unwrap();
+            let kept = kept_after(c.kept_times(), op, c.size().unwrap(), ctime);
+            let pack_before = record_state(&disk).unwrap();
+            let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
+            prop_assert!(kept.contains(&c.kept_times()), "kept {:?} after {:?}, expected one of {:?}", c.kept_times(), op, kept);
+            apply_model(&mut model, op);
+            if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
+                prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len), "read after {:?}", op);
+            }
+            if let (Op::Reclaim(_), RecordState::Current { loc, .. }, RecordState::Current { loc: now, .. }) =
+                (op, pack_before, record_state(&disk).unwrap())
+            {
+                if now.pack != loc.pack {
+                    moved += 1;
+                    prop_assert!(now.kept_ctime.is_some(), "moved without keeping the ctime");
+                    prop_assert_eq!(now.kept_ctime, loc.kept_ctime.or(Some(ctime)));
+                }
+            }
+        }
+        prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
+        c.fsync().unwrap();
+        let kept = c.kept_times();
+        let mut c2 = Container::open(disk.clone(), &opts).unwrap();
+        prop_assert_eq!(c2.kept_times(), kept, "reopened");
+        prop_assert_eq!(c2.read(0, model.len() + 10).unwrap(), model);
+        // (About half of the cases move the file at least once.)
+        let _ = moved;
+
+        // The same operations again on a fresh file, crashing at `crash_at`.
+        let disk = MemDisk::new();
+        let packs = MemPackDir::new(disk.crash());
+        let opts = options(codec, 17, Some(&packs), DEFAULT_DIRTY_BYTES);
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        c.fsync().unwrap();
+        disk.crash_after(crash_at);
+        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let mut rand = xorshift(reboot_seed);
+        let crash2 = Crash::new();
+        let disk2 = disk.reboot_into(&crash2, &mut rand);
+        let packs2 = packs.reboot_into(&crash2, &mut rand);
+        let opts = options(codec, 17, Some(&packs2), DEFAULT_DIRTY_BYTES);
+        let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
+        prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
+        let size = c.size().unwrap();
+        prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
+        let bytes = c.read(0, size as usize).unwrap();
+        prop_assert!(since_sync.contains(&bytes), "contents never existed since the last fsync");
+    }
+}
+
 /// An inline file overwritten by one whole extent: the write goes out at once (a covered
 /// extent does not wait), and the superblock holding the old bytes inline must not stay
 /// current (it did, and an fsync kept the old bytes: found by
 /// `crash_keeps_synced_bytes_and_tears_nothing_else`).
 #[test]
 fn an_inline_file_overwritten_by_a_whole_extent_keeps_the_new_bytes() {
-    for (codec, packed) in [("zstd:1", false), ("zstd:2", false), ("lz4", true), ("none", false)] {
+    for (codec, packed) in [
+        ("zstd:1", false),
+        ("zstd:2", false),
+        ("lz4", true),
+        ("none", false),
+    ] {
         let codec: CodecSpec = codec.parse().unwrap();
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
@@ -1125,9 +1298,19 @@ fn an_inline_file_overwritten_by_a_whole_extent_keeps_the_new_bytes() {
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut ahead = Ahead::default();
         let ops = [
-            Op::Write { off: 0, len: 4096, kind: 2, seed: 0 },
+            Op::Write {
+                off: 0,
+                len: 4096,
+                kind: 2,
+                seed: 0,
+            },
             Op::Fsync,
-            Op::Write { off: 0, len: 4096, kind: 0, seed: 0 },
+            Op::Write {
+                off: 0,
+                len: 4096,
+                kind: 0,
+                seed: 0,
+            },
             Op::Fsync,
         ];
         for op in &ops {
@@ -1139,8 +1322,16 @@ fn an_inline_file_overwritten_by_a_whole_extent_keeps_the_new_bytes() {
         assert!(c.read(0, 4096).unwrap() == want, "{codec:?} {packed}: reopened");
         let after = Crash::new();
         let disk2 = disk.reboot_into(&after, xorshift(1));
-        let opts2 = options(codec, 12, packs.map(|d| d.reboot_into(&after, xorshift(2))).as_ref(), 0);
+        let opts2 = options(
+            codec,
+            12,
+            packs.map(|d| d.reboot_into(&after, xorshift(2))).as_ref(),
+            0,
+        );
         let mut c = Container::open(disk2, &opts2).unwrap();
-        assert!(c.read(0, 4096).unwrap() == want, "{codec:?} {packed}: after a crash");
+        assert!(
+            c.read(0, 4096).unwrap() == want,
+            "{codec:?} {packed}: after a crash"
+        );
     }
 }

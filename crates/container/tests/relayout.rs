@@ -110,7 +110,7 @@ fn relayout_gives_larger_extents_the_same_bytes_and_frees_the_old_area() {
     let v1 = u16::from_le_bytes([head[8], head[9]]);
     assert!(v0 == 6 || v1 == 6, "versions {v0} {v1}");
     let c = Container::open(disk.clone(), &opts()).unwrap();
-    assert_eq!(c.kept_times(), Some(TIMES));
+    assert_eq!(c.kept_times(), Some(TIMES.into()));
     assert_eq!(c.relayout_shift(20), None, "done: not a candidate again");
     let r = no_damage(&disk);
     assert!(r.findings.is_empty(), "{:?}", r.findings);
@@ -585,7 +585,7 @@ fn punching_a_left_old_area_keeps_the_times() {
             continue;
         }
         // A change of the file after the crash dropped the kept times.
-        c.forget_kept_times();
+        c.forget_kept_times().unwrap();
         c.fsync().unwrap();
         assert_eq!(c.kept_times(), None);
         let later = KeptTimes {
@@ -593,11 +593,11 @@ fn punching_a_left_old_area_keeps_the_times() {
             mtime: (1_690_000_000, 2),
         };
         assert!(c.punch_old_area(Some(later)).unwrap());
-        assert_eq!(c.kept_times(), Some(later));
+        assert_eq!(c.kept_times(), Some(later.into()));
         drop(c);
         assert_eq!(
             Container::open(after.clone(), &opts()).unwrap().kept_times(),
-            Some(later)
+            Some(later.into())
         );
         assert_eq!(contents(&after), data);
         return;

@@ -216,7 +216,7 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
             .unwrap()
             .kept_times();
         assert!(
-            new == 0 || kept == Some(CTIME),
+            new == 0 || kept == Some(CTIME.into()),
             "crash after {n}: {new} rewritten, kept {kept:?}"
         );
         seen_mixed |= old > 0 && new > 0;
@@ -248,7 +248,7 @@ fn a_recompressed_file_keeps_its_change_time_until_it_changes() {
         c.recompress_extents(target, first, Some(CTIME)).unwrap().extents,
         3
     );
-    assert_eq!(c.kept_times(), Some(CTIME));
+    assert_eq!(c.kept_times(), Some(CTIME.into()));
     // A later part with another time (the backing file's, moved by the first part) keeps
     // the first one.
     let later = KeptTimes {
@@ -265,7 +265,7 @@ fn a_recompressed_file_keeps_its_change_time_until_it_changes() {
     );
     drop(c);
     let mut c = Container::open(disk.clone(), &opts("zstd:1")).unwrap();
-    assert_eq!(c.kept_times(), Some(CTIME), "kept across a reopen");
+    assert_eq!(c.kept_times(), Some(CTIME.into()), "kept across a reopen");
     assert_eq!(c.read(0, data.len()).unwrap(), data);
     let sb = &disk.contents()[..8192];
     assert_eq!(
@@ -303,7 +303,7 @@ fn a_recompressed_file_keeps_its_change_time_until_it_changes() {
         c.recompress_extents(target, &[0], Some(later)).unwrap().extents,
         1
     );
-    assert_eq!(c.kept_times(), Some(later));
+    assert_eq!(c.kept_times(), Some(later.into()));
     // A truncate drops it too.
     c.set_size(data.len() as u64).unwrap();
     assert_eq!(c.kept_times(), None);

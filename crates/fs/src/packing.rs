@@ -7,17 +7,21 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use squeezefs_container::pack::format::{LOCATION_LEN, LOCATION_LEN_V3};
 use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
 use squeezefs_container::{FileStorage, Storage};
 
 /// Why files are not packed on this backing filesystem, or `None` when they can be.
 pub fn probe(backing: &Path) -> io::Result<Option<String>> {
+    probe_len(backing, LOCATION_LEN)
+}
+
+/// Why a location record of `len` bytes would cost a block of its own on this backing
+/// filesystem (or cannot be set at all), or `None` when it costs none.
+fn probe_len(backing: &Path, len: usize) -> io::Result<Option<String>> {
     crate::with_probe_file(backing, "pack", |f| {
         let st = FileStorage::new(f);
-        match st.set_xattr(
-            LOCATION_XATTR,
-            &[0x5a; squeezefs_container::pack::format::LOCATION_LEN],
-        ) {
+        match st.set_xattr(LOCATION_XATTR, &vec![0x5a; len]) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EPERM)) => {
                 return Ok(Some(format!("it has no user xattrs ({e})")))
             }
@@ -28,7 +32,7 @@ pub fn probe(backing: &Path) -> io::Result<Option<String>> {
         let blocks = st.file().metadata()?.blocks();
         Ok((blocks > 0).then(|| {
             format!(
-                "a 56-byte xattr takes {} KiB of its own there (ext4 with 256-byte inodes and \
+                "a {len}-byte xattr takes {} KiB of its own there (ext4 with 256-byte inodes and \
                  SELinux labels: make it with `mkfs.ext4 -I 512`)",
                 blocks / 2
             )
@@ -65,9 +69,30 @@ pub fn open(backing: &Path, pack: bool, cache: usize) -> io::Result<Arc<Packs>> 
             }
             Err(e) => return Err(e),
         };
-    Ok(Arc::new(Packs::new(
+    let packs = Arc::new(Packs::new(
         Box::new(FsPackDir::new(backing, writable)),
         writable,
         cache,
-    )?))
+    )?);
+    if writable {
+        packs.set_keep_ctime(keeps_ctime(backing));
+    }
+    Ok(packs)
+}
+
+/// Whether records moved by reclaim and the background pass may keep the file's change
+/// time (a 64-byte version 3 record) without costing a block: said once when not, since
+/// `stat` then shows a moved packed file's record change as its ctime.
+pub fn keeps_ctime(backing: &Path) -> bool {
+    let why = match probe_len(backing, LOCATION_LEN_V3) {
+        Ok(None) => return true,
+        Ok(Some(why)) => why,
+        Err(e) => e.to_string(),
+    };
+    log::info!(
+        "packed files moved by a reclaim or the background pass show the move as their change \
+         time on the filesystem holding {}: {why}",
+        backing.display()
+    );
+    false
 }

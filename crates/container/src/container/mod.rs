@@ -53,7 +53,7 @@ pub use ahead::{AheadPlan, Fetched};
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
-pub use recompress::Recompressed;
+pub use recompress::{Recompressed, StatTimes};
 pub use relayout::{Relayout, Step as RelayoutStep};
 use state::{Ext, Mode, Packed};
 
@@ -181,6 +181,8 @@ impl Packed {
             backing_stale: false,
             loc_stale: false,
             pin: None,
+            loc_moves: 0,
+            loc_epoch: 0,
         }
     }
 }
@@ -373,6 +375,9 @@ impl<S: Storage> Container<S> {
         p.sb_dirty = false;
         p.stale_from = Some(0);
         p.loc = Some(l);
+        // (`open` holds the records lock: no reclaim moves records meanwhile.)
+        p.loc_moves = p.packs.as_ref().map_or(0, |packs| packs.moves());
+        p.loc_epoch = p.epoch;
         p.loc_unloaded = l.len > 0;
         if p.loc_unloaded {
             p.pin = p.packs.as_ref().map(|packs| packs.pin(l.pack));
@@ -381,6 +386,15 @@ impl<S: Storage> Container<S> {
         Container {
             storage,
             mode: Mode::Packed(Box::new(p)),
+        }
+    }
+
+    /// For a packed file, [`Packs::moves`] now (what [`Container::kept_times`] says is
+    /// stale once that moved on); `None` for any other file.
+    pub fn packs_moves(&self) -> Option<u64> {
+        match &self.mode {
+            Mode::Packed(p) if p.loc.is_some() && !p.loc_stale => p.packs.as_ref().map(|x| x.moves()),
+            _ => None,
         }
     }
 

@@ -29,6 +29,12 @@ use crate::pack::{Location, Packs, LOCATION_XATTR};
 use crate::storage::Storage;
 use crate::{Error, Result};
 
+/// Whether two records are of the same state of a file (reclaim moved its bytes, or
+/// changed what it keeps of its times, but not its contents or generation).
+fn same_file(a: &Location, b: &Location) -> bool {
+    a.generation == b.generation && a.content_sum == b.content_sum && a.len == b.len
+}
+
 impl Packed {
     /// The file goes to a pack at its next write-out: packs are writable here and it fits
     /// one extent. A dictionary property does not keep it out: a solid block of many small
@@ -62,10 +68,12 @@ impl Packed {
                     Err(e) => match self.relocated(st, &loc)? {
                         // Reclaim moved the bytes (same generation and checksum) since
                         // this container read its record, and removed the old pack.
-                        Some(moved) => {
+                        Some((moved, moves)) => {
                             self.pin = Some(self.packs()?.pin(moved.pack));
                             let b = self.packs()?.read(&moved)?;
                             self.loc = Some(moved);
+                            self.loc_moves = moves;
+                            // (The same state of the file: a change since still counts.)
                             b
                         }
                         None => return Err(e),
@@ -93,12 +101,68 @@ impl Packed {
     }
 
     /// The record on disk, when it names the same bytes as `loc` somewhere else (reclaim
-    /// moved them).
-    fn relocated<S: Storage>(&self, st: &S, loc: &Location) -> Result<Option<Location>> {
-        let _records = self.packs()?.records().read().unwrap();
-        Ok(read_location(st)?.filter(|l| {
-            l != loc && l.generation == loc.generation && l.content_sum == loc.content_sum && l.len == loc.len
-        }))
+    /// moved them), and [`Packs::moves`] as it was read.
+    fn relocated<S: Storage>(&self, st: &S, loc: &Location) -> Result<Option<(Location, u64)>> {
+        let packs = self.packs()?;
+        let _records = packs.records().read().unwrap();
+        let moves = packs.moves();
+        Ok(read_location(st)?
+            .filter(|l| l != loc && same_file(l, loc))
+            .map(|l| (l, moves)))
+    }
+
+    /// The current record, when the file is packed, unchanged since, and nothing waits to
+    /// replace it.
+    fn current_loc(&self) -> Option<Location> {
+        self.loc
+            .filter(|_| !self.loc_stale && self.loc_pending.is_none() && self.loc_epoch == self.epoch)
+    }
+
+    /// The change time `stat` shows for a packed file instead of its backing file's
+    /// ([`Location::kept_ctime`]), from the record on disk when a reclaim may have replaced
+    /// it since this container read it (`None`: the backing file's; also when the file
+    /// is not packed).
+    pub(super) fn record_ctime<S: Storage>(&self, st: &S) -> Option<(i64, u32)> {
+        let loc = self.current_loc()?;
+        let packs = self.packs.as_ref()?;
+        if packs.moves() == self.loc_moves {
+            return loc.kept_ctime_parts();
+        }
+        let _records = packs.records().read().unwrap();
+        match read_location(st) {
+            Ok(Some(l)) if same_file(&l, &loc) => l.kept_ctime_parts(),
+            _ => loc.kept_ctime_parts(),
+        }
+    }
+
+    /// Drops the change time the record keeps (the caller is about to change the file's
+    /// metadata, which moves the backing file's): the record on disk, moved by a reclaim
+    /// or not, is written again without it. Made durable by the next `fsync`.
+    pub(super) fn forget_record_ctime<S: Storage>(&mut self, st: &S) -> Result<()> {
+        let Some(loc) = self.current_loc() else {
+            return Ok(());
+        };
+        let packs = self.packs()?.clone();
+        let _records = packs.records().read().unwrap();
+        let moves = packs.moves();
+        let on_disk = if moves == self.loc_moves {
+            Some(loc)
+        } else {
+            read_location(st)?.filter(|l| same_file(l, &loc))
+        };
+        let Some(mut l) = on_disk else {
+            return Ok(());
+        };
+        if l.kept_ctime.take().is_some() {
+            st.set_xattr(LOCATION_XATTR, &l.encode())?;
+            self.loc_durable = false;
+        }
+        if self.loc_unloaded && l.pack != loc.pack {
+            self.pin = Some(packs.pin(l.pack));
+        }
+        self.loc = Some(l);
+        self.loc_moves = moves;
+        Ok(())
     }
 
     /// Write-out into a pack: the bytes go to the packs now, the record once they are
@@ -181,10 +245,15 @@ impl Packed {
             generation: self.sb_gen + 1,
             content_sum: sum,
             dict_id: self.dict.unwrap_or(0),
+            // Written for a change of the file: the backing file's ctime is the file's.
+            kept_ctime: None,
         };
         {
-            let _records = self.packs()?.records().read().unwrap();
+            let packs = self.packs()?.clone();
+            let _records = packs.records().read().unwrap();
             st.set_xattr(LOCATION_XATTR, &rec.encode())?;
+            self.loc_moves = packs.moves();
+            self.loc_epoch = self.epoch;
         }
         // The slot kept the pack from reclaim until now; while the bytes are not loaded
         // the pin does.

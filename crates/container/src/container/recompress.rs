@@ -20,6 +20,24 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 use super::state::{Mode, Packed};
 use super::Container;
 use crate::format::{KeptTimes, EXTENT_FLAG_DICT};
+
+/// The change and modification times `stat` shows for a file instead of its backing
+/// file's ([`Container::kept_times`]). A location record keeps no modification time (a
+/// reclaim moves none): `mtime` is then `None`, the backing file's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatTimes {
+    pub ctime: (i64, u32),
+    pub mtime: Option<(i64, u32)>,
+}
+
+impl From<KeptTimes> for StatTimes {
+    fn from(k: KeptTimes) -> StatTimes {
+        StatTimes {
+            ctime: k.ctime,
+            mtime: Some(k.mtime),
+        }
+    }
+}
 use crate::layout::{newest_halves, read_halves, Tie};
 use crate::storage::Storage;
 use crate::Result;
@@ -99,25 +117,36 @@ impl<S: Storage> Container<S> {
         r
     }
 
-    /// The times this file's superblock keeps for `stat` (`SB_FLAG_TIMES`): the backing
-    /// file's before background recompression moved them. `None` when the file changed
-    /// since, or was never recompressed so.
-    pub fn kept_times(&self) -> Option<KeptTimes> {
+    /// The times `stat` shows for this file instead of its backing file's: those its
+    /// superblock keeps (`SB_FLAG_TIMES`: the backing file's before background
+    /// recompression or relayout moved them), or the change time its location record
+    /// keeps (version 3: a reclaim or repack of its pack moved the record). `None` when
+    /// the file changed since, or was never moved so.
+    pub fn kept_times(&self) -> Option<StatTimes> {
         match &self.mode {
-            Mode::Packed(p) => p.kept_times,
+            Mode::Packed(p) if p.loc.is_some() && !p.loc_stale => p
+                .record_ctime(&self.storage)
+                .map(|ctime| StatTimes { ctime, mtime: None }),
+            Mode::Packed(p) => p.kept_times.map(StatTimes::from),
             Mode::Plain => None,
         }
     }
 
-    /// Drops the kept change time (the superblock written next has none): the caller is
-    /// about to change the file in a way the container does not see (an owner, mode, time,
-    /// xattr or link count on the backing file), which moves the backing file's ctime.
-    pub fn forget_kept_times(&mut self) {
+    /// Drops the kept times: the caller is about to change the file in a way the
+    /// container does not see (an owner, mode, time, xattr or link count on the backing
+    /// file), which moves the backing file's ctime. A superblock's go with the superblock
+    /// written next; a location record's now (the record is written again without it,
+    /// made durable by the next `fsync`).
+    pub fn forget_kept_times(&mut self) -> Result<()> {
         if let Mode::Packed(p) = &mut self.mode {
+            if p.loc.is_some() && !p.loc_stale {
+                return p.forget_record_ctime(&self.storage);
+            }
             if p.kept_times.take().is_some() {
                 p.sb_dirty = true;
             }
         }
+        Ok(())
     }
 
     /// Whether a file's extents may be recompressed at all (the module's documentation).

@@ -221,6 +221,14 @@ pub(super) struct Packed {
     /// reclaim round leaves that pack alone (the file may have no name the walk could find:
     /// open, then unlinked).
     pub(super) pin: Option<crate::pack::Pin>,
+    /// [`crate::pack::Packs::moves`] when `loc` was read or written: once it moved on, a
+    /// reclaim may have replaced the record on disk (same bytes elsewhere, and the change
+    /// time it keeps), so what `stat` needs of it is read again.
+    pub(super) loc_moves: u64,
+    /// [`Packed::epoch`] when `loc` was read or written: a change of the file since drops
+    /// the change time the record keeps (as [`Packed::changed`] drops a superblock's), for
+    /// the record written next, which keeps none.
+    pub(super) loc_epoch: u64,
 }
 
 /// What a write-back handed to the packs, waiting for its record.

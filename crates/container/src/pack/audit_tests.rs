@@ -177,12 +177,22 @@ fn a_reclaim_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
         let crash = Crash::new();
         let w = world(&crash);
         let packs = Packs::new(Box::new(w.dir.clone()), true, 0).unwrap();
+        packs.set_keep_ctime(true);
+        let shown: Vec<u64> = w.files.iter().map(|(d, _)| shown_ctime(d)).collect();
         let v = victims(&audit(&packs, &w.files), GARBAGE_MAX);
         crash.after(n);
         let r = run_reclaim(&packs, &v, &w.files);
         let crashed = crash.has_crashed();
         assert!(crashed || r.is_ok(), "{r:?}");
         let (packs, disks) = reboot(&w, n);
+        packs.set_keep_ctime(true);
+        // A record that keeps a change time keeps the one the file showed.
+        for (i, (d, _)) in disks.iter().enumerate() {
+            if let Some(t) = read_record(d).unwrap().unwrap().kept_ctime {
+                assert_eq!(t, shown[i], "crash at {n}: file {i}");
+            }
+        }
+        let shown: Vec<u64> = disks.iter().map(|(d, _)| shown_ctime(d)).collect();
         // Reclaim again (what `check --repair` does after the crash): nothing is lost and
         // garbage ends under the limit.
         let reports = audit(&packs, &disks);
@@ -200,6 +210,13 @@ fn a_reclaim_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
             &disks,
             &format!("after a crash at step {n} and a second reclaim"),
         );
+        for (i, (d, _)) in disks.iter().enumerate() {
+            assert_eq!(
+                shown_ctime(d),
+                shown[i],
+                "crash at {n}: file {i} after a second reclaim"
+            );
+        }
         let newest = packs.dir().list().unwrap().last().copied();
         for r in audit(&packs, &disks).values() {
             assert!(r.issues.is_empty(), "crash at {n}: {:?}", r.issues);
@@ -597,4 +614,115 @@ fn a_repack_crashed_at_any_step_loses_no_file_and_can_be_run_again() {
         }
         n += 1;
     }
+}
+
+/// The change time `stat` shows for a packed file: its record's kept one, else its
+/// backing file's.
+fn shown_ctime(d: &MemDisk) -> u64 {
+    read_record(d)
+        .unwrap()
+        .and_then(|l| l.kept_ctime)
+        .unwrap_or_else(|| d.change_time().unwrap().unwrap())
+}
+
+/// A reclaim replaces each moved file's record, which moves its backing file's ctime: where
+/// the packs keep change times, the new record (version 3) keeps the one the file showed,
+/// through a second move too; where they do not, records stay version 1 and the ctime
+/// moves. A container that read its record before the move sees the kept time, and
+/// forgetting it (a change of metadata) writes the record again without it.
+#[test]
+fn a_moved_record_keeps_the_change_time_the_file_showed() {
+    use std::sync::Arc;
+    // Not kept: the records stay 56 bytes, and the ctime moves.
+    let w = world(&Crash::new());
+    let packs = Packs::new(Box::new(w.dir.clone()), true, 0).unwrap();
+    let before: Vec<u64> = w.files.iter().map(|(d, _)| shown_ctime(d)).collect();
+    let v = victims(&audit(&packs, &w.files), GARBAGE_MAX);
+    let moved = run_reclaim(&packs, &v, &w.files).unwrap().files_moved;
+    assert!(moved > 0);
+    let mut moved_seen = 0;
+    for (i, (d, _)) in w.files.iter().enumerate() {
+        assert_eq!(d.xattr(LOCATION_XATTR).unwrap().len(), format::LOCATION_LEN);
+        moved_seen += u64::from(shown_ctime(d) != before[i]);
+    }
+    assert_eq!(moved_seen, moved);
+
+    // Kept.
+    let w = world(&Crash::new());
+    let packs = Arc::new(Packs::new(Box::new(w.dir.clone()), true, 0).unwrap());
+    packs.set_keep_ctime(true);
+    let opts = crate::Options {
+        codec: zstd1(),
+        extent_shift: 17,
+        packs: Some(packs.clone()),
+        ..Default::default()
+    };
+    let mut opened: Vec<crate::Container<MemDisk>> = w
+        .files
+        .iter()
+        .map(|(d, _)| crate::Container::open(d.clone(), &opts).unwrap())
+        .collect();
+    for c in &mut opened {
+        assert_eq!(c.kept_times(), None);
+        c.read(0, 1).unwrap(); // (loaded: its pack is not pinned)
+    }
+    let before: Vec<u64> = w.files.iter().map(|(d, _)| shown_ctime(d)).collect();
+    let moves = packs.moves();
+    let v = victims(&audit(&packs, &w.files), GARBAGE_MAX);
+    let r = run_reclaim(&packs, &v, &w.files).unwrap();
+    assert!(r.files_moved > 0 && packs.moves() > moves);
+    let mut kept = 0;
+    for (i, (d, b)) in w.files.iter().enumerate() {
+        assert_eq!(shown_ctime(d), before[i], "file {i}");
+        let l = read_record(d).unwrap().unwrap();
+        if let Some(t) = l.kept_ctime {
+            kept += 1;
+            assert_ne!(
+                d.change_time().unwrap().unwrap(),
+                t,
+                "file {i}: the backing ctime moved"
+            );
+            assert_eq!(d.xattr(LOCATION_XATTR).unwrap()[0], format::LOCATION_VERSION_3);
+            let want = Some(format::ctime_parts(t));
+            assert_eq!(
+                opened[i].kept_times().map(|k| k.ctime),
+                want,
+                "file {i}, opened before"
+            );
+            assert_eq!(opened[i].kept_times().unwrap().mtime, None);
+            let c = crate::Container::open(d.clone(), &opts).unwrap();
+            assert_eq!(c.kept_times().map(|k| k.ctime), want, "file {i}, opened after");
+        } else {
+            assert_eq!(opened[i].kept_times(), None);
+        }
+        assert_eq!(&opened[i].read(0, b.len()).unwrap(), b);
+    }
+    assert_eq!(kept, r.files_moved);
+    // A second move keeps the first kept time (not the ctime the first move made).
+    let ids: BTreeSet<u32> = packs.dir().list().unwrap().into_iter().collect();
+    packs.retire_any(&ids);
+    let all: BTreeSet<u32> = packs.reclaimable().unwrap();
+    let r = run_reclaim(&packs, &all, &w.files).unwrap();
+    assert!(r.files_moved > 0);
+    for (i, (d, b)) in w.files.iter().enumerate() {
+        assert_eq!(shown_ctime(d), before[i], "file {i} after a second move");
+        assert!(read_record(d).unwrap().unwrap().kept_ctime.is_some(), "file {i}");
+        assert_eq!(&packs.read(&read_record(d).unwrap().unwrap()).unwrap(), b);
+    }
+    // A change of metadata: the container drops the kept time, durably, and the record is
+    // what it was before any move (version 1, 56 bytes), naming the moved bytes.
+    let (d0, b0) = &w.files[0];
+    opened[0].forget_kept_times().unwrap();
+    opened[0].fsync().unwrap();
+    assert_eq!(opened[0].kept_times(), None);
+    assert_eq!(d0.xattr(LOCATION_XATTR).unwrap().len(), format::LOCATION_LEN);
+    let mut c = crate::Container::open(d0.clone(), &opts).unwrap();
+    assert_eq!(c.kept_times(), None);
+    assert_eq!(&c.read(0, b0.len()).unwrap(), b0);
+    // A write gives a record of its own, keeping nothing.
+    let (d1, _) = &w.files[1];
+    opened[1].write(0, b"changed").unwrap();
+    opened[1].fsync().unwrap();
+    assert_eq!(read_record(d1).unwrap().unwrap().kept_ctime, None);
+    assert_eq!(opened[1].kept_times(), None);
 }

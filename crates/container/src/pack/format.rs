@@ -19,18 +19,39 @@ pub const PACKS_FORMAT_VERSION: u16 = 4;
 /// The xattr holding a packed file's location (on the backing file). Short on purpose: ext4
 /// keeps xattrs inside a 256-byte inode only while name and value fit in ~88 bytes.
 pub const LOCATION_XATTR: &str = "user.sqzfs";
-/// Bytes of a location record.
+/// Bytes of a location record of version 1 or 2.
 pub const LOCATION_LEN: usize = 56;
-/// The newest location record version this code reads and writes: 2 carries a dictionary
-/// property (`PROP_DICTIONARY`, its id in bytes 28..32); written only for a file with one,
-/// so every other record stays version 1, which squeezefs since format 4 reads.
+/// Bytes of a version 3 record (one that keeps the file's change time).
+pub const LOCATION_LEN_V3: usize = 64;
+/// The location record version that carries a dictionary property (`PROP_DICTIONARY`, its
+/// id in bytes 28..32); written only for a file with one and no kept change time, so every
+/// other record stays version 1, which squeezefs since format 4 reads.
 pub const LOCATION_VERSION: u8 = 2;
+/// The newest location record version this code reads and writes: 64 bytes, the change
+/// time `stat` shows for the file kept in bytes 48..56 (the background pass or a reclaim
+/// moved the record, and so the backing file's ctime). Written only then.
+pub const LOCATION_VERSION_3: u8 = 3;
 /// The first location record version (no dictionary property); still written and read.
 pub const LOCATION_VERSION_1: u8 = 1;
 /// Property bits a version 1 location record may carry.
 pub const LOCATION_PROPS_V1: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
 /// Property bits a version 2 location record may carry.
 pub const LOCATION_PROPS: u8 = LOCATION_PROPS_V1 | PROP_DICTIONARY;
+
+/// A change time in nanoseconds since the epoch (a version 3 record's `kept_ctime`) as
+/// seconds and nanoseconds.
+pub fn ctime_parts(ns: u64) -> (i64, u32) {
+    ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as u32)
+}
+
+/// Seconds and nanoseconds as a version 3 record keeps them; `None` before the epoch or
+/// with nanoseconds out of range (such a time is not kept: the backing file's shows).
+pub fn ctime_ns(sec: i64, nsec: i64) -> Option<u64> {
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    (sec as u64).checked_mul(1_000_000_000)?.checked_add(nsec as u64)
+}
 
 /// First bytes of a pack file.
 pub const PACK_MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'P', b'A', b'C', b'K'];
@@ -188,12 +209,21 @@ pub struct Location {
     /// for when the file leaves its pack: a packed file's bytes are compressed with its
     /// block, which is its own dictionary.
     pub dict_id: u32,
+    /// The change time `stat` shows for the file instead of the backing file's, in
+    /// nanoseconds since the epoch (version 3): set when the record was replaced by a
+    /// move of the file's bytes (reclaim, the background pass), which moved the backing
+    /// file's ctime but changed nothing of the file.
+    pub kept_ctime: Option<u64>,
 }
 
 impl Location {
-    pub fn encode(&self) -> [u8; LOCATION_LEN] {
-        let mut b = [0u8; LOCATION_LEN];
-        b[0] = if self.props & PROP_DICTIONARY != 0 {
+    /// The record's bytes: 64 in version 3 (a kept change time), else 56.
+    pub fn encode(&self) -> Vec<u8> {
+        let v3 = self.kept_ctime.is_some();
+        let mut b = vec![0u8; if v3 { LOCATION_LEN_V3 } else { LOCATION_LEN }];
+        b[0] = if v3 {
+            LOCATION_VERSION_3
+        } else if self.props & PROP_DICTIONARY != 0 {
             LOCATION_VERSION
         } else {
             LOCATION_VERSION_1
@@ -207,16 +237,25 @@ impl Location {
         b[12..16].copy_from_slice(&self.offset.to_le_bytes());
         b[16..24].copy_from_slice(&self.block.to_le_bytes());
         b[24..28].copy_from_slice(&self.len.to_le_bytes());
-        // 28..32 the dictionary (version 2); reserved, 0, in version 1
+        // 28..32 the dictionary (versions 2 and 3); reserved, 0, in version 1
         debug_assert_eq!(self.props & PROP_DICTIONARY != 0, self.dict_id != 0);
-        if b[0] == LOCATION_VERSION {
+        if b[0] != LOCATION_VERSION_1 {
             b[28..32].copy_from_slice(&self.dict_id.to_le_bytes());
         }
         b[32..40].copy_from_slice(&self.generation.to_le_bytes());
         b[40..48].copy_from_slice(&self.content_sum.to_le_bytes());
-        let sum = xxh3_64(&b[..48]);
-        b[48..56].copy_from_slice(&sum.to_le_bytes());
+        let end = b.len() - 8;
+        if let Some(ns) = self.kept_ctime {
+            b[48..56].copy_from_slice(&ns.to_le_bytes());
+        }
+        let sum = xxh3_64(&b[..end]);
+        b[end..].copy_from_slice(&sum.to_le_bytes());
         b
+    }
+
+    /// The kept change time as `stat` has it: seconds and nanoseconds.
+    pub fn kept_ctime_parts(&self) -> Option<(i64, u32)> {
+        self.kept_ctime.map(ctime_parts)
     }
 
     /// Parses a record. An unknown version or flag is [`FormatError::Version`] /
@@ -227,13 +266,18 @@ impl Location {
             return Err(FormatError::Field("empty location record"));
         }
         let version = b[0];
-        if version != LOCATION_VERSION_1 && version != LOCATION_VERSION {
+        if !(LOCATION_VERSION_1..=LOCATION_VERSION_3).contains(&version) {
             return Err(FormatError::Version(version as u16));
         }
-        if b.len() != LOCATION_LEN {
+        let len = if version == LOCATION_VERSION_3 {
+            LOCATION_LEN_V3
+        } else {
+            LOCATION_LEN
+        };
+        if b.len() != len {
             return Err(FormatError::Field("location record length"));
         }
-        if u64_at(b, 48) != xxh3_64(&b[..48]) {
+        if u64_at(b, len - 8) != xxh3_64(&b[..len - 8]) {
             return Err(FormatError::Checksum);
         }
         let flags = u16_at(b, 6);
@@ -278,6 +322,7 @@ impl Location {
             generation: u64_at(b, 32),
             content_sum: u64_at(b, 40),
             dict_id,
+            kept_ctime: (version == LOCATION_VERSION_3).then(|| u64_at(b, 48)),
         };
         if l.len as u64 > 1u64 << extent_shift {
             return Err(FormatError::Field("packed file longer than its extent"));
@@ -311,6 +356,7 @@ mod tests {
             generation: 9,
             content_sum: 0xdead_beef,
             dict_id: 0,
+            kept_ctime: None,
         }
     }
 
@@ -319,15 +365,15 @@ mod tests {
         let b = loc().encode();
         assert_eq!(Location::decode(&b).unwrap(), loc());
         for i in 0..LOCATION_LEN * 8 {
-            let mut c = b;
+            let mut c = b.clone();
             c[i / 8] ^= 1 << (i % 8);
             assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
         }
         assert!(Location::decode(&b[..40]).is_err());
         assert_eq!(b[0], 1, "a record without a dictionary stays version 1");
         let mut newer = b;
-        newer[0] = 3;
-        assert_eq!(Location::decode(&newer), Err(FormatError::Version(3)));
+        newer[0] = 4;
+        assert_eq!(Location::decode(&newer), Err(FormatError::Version(4)));
     }
 
     #[test]
@@ -341,18 +387,19 @@ mod tests {
         assert_eq!(b[0], 2);
         assert_eq!(Location::decode(&b).unwrap(), d);
         for i in 0..LOCATION_LEN * 8 {
-            let mut c = b;
+            let mut c = b.clone();
             c[i / 8] ^= 1 << (i % 8);
             assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
         }
         // (Records resealed as a writer would, to reach the checks behind the checksum.)
-        let seal = |mut c: [u8; LOCATION_LEN]| {
-            let sum = xxh3_64(&c[..48]);
-            c[48..56].copy_from_slice(&sum.to_le_bytes());
+        let seal = |mut c: Vec<u8>| {
+            let end = c.len() - 8;
+            let sum = xxh3_64(&c[..end]);
+            c[end..].copy_from_slice(&sum.to_le_bytes());
             c
         };
         // Version 1 knows no dictionary: a newer squeezefs's record, not damage.
-        let mut v1 = b;
+        let mut v1 = b.clone();
         v1[0] = 1;
         assert_eq!(
             Location::decode(&seal(v1)),
@@ -362,25 +409,78 @@ mod tests {
         let mut v1 = loc().encode();
         v1[28] = 7;
         assert_eq!(Location::decode(&seal(v1)).unwrap(), loc());
-        let mut no_id = b;
+        let mut no_id = b.clone();
         no_id[28..32].fill(0);
         assert!(matches!(
             Location::decode(&seal(no_id)),
             Err(FormatError::Field(_))
         ));
-        let mut no_prop = b;
+        let mut no_prop = b.clone();
         no_prop[1] = PROP_COMPRESSION;
         assert!(matches!(
-            Location::decode(&seal(no_prop)),
+            Location::decode(&seal(no_prop.clone())),
             Err(FormatError::Field(_))
         ));
         // Version 2 without a dictionary at all: never written, so damage.
-        let mut none = no_prop;
+        let mut none = no_prop.clone();
         none[28..32].fill(0);
         assert!(matches!(
             Location::decode(&seal(none)),
             Err(FormatError::Field(_))
         ));
+    }
+
+    #[test]
+    fn a_kept_change_time_makes_a_64_byte_version_3_record() {
+        let seal = |mut c: Vec<u8>| {
+            let end = c.len() - 8;
+            let sum = xxh3_64(&c[..end]);
+            c[end..].copy_from_slice(&sum.to_le_bytes());
+            c
+        };
+        for dict in [0, 0x1234_5678] {
+            let l = Location {
+                props: PROP_COMPRESSION | if dict != 0 { PROP_DICTIONARY } else { 0 },
+                dict_id: dict,
+                kept_ctime: Some(1_764_000_000_123_456_789),
+                ..loc()
+            };
+            let b = l.encode();
+            assert_eq!((b.len(), b[0]), (LOCATION_LEN_V3, 3));
+            assert_eq!(Location::decode(&b).unwrap(), l);
+            assert_eq!(l.kept_ctime_parts(), Some((1_764_000_000, 123_456_789)));
+            for i in 0..LOCATION_LEN_V3 * 8 {
+                let mut c = b.clone();
+                c[i / 8] ^= 1 << (i % 8);
+                assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
+            }
+            // A version 3 record of 56 bytes, or a version 1 or 2 one of 64: damage.
+            assert!(matches!(
+                Location::decode(&seal(b[..LOCATION_LEN].to_vec())),
+                Err(FormatError::Field(_))
+            ));
+            let mut short = b.clone();
+            short[0] = if dict != 0 { 2 } else { 1 };
+            assert!(matches!(
+                Location::decode(&seal(short)),
+                Err(FormatError::Field(_))
+            ));
+            // The dictionary rule holds in version 3 too.
+            let mut odd = b.clone();
+            odd[28..32].copy_from_slice(&(if dict != 0 { 0u32 } else { 9 }).to_le_bytes());
+            assert!(matches!(Location::decode(&seal(odd)), Err(FormatError::Field(_))));
+            // Dropping the kept time gives the record it was.
+            let plain = Location {
+                kept_ctime: None,
+                ..l
+            };
+            assert_eq!(plain.encode().len(), LOCATION_LEN);
+            assert_eq!(plain.encode()[0], if dict != 0 { 2 } else { 1 });
+        }
+        assert_eq!(ctime_ns(5, 7), Some(5_000_000_007));
+        assert_eq!(ctime_parts(5_000_000_007), (5, 7));
+        assert_eq!(ctime_ns(-1, 0), None);
+        assert_eq!(ctime_ns(1, 1_000_000_000), None);
     }
 
     #[test]

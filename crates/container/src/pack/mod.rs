@@ -175,6 +175,11 @@ pub struct Packs {
     /// Per pack, the [`Pin`]s of containers whose bytes are there and not loaded (taken
     /// alone, like `records`).
     pins: Mutex<HashMap<u32, Vec<Weak<()>>>>,
+    /// Whether reclaim keeps a moved file's change time in its record (version 3, 64
+    /// bytes): set by the mount when the backing filesystem keeps such a record for free.
+    keep_ctime: std::sync::atomic::AtomicBool,
+    /// Moves of records by reclaim so far ([`Packs::moves`]).
+    moves: AtomicU64,
     pub counters: PackCounters,
 }
 
@@ -269,6 +274,8 @@ impl Packs {
             cache: Mutex::new(BlockCache::new(cache)),
             headers: Mutex::new(HashMap::new()),
             records: RwLock::new(()),
+            keep_ctime: std::sync::atomic::AtomicBool::new(false),
+            moves: AtomicU64::new(0),
             pins: Mutex::new(HashMap::new()),
             counters: PackCounters::default(),
         })
@@ -278,6 +285,31 @@ impl Packs {
     /// reclaim checking and replacing records.
     pub fn records(&self) -> &RwLock<()> {
         &self.records
+    }
+
+    /// Whether a record that reclaim replaces keeps the file's change time (version 3,
+    /// [`Location::kept_ctime`]).
+    pub fn keeps_ctime(&self) -> bool {
+        self.keep_ctime.load(Ordering::Relaxed)
+    }
+
+    /// Records replaced by reclaim keep the file's change time from now on: the backing
+    /// filesystem holds a 64-byte record without a block of its own (the mount's probe).
+    pub fn set_keep_ctime(&self, keep: bool) {
+        self.keep_ctime.store(keep, Ordering::Relaxed);
+    }
+
+    /// How many times reclaim has started replacing records: raised, under [`Packs::records`]
+    /// held exclusively, before each batch of records it replaces. What was read of a
+    /// record when this was `n` may be stale once it is no longer `n` (read this before
+    /// reading the record).
+    pub fn moves(&self) -> u64 {
+        self.moves.load(Ordering::Acquire)
+    }
+
+    /// See [`Packs::moves`]; called by reclaim under the exclusive records lock.
+    fn moving(&self) {
+        self.moves.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The packs no new record can name except one written by reclaim itself, and no

@@ -420,6 +420,7 @@ pub fn reclaim<S: Storage>(
             let mut moved = Vec::with_capacity(opened.len());
             {
                 let _records = packs.records().write().unwrap();
+                packs.moving();
                 for (f, st, p) in opened {
                     match still_there(&st, f, victims) {
                         Ok(true) => {}
@@ -430,10 +431,19 @@ pub fn reclaim<S: Storage>(
                             continue;
                         }
                     }
+                    // The change time `stat` shows stays the file's: a record that
+                    // keeps one keeps it, else the backing file's now (the setxattr
+                    // moves it), where the backing filesystem keeps 64 bytes for free.
+                    let kept_ctime = match f.loc.kept_ctime {
+                        Some(t) => Some(t),
+                        None if packs.keeps_ctime() => st.change_time()?,
+                        None => None,
+                    };
                     let new = Location {
                         pack: p.pack,
                         block: p.block,
                         offset: p.offset,
+                        kept_ctime,
                         ..f.loc
                     };
                     st.set_xattr(LOCATION_XATTR, &new.encode())?;

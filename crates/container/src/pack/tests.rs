@@ -37,6 +37,7 @@ pub(crate) fn loc(slot: &Slot, p: Placed) -> Location {
         generation: 1,
         content_sum: slot.sum,
         dict_id: 0,
+        kept_ctime: None,
     }
 }
 

@@ -416,7 +416,7 @@ impl Files {
             let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
             return Ok((s, of.times.over_kept(of.container.kept_times()), of.meta));
         }
-        if let Some(c) = *inode.file.size.lock().unwrap() {
+        if let Some(c) = self.closed(inode) {
             return Ok((c.size, Times::default().over_kept(c.kept), Meta::default()));
         }
         let (s, kept) = self.with_kept(ino, inode, |c| Ok((c.size()?, c.kept_times())), "size")?;
@@ -439,7 +439,7 @@ impl Files {
             let _private = inode.file.private.read().unwrap();
             match inode.file.open.lock().unwrap().as_ref() {
                 Some(of) => Some(of.container.kept_times().is_some()),
-                None => inode.file.size.lock().unwrap().map(|c| c.kept.is_some()),
+                None => self.closed(inode).map(|c| c.kept.is_some()),
             }
         };
         if known == Some(false) {
@@ -451,14 +451,17 @@ impl Files {
             |c| {
                 opened = true;
                 let Some(kept) = c.kept_times() else { return Ok(()) };
-                // The superblock without them goes now, durably, before the change the
-                // caller makes (a crash in between shows the backing file's times, never
-                // kept ones beside the new metadata), and nothing of ours moves the
-                // backing file's ctime after that change. The modification time they
-                // kept goes on the backing file: a change of metadata is not one of data.
-                c.forget_kept_times();
+                // The superblock (or location record) without them goes now, durably,
+                // before the change the caller makes (a crash in between shows the
+                // backing file's times, never kept ones beside the new metadata), and
+                // nothing of ours moves the backing file's ctime after that change. The
+                // modification time a superblock kept goes on the backing file: a change
+                // of metadata is not one of data (a record keeps none).
+                c.forget_kept_times()?;
                 c.fsync()?;
-                let (sec, nsec) = kept.mtime;
+                let Some((sec, nsec)) = kept.mtime else {
+                    return Ok(());
+                };
                 let [omit, mtime] = Times {
                     mtime: Some((sec, i64::from(nsec))),
                     ..Times::default()
@@ -485,13 +488,20 @@ impl Files {
         let _ = self.drop_kept_times(inode);
     }
 
+    /// What `stat` remembers of a closed file, unless a reclaim may have replaced its
+    /// location record since ([`Closed::current`]).
+    fn closed(&self, inode: &Inode) -> Option<Closed> {
+        let moves = self.opts.packs.as_ref().map(|p| p.moves());
+        Closed::current(*inode.file.size.lock().unwrap(), moves)
+    }
+
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
     /// in memory or what its closed one said; `None` when it is not packed.
     pub fn packed_stored(&self, ino: u64, inode: &Arc<Inode>) -> Result<Option<u64>, Errno> {
         if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
             return Ok(of.container.packed_stored());
         }
-        if let Some(c) = *inode.file.size.lock().unwrap() {
+        if let Some(c) = self.closed(inode) {
             return Ok(c.stored);
         }
         self.with_kept(ino, inode, |c| Ok(c.packed_stored()), "stored size")
@@ -602,23 +612,32 @@ impl Files {
             return Ok(false);
         }
         let (now_mode, uid, gid) = of.meta.over_parts(st_mode, st_uid, st_gid);
-        if owner.0.is_some() || owner.1.is_some() {
+        let chown = owner.0.is_some() || owner.1.is_some();
+        if chown {
             let same = owner.0.is_none_or(|u| u == uid) && owner.1.is_none_or(|g| g == gid);
             if !same || now_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
                 return Ok(false);
             }
+        }
+        // Times kept for `stat` are no longer the file's (its next superblock has none; a
+        // location record is written again without its change time now); the
+        // modification time a superblock kept stays, put on the backing file with the
+        // rest (rule 7).
+        let kept = of.container.kept_times();
+        if kept.is_some() && of.container.forget_kept_times().is_err() {
+            // (A record that cannot be written again now: the change is made at once
+            // instead, and `drop_kept_times` says why.)
+            return Ok(false);
+        }
+        if chown {
             of.meta.owner = Some((uid, gid));
         }
         if let Some(m) = mode {
             of.meta.mode = Some(m & 0o7777);
         }
         of.times.ctime = Some(wall_clock());
-        // Times the superblock keeps are no longer the file's (its next superblock has
-        // none); the modification time they kept stays, put on the backing file with the
-        // rest (rule 7).
-        if let Some(kept) = of.container.kept_times() {
-            of.container.forget_kept_times();
-            of.times.mtime = of.times.mtime.or(Some((kept.mtime.0, i64::from(kept.mtime.1))));
+        if let Some(mtime) = kept.and_then(|k| k.mtime) {
+            of.times.mtime = of.times.mtime.or(Some((mtime.0, i64::from(mtime.1))));
         }
         Ok(true)
     }

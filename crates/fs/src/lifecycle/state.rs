@@ -123,7 +123,7 @@
 use std::io;
 use std::sync::{Mutex, Weak};
 
-use squeezefs_container::format::KeptTimes;
+use squeezefs_container::StatTimes;
 use squeezefs_container::{Container, FileStorage};
 
 use crate::sys;
@@ -335,18 +335,23 @@ pub struct Closed {
     pub size: u64,
     /// See [`Container::packed_stored`].
     pub stored: Option<u64>,
-    /// The times its superblock keeps for `stat` ([`Container::kept_times`]).
-    pub kept: Option<KeptTimes>,
+    /// The times its superblock or location record keeps for `stat`
+    /// ([`Container::kept_times`]).
+    pub kept: Option<StatTimes>,
+    /// For a packed file, [`squeezefs_container::pack::Packs::moves`] before `kept` was
+    /// read: once that moved on, a reclaim may have replaced the record (and what it
+    /// keeps), and this is stale ([`Closed::current`]).
+    pub moves: Option<u64>,
 }
 
 impl Times {
     /// These times, with those `kept` (a superblock's, `SB_FLAG_TIMES`) where none is set:
     /// what `stat` shows.
-    pub fn over_kept(self, kept: Option<KeptTimes>) -> Times {
+    pub fn over_kept(self, kept: Option<StatTimes>) -> Times {
         let wide = |(sec, nsec): (i64, u32)| (sec, i64::from(nsec));
         Times {
             atime: self.atime,
-            mtime: self.mtime.or(kept.map(|k| wide(k.mtime))),
+            mtime: self.mtime.or(kept.and_then(|k| k.mtime).map(wide)),
             ctime: self.ctime.or(kept.map(|k| wide(k.ctime))),
         }
     }
@@ -355,11 +360,19 @@ impl Times {
 impl Closed {
     /// What `c` says now (`None` when its size cannot be read: asked again next time).
     pub fn of<S: squeezefs_container::Storage>(c: &Container<S>) -> Option<Closed> {
+        let moves = c.packs_moves();
         Some(Closed {
             size: c.size().ok()?,
             stored: c.packed_stored(),
             kept: c.kept_times(),
+            moves,
         })
+    }
+
+    /// `closed`, unless reclaim may have replaced the file's record since it was read
+    /// (`None`: ask the container again). `moves_now`: the mount's packs' count.
+    pub fn current(closed: Option<Closed>, moves_now: Option<u64>) -> Option<Closed> {
+        closed.filter(|c| c.moves.is_none() || c.moves == moves_now)
     }
 }
 

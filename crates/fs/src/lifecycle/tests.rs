@@ -47,6 +47,18 @@ impl Backing {
         self.inodes.insert(fd, &st, &root, &c)
     }
 
+    /// A packed file's content as a fresh reader of the backing file sees it.
+    fn on_disk_packed(&self, packs: &Arc<squeezefs_container::pack::Packs>, name: &str) -> Vec<u8> {
+        let f = std::fs::File::open(self.dir.join(name)).unwrap();
+        let opts = Options {
+            packs: Some(packs.clone()),
+            ..Options::default()
+        };
+        let mut c = Container::open(FileStorage::new(f), &opts).unwrap();
+        let n = c.size().unwrap();
+        c.read(0, n as usize).unwrap()
+    }
+
     /// The file's content as a fresh reader of the backing file sees it.
     fn on_disk(&self, name: &str) -> Vec<u8> {
         let f = std::fs::File::open(self.dir.join(name)).unwrap();
@@ -446,4 +458,93 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
     assert_eq!(mode_on_disk(), 0o600, "the last close puts them there");
     b.files.commit_now();
     assert_eq!(b.on_disk("f"), b"data");
+}
+
+/// A reclaim moves a closed packed file (its record replaced, which moves the backing
+/// file's ctime): `stat` goes on showing the change time it showed, also where what it
+/// remembered of the closed file predates the move; a change of metadata then drops the
+/// kept time (a 56-byte record again) and shows the backing file's.
+#[test]
+fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
+    use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
+    use squeezefs_container::pack::record::read_record;
+    use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
+    use squeezefs_container::Storage;
+    let mut b = backing("reclaim-ctime");
+    let packs = Arc::new(Packs::new(Box::new(FsPackDir::new(&b.dir, true)), true, 1 << 20).unwrap());
+    packs.set_keep_ctime(true);
+    b.files = Files::new(
+        b.inodes.clone(),
+        Options {
+            packs: Some(packs.clone()),
+            ..Options::default()
+        },
+        false,
+    );
+    let (ino, inode) = b.file("f");
+    let data = text(3000);
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.commit_now();
+    let backing = || FileStorage::new(std::fs::File::open(b.dir.join("f")).unwrap());
+    let ctime = |st: &FileStorage| st.change_time().unwrap().unwrap();
+    let shown = |b: &Backing| {
+        let (size, t, _) = b.files.size_and_times(ino, &inode).unwrap();
+        assert_eq!(size, data.len() as u64);
+        t.ctime.map(|(s, n)| s as u64 * 1_000_000_000 + n as u64)
+    };
+    // Stat'ed (its container kept, then closed as a reclaim round does first): what the
+    // file's `Closed` remembers has no kept time.
+    assert_eq!(shown(&b), None);
+    b.files.idle.close_all();
+    assert_eq!(state(&inode), None);
+    assert_eq!(shown(&b), None);
+    let before = ctime(&backing());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // The round (its pack is retired first, as the background pass does).
+    let loc = read_record(&backing()).unwrap().unwrap();
+    packs.retire_any(&[loc.pack].into());
+    let live = [LiveFile {
+        name: "f".into(),
+        loc,
+        id: backing().identity().unwrap(),
+        target: None,
+    }];
+    let r = reclaim(
+        &packs,
+        &packs.reclaimable().unwrap(),
+        &live,
+        &mut Garbage,
+        |_| {
+            Ok(FileStorage::new(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(b.dir.join("f"))?,
+            ))
+        },
+        |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        Settle::default,
+    )
+    .unwrap();
+    assert_eq!(r.files_moved, 1);
+    assert_ne!(
+        ctime(&backing()),
+        before,
+        "the record's replacement moved the backing ctime"
+    );
+    assert_eq!(
+        shown(&b),
+        Some(before),
+        "stat shows the change time the file showed"
+    );
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
+    // A change of metadata drops it.
+    b.files.drop_kept_times(&inode).unwrap();
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
+    assert_eq!(shown(&b), None);
+    b.files.idle.close_all();
+    assert_eq!(shown(&b), None);
+    assert_eq!(b.on_disk_packed(&packs, "f"), data);
 }
