@@ -158,6 +158,19 @@ impl MemDisk {
         self.reboot_into(&Crash::new(), rand)
     }
 
+    /// [`MemDisk::reboot`] with the survivors picked by a generator seeded from `seed`
+    /// (tests that crash at every operation `n` pass `n`: each crash point gets its own
+    /// choice, the same at every run).
+    pub fn reboot_seeded(&self, seed: u64) -> MemDisk {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        self.reboot(|| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+    }
+
     /// [`MemDisk::reboot`], the new disk crashing with `crash` (shared with the other disks
     /// rebooted into it).
     pub fn reboot_into(&self, crash: &Crash, mut rand: impl FnMut() -> u64) -> MemDisk {

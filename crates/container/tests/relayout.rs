@@ -243,7 +243,7 @@ fn a_crash_anywhere_in_a_relayout_leaves_the_same_bytes() {
             let after = if killed {
                 trial.reboot_killed_into(&Crash::new(), || n)
             } else {
-                reboot_after(&trial, n)
+                trial.reboot_seeded(n)
             };
             assert_eq!(contents(&after), data, "crash after {n} (killed: {killed})");
             let r = no_damage(&after);
@@ -276,16 +276,6 @@ fn a_crash_anywhere_in_a_relayout_leaves_the_same_bytes() {
         }
     }
     panic!("the relayout never finished within 200 operations");
-}
-
-fn reboot_after(disk: &MemDisk, n: u64) -> MemDisk {
-    let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    disk.reboot(|| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    })
 }
 
 proptest! {

@@ -37,17 +37,6 @@ fn lz4_file() -> (MemDisk, Vec<u8>) {
     (disk, data)
 }
 
-/// `disk` after a power failure, unsynced writes kept or lost as the seed `n` decides.
-fn reboot_scrambled(disk: &MemDisk, n: u64) -> MemDisk {
-    let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    disk.reboot(|| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    })
-}
-
 #[test]
 fn rewrite_recompresses_every_extent_and_keeps_bytes_and_holes() {
     let (disk, data) = lz4_file();
@@ -80,7 +69,7 @@ fn a_crash_anywhere_in_a_rewrite_leaves_the_same_bytes() {
             .unwrap();
         let finished = c.rewrite(0..u64::MAX).is_ok();
         drop(c);
-        let after = reboot_scrambled(&trial, n);
+        let after = trial.reboot_seeded(n);
         assert_eq!(contents(&after), data, "crash after {n} operations");
         let k = kinds(&after);
         seen_mixed |= k.len() > 1;
@@ -204,7 +193,7 @@ fn a_crash_anywhere_in_a_recompression_leaves_the_same_bytes() {
         let todo = c.pending_for(target).unwrap();
         let finished = c.recompress_extents(target, &todo, Some(CTIME)).is_ok();
         drop(c);
-        let after = reboot_scrambled(&trial, n);
+        let after = trial.reboot_seeded(n);
         assert_eq!(contents(&after), data, "crash after {n} operations");
         let (old, new) = (
             extents_of(&after, Kind::Extent(Algorithm::Zstd, 1)),

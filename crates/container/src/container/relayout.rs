@@ -358,15 +358,7 @@ impl<S: Storage> Container<S> {
         if p.sb_slot.is_none() || p.sb_inline || p.loc.is_some() || p.share.bytes() > 0 {
             return Ok(());
         }
-        let needed = p.geo().half(p.extent_count(), 0);
-        if st.len()? > needed {
-            if !p.sb_durable || p.sb_unknown {
-                st.sync_data()?;
-                p.synced(st)?;
-            }
-            st.set_len(needed)?;
-        }
-        Ok(())
+        p.cut_past_last_extent(st)
     }
 
     /// Whether the file's old extent area (before a relayout moved it) still holds data:

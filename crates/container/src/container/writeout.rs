@@ -251,6 +251,21 @@ impl Packed {
         Ok(punched?)
     }
 
+    /// Leftovers past the last extent (from a truncation a crash interrupted, or extents a
+    /// relayout plan wrote) go, once the superblock that describes the extents is known
+    /// durable.
+    pub(super) fn cut_past_last_extent<S: Storage>(&mut self, st: &S) -> Result<()> {
+        let needed = self.geo().half(self.extent_count(), 0);
+        if st.len()? > needed {
+            if !self.sb_durable || self.sb_unknown {
+                st.sync_data()?;
+                self.synced(st)?;
+            }
+            st.set_len(needed)?;
+        }
+        Ok(())
+    }
+
     /// Writes everything out; with `defer`, stops before a superblock that needs a sync
     /// first and returns true.
     pub(super) fn flush<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
@@ -341,16 +356,8 @@ impl Packed {
         }
         if !self.sb_dirty && !self.sb_inline {
             // Extents changed in place and the superblock still describes them; their old
-            // halves go at the next sync. Leftovers past the last extent (from a truncation
-            // a crash interrupted) go once the superblock is known durable.
-            let needed = self.geo().half(count, 0);
-            if st.len()? > needed {
-                if !self.sb_durable || self.sb_unknown {
-                    st.sync_data()?;
-                    self.synced(st)?;
-                }
-                st.set_len(needed)?;
-            }
+            // halves go at the next sync.
+            self.cut_past_last_extent(st)?;
             self.stale_from = None;
             return Ok(false);
         }
