@@ -242,6 +242,11 @@ fn mount_help() -> String {
         compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
         incompressible-file backoff, no early abort\n  \
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
+        rules=\"GLOBS=SETTINGS; ...\"  settings of new files by name where no directory has rules\n                              \
+        of its own (property rules); the first rule whose glob matches the\n                              \
+        name wins; SETTINGS: a codec, extent_size=SIZE, dictionary=ID.\n                              \
+        Quote the value (its commas are the rules'), e.g.\n                              \
+        rules=\"*.log,*.txt=zstd:9; *.db=zstd:1,extent_size=16K; *.jpg,*.png=none\"\n  \
         pack                        pack small files (the default; format 4): files of at most\n                              \
         one extent are stored together in solid compressed blocks in\n                              \
         BACKING/.squeezefs-packs (a file of a few KiB costs a share of a\n                              \

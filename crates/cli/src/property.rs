@@ -20,7 +20,8 @@ pub enum PropertyCmd {
         squeezefs property get /mnt/db/data.sqlite compression --json")]
     Get {
         path: PathBuf,
-        /// compression or extent_size (default: both).
+        /// compression, extent_size, dictionary, background_compression or rules (default:
+        /// all; on a file, `rules` names the rule that applies to its name).
         name: Option<String>,
         #[command(flatten)]
         out: Output,
@@ -36,10 +37,16 @@ pub enum PropertyCmd {
         a codec as for compression: while the mount is idle, extents stored\n                \
         otherwise are recompressed to it, and small files repacked into\n                \
         1 MiB blocks at it (everything below a directory, old files too;\n                \
-        `none`: left alone)\n\n\
+        `none`: left alone)\n  \
+        rules         directories only: GLOBS=SETTINGS; ... matched against the\n                \
+        name of each file made there (the first match wins, over the\n                \
+        directory's own properties; a file's own property beats it).\n                \
+        GLOBS: *.log,*.{jpg,png}; SETTINGS: a codec, extent_size=SIZE,\n                \
+        dictionary=ID. `property get FILE rules` names the rule for FILE\n\n\
         Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
         squeezefs property set /mnt/archive extent_size 1M\n  \
         squeezefs property set /mnt/archive background_compression zstd:15\n  \
+        squeezefs property set /mnt/data rules '*.log,*.txt=zstd:9; *.sqlite,*.db=zstd:1,extent_size=16K; *.jpg,*.png,*.zst=none'\n  \
         squeezefs property set -r /mnt/photos compression none\n  \
         squeezefs property set /mnt/logs compression ''      # remove")]
     Set {
@@ -58,8 +65,9 @@ fn prop_named(name: &str) -> Result<Prop, String> {
         "extent_size" | "extent-size" => Ok(Prop::ExtentSize),
         "dictionary" | "dict" => Ok(Prop::Dictionary),
         "background_compression" | "background-compression" | "background" => Ok(Prop::Background),
+        "rules" => Ok(Prop::Rules),
         other => Err(format!(
-            "unknown property `{other}` (known: compression, extent_size, dictionary, background_compression)"
+            "unknown property `{other}` (known: compression, extent_size, dictionary, background_compression, rules)"
         )),
     }
 }
@@ -72,7 +80,7 @@ fn cpath(p: &Path) -> Result<CString, String> {
 pub(crate) fn own(path: &Path, p: Prop) -> Result<Option<String>, String> {
     cpath(path)?; // refuses a path with a NUL byte, naming it
     let name = CString::new(p.xattr()).expect("no NUL");
-    let mut buf = vec![0u8; 256];
+    let mut buf = vec![0u8; p.max_len()];
     let n = match crate::sys::getxattr(path, &name, &mut buf) {
         Ok(n) => n,
         Err(e) => {
@@ -108,8 +116,9 @@ fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> 
         Prop::Compression => m.get("compress")?.as_str().map(str::to_string),
         Prop::ExtentSize => {
             let b = m.get("extent_size")?.as_u64()?;
-            Some(props::format(props::Value::Shift(b.trailing_zeros() as u8)))
+            Some(props::format(&props::Value::Shift(b.trailing_zeros() as u8)))
         }
+        Prop::Rules => doc.get("rules")?.as_str().map(str::to_string),
         Prop::Dictionary | Prop::Background => None,
     }
 }
@@ -122,7 +131,21 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
     };
     let defaults = mount_defaults(path);
     let mut out = serde_json::Map::new();
+    let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
     for p in which {
+        if p == Prop::Rules && !is_dir {
+            // A file has no rules: the rule that applies to its name, and where from.
+            let (text, at) = rule_for(path, &defaults)?;
+            if as_json {
+                out.insert("rule".into(), json!({ "value": text, "source": at }));
+            } else {
+                match (text, at) {
+                    (Some(t), Some(at)) => println!("rule={t}\t(the first matching its name, from {at})"),
+                    _ => println!("rule\t(no rule matches its name)"),
+                }
+            }
+            continue;
+        }
         let key = p.xattr().trim_start_matches("user.squeezefs.");
         let (value, source) = match own(path, p)? {
             Some(v) => (Some(v), if path.is_dir() { "directory" } else { "file" }),
@@ -143,6 +166,34 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
     }
     Ok(())
+}
+
+/// The rule that applies to the file `path` by its name: the first matching one of its
+/// directory's `rules`, else of the mount's `rules=`; with where it comes from ("rule 2
+/// of DIR", "rule 1 of the mount's rules=").
+fn rule_for(
+    path: &Path,
+    defaults: &Option<serde_json::Value>,
+) -> Result<(Option<String>, Option<String>), String> {
+    let Some(name) = path.file_name() else {
+        return Ok((None, None));
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let (text, from) = match own(dir, Prop::Rules)? {
+        Some(t) => (t, dir.display().to_string()),
+        None => match mount_value(defaults, Prop::Rules) {
+            Some(t) => (t, "the mount's rules=".to_string()),
+            None => return Ok((None, None)),
+        },
+    };
+    let rules = squeezefs_fs::rules::Rules::parse(&text).map_err(|e| format!("{from}: {e}"))?;
+    Ok(match rules.matching(name.as_bytes()) {
+        Some((i, r)) => (Some(r.to_string()), Some(format!("rule {} of {from}", i + 1))),
+        None => (None, None),
+    })
 }
 
 /// Sets one property on one path; `Ok(false)` when skipped (extent size of a file that
@@ -172,6 +223,11 @@ pub(crate) fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Res
                 ))
             }
         }
+        Some(libc::EINVAL) if p == Prop::Rules && !path.is_dir() => Err(format!(
+            "{}: rules live on directories (they apply to the files made there); set them on \
+             its directory",
+            path.display()
+        )),
         Some(libc::EINVAL) if p == Prop::Dictionary => Err(format!(
             "{}: dictionary {value} is not in the backing directory's .squeezefs-dicts, or is \
              damaged (the daemon's log says which); `squeezefs dict list` shows those there",
@@ -202,6 +258,9 @@ fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), Stri
     }
     let (mut done, mut skipped) = (0u64, 0u64);
     for (entry, _) in crate::walk::entries(path)? {
+        if p == Prop::Rules && !entry.is_dir() {
+            continue; // (rules live on directories)
+        }
         if set_one(&entry, p, value, true)? {
             done += 1;
         } else {

@@ -77,8 +77,6 @@ fn extents_and_slack(backing: &Path) -> (u64, u64) {
     (v["extents"].as_u64().unwrap(), v["slack"].as_u64().unwrap())
 }
 
-/// Modification and change times (to the nanosecond) and an MD5 of each of `files`, as
-/// `tests` sees them through the mount.
 /// Bytes of a backing file's location record (`user.sqzfs`): 64 when it keeps a change
 /// time (version 3), 56 otherwise.
 fn record_len(backing_file: &std::path::Path) -> usize {
@@ -91,6 +89,8 @@ fn record_len(backing_file: &std::path::Path) -> usize {
     out.stdout.len()
 }
 
+/// Modification and change times (to the nanosecond) and an MD5 of each of `files`, as
+/// `tests` sees them through the mount.
 fn seen(m: &Mount, files: &[&str]) -> Vec<String> {
     files
         .iter()

@@ -1335,3 +1335,45 @@ fn an_inline_file_overwritten_by_a_whole_extent_keeps_the_new_bytes() {
         );
     }
 }
+
+/// The model's `Op::Reclaim` does move a loaded packed file and keep its change time (the
+/// property test above checks what happens when it does, and counts on this).
+#[test]
+fn the_model_reclaim_moves_a_loaded_packed_file_keeping_its_change_time() {
+    let codec: CodecSpec = "zstd:1".parse().unwrap();
+    let disk = MemDisk::new();
+    let packs = MemPackDir::new(disk.crash());
+    let opts = options(codec, 17, Some(&packs), DEFAULT_DIRTY_BYTES);
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    let mut ahead = Ahead::default();
+    for op in [
+        Op::Write {
+            off: 0,
+            len: 3000,
+            kind: 0,
+            seed: 1,
+        },
+        Op::Fsync,
+    ] {
+        apply_container(&mut c, &disk, &opts, &mut ahead, &op).unwrap();
+    }
+    let ctime = disk.change_time().unwrap().unwrap();
+    let RecordState::Current { loc: before, .. } = record_state(&disk).unwrap() else {
+        panic!("not packed")
+    };
+    apply_container(&mut c, &disk, &opts, &mut ahead, &Op::Reclaim(true)).unwrap();
+    let RecordState::Current { loc: after, .. } = record_state(&disk).unwrap() else {
+        panic!("not packed")
+    };
+    assert_ne!(after.pack, before.pack, "moved");
+    assert_eq!(after.kept_ctime, Some(ctime));
+    assert_ne!(disk.change_time().unwrap().unwrap(), ctime);
+    assert_eq!(c.kept_times().map(|k| k.ctime), Some(ctime_parts(ctime)));
+    assert_eq!(c.read(0, 3000).unwrap(), payload(3000, 0, 1));
+    apply_container(&mut c, &disk, &opts, &mut ahead, &Op::ForgetTimes).unwrap();
+    assert_eq!(c.kept_times(), None);
+    let RecordState::Current { loc, .. } = record_state(&disk).unwrap() else {
+        panic!("not packed")
+    };
+    assert_eq!((loc.kept_ctime, loc.pack), (None, after.pack));
+}

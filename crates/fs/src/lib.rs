@@ -18,6 +18,7 @@ pub mod props;
 mod readahead;
 pub mod reclaim;
 mod requests;
+pub mod rules;
 mod space;
 mod spin;
 pub mod statsfile;
@@ -87,6 +88,9 @@ pub struct MountConfig {
     /// `background_compression=CODEC[:LEVEL]`, `background_idle=SECS`,
     /// `background_rate=SIZE` (a second): the background pass (`background.rs`).
     pub background: background::Config,
+    /// `rules=`: compression rules by file name where no directory has its own
+    /// (`crate::rules`).
+    pub rules: Option<std::sync::Arc<rules::Rules>>,
     /// `create`: make BACKING and MOUNTPOINT when they do not exist (otherwise a missing
     /// one is refused: a typo, or a disk not mounted yet, must not put data elsewhere).
     pub create: bool,
@@ -124,7 +128,22 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
                            pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, background_compression=, background_idle=, \
-                           background_rate=, background_extent_size=, allow_other, default_permissions, ro, rw, create";
+                           background_rate=, background_extent_size=, rules=\"GLOBS=SETTINGS; ...\", allow_other, default_permissions, ro, rw, create";
+
+/// Splits a `-o` list at the commas outside double quotes (libmount's rule: `rules="a,b"`
+/// is one option), the quotes removed.
+fn split_options(list: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in list.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
 
 impl Default for MountConfig {
     fn default() -> MountConfig {
@@ -145,6 +164,7 @@ impl Default for MountConfig {
             dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
             spin_us: spin::DEFAULT_SPIN_US,
             background: Default::default(),
+            rules: None,
             create: false,
             other: Vec::new(),
             mount_attrs: Vec::new(),
@@ -232,6 +252,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{t}` is not a size (examples: 131072, 128K, 1M)"))
 }
 
+/// An extent size (its log2) as [`parse_extent_size`] reads it back: `16K`, `1M`.
+pub fn format_extent_size(shift: u8) -> String {
+    if shift >= 20 {
+        format!("{}M", 1u64 << (shift - 20))
+    } else {
+        format!("{}K", 1u64 << (shift.max(10) - 10))
+    }
+}
+
 /// Parses an extent size into its log2, accepting powers of two from 4 KiB to 1 MiB.
 pub fn parse_extent_size(s: &str) -> Result<u8, String> {
     let n = parse_size(s)?;
@@ -244,7 +273,11 @@ pub fn parse_extent_size(s: &str) -> Result<u8, String> {
 impl MountConfig {
     /// Applies one comma-separated `-o` list.
     pub fn apply_options(&mut self, list: &str) -> Result<(), String> {
-        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        if list.matches('"').count() % 2 == 1 {
+            return Err(format!("-o {list}: a `\"` is not closed"));
+        }
+        let pieces = split_options(list);
+        for opt in pieces.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
             let (key, value) = match opt.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
@@ -285,6 +318,12 @@ impl MountConfig {
                     self.background.extent_shift =
                         parse_extent_size(v).map_err(|e| e.replace("extent_size=", &format!("{key}=")))?;
                     self.background.extent_shift_given = true;
+                }
+                ("rules", Some(v)) => {
+                    let r = rules::Rules::parse(v).map_err(|e| {
+                        format!("rules={v}: {e} (in -o, quote rules that hold commas: rules=\"*.log,*.txt=zstd:9; *.jpg=none\")")
+                    })?;
+                    self.rules = (!r.is_empty()).then(|| std::sync::Arc::new(r));
                 }
                 ("allow_other", None) => self.allow_other = true,
                 ("default_permissions", None) => self.default_permissions = true,
@@ -395,7 +434,7 @@ impl MountConfig {
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
-                | ("dirty_expire" | "dirty-expire" | "spin", None)
+                | ("dirty_expire" | "dirty-expire" | "spin" | "rules", None)
                 | (
                     "background_compression" | "background_idle" | "background_rate" | "background_extent_size",
                     None,
@@ -658,6 +697,7 @@ pub fn mount(
         pack_gc,
         cfg.fill_cache,
         cfg.background.clone(),
+        cfg.rules.clone(),
     )?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() {
@@ -793,6 +833,32 @@ mod tests {
             e.contains("compress=zstd:adapt:12-5") && e.contains("MIN <= MAX"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn rules_option_takes_a_quoted_list_and_refuses_a_bad_one_saying_where() {
+        let mut c = MountConfig::default();
+        c.apply_options(r#"compress=lz4,rules="*.log,*.txt=zstd:9; *.db=zstd:1,extent_size=16K",ro"#)
+            .unwrap();
+        let r = c.rules.as_ref().expect("rules");
+        assert_eq!(r.to_string(), "*.log,*.txt=zstd:9; *.db=zstd:1,extent_size=16K");
+        assert!(
+            c.read_only && c.codec == "lz4".parse().unwrap(),
+            "the options around it"
+        );
+        // Unquoted, the first comma ends it: one glob and one setting still work.
+        c.apply_options("rules=*.jpg=none;*.log=zstd:7").unwrap();
+        assert_eq!(c.rules.as_ref().unwrap().0.len(), 2);
+        let e = c.apply_options(r#"rules="*.log=zstd:9; *.db""#).unwrap_err();
+        assert!(e.contains("column 19") && e.contains("quote"), "{e}");
+        assert!(c
+            .apply_options(r#"rules="*.log=lz4"#)
+            .unwrap_err()
+            .contains("not closed"));
+        // Unquoted with commas: the pieces after the first comma are refused by name.
+        assert!(c.apply_options("rules=*.log,*.txt=zstd:9").is_err());
+        c.apply_options(r#"rules="""#).unwrap();
+        assert!(c.rules.is_none(), "empty: none");
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //!   everything below a directory, made before or after it was set (the pass carries it
 //!   down its walk), and a file keeps it as an xattr on its backing file, not in its
 //!   superblock (the pass reads it; nothing else needs it)
+//! * `user.squeezefs.rules` — directories only: compression rules by file name
+//!   (`crate::rules`), applied to each file made in the directory by its name, over the
+//!   directory's own properties
 //!
 //! A directory keeps them as real xattrs on its backing directory; a regular file keeps them
 //! in its container superblock (so they cost no extra syscall at open, and travel with the
@@ -20,15 +23,18 @@
 
 use std::ffi::CString;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use squeezefs_codec::CodecSpec;
 
+use crate::rules::Rules;
 use crate::{parse_extent_size, sys};
 
 pub const COMPRESSION: &str = "user.squeezefs.compression";
 pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
 pub const DICTIONARY: &str = "user.squeezefs.dictionary";
 pub const BACKGROUND: &str = "user.squeezefs.background_compression";
+pub const RULES: &str = "user.squeezefs.rules";
 /// On the backing root: some directory or file was given `BACKGROUND` through a mount, so
 /// the background pass walks the tree at mount even without the mount option. Hidden from
 /// the mount (it would be the mount root's xattr).
@@ -59,14 +65,16 @@ pub enum Prop {
     ExtentSize,
     Dictionary,
     Background,
+    Rules,
 }
 
 impl Prop {
-    pub const ALL: [Prop; 4] = [
+    pub const ALL: [Prop; 5] = [
         Prop::Compression,
         Prop::ExtentSize,
         Prop::Dictionary,
         Prop::Background,
+        Prop::Rules,
     ];
 
     /// The property an xattr name stands for (`None`: an ordinary xattr).
@@ -76,6 +84,7 @@ impl Prop {
             n if n == EXTENT_SIZE.as_bytes() => Some(Prop::ExtentSize),
             n if n == DICTIONARY.as_bytes() => Some(Prop::Dictionary),
             n if n == BACKGROUND.as_bytes() => Some(Prop::Background),
+            n if n == RULES.as_bytes() => Some(Prop::Rules),
             _ => None,
         }
     }
@@ -86,6 +95,15 @@ impl Prop {
             Prop::ExtentSize => EXTENT_SIZE,
             Prop::Dictionary => DICTIONARY,
             Prop::Background => BACKGROUND,
+            Prop::Rules => RULES,
+        }
+    }
+
+    /// The most bytes a stored value of this property may take.
+    pub fn max_len(self) -> usize {
+        match self {
+            Prop::Rules => crate::rules::MAX_LEN + 16,
+            _ => 256,
         }
     }
 
@@ -95,13 +113,15 @@ impl Prop {
 }
 
 /// A valid property value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Codec(CodecSpec),
     /// log2 of the extent size.
     Shift(u8),
     /// A zstd dictionary id (never 0).
     Dict(u32),
+    /// Compression rules by file name (never empty).
+    Rules(Arc<Rules>),
 }
 
 /// Parses a value as `setfattr` delivers it (trailing NULs and whitespace ignored); the
@@ -125,27 +145,33 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
                 "`{text}` is not a dictionary id (a number as `squeezefs dict list` shows)"
             )),
         },
+        Prop::Rules => match Rules::parse(text) {
+            Ok(r) if r.is_empty() => Err("no rules (to remove them, remove the property)".into()),
+            Ok(r) => Ok(Value::Rules(Arc::new(r))),
+            Err(e) => Err(e.to_string()),
+        },
     }
 }
 
 /// The canonical text of a value (what getxattr returns).
-pub fn format(v: Value) -> String {
-    match v {
+pub fn format(v: &Value) -> String {
+    match *v {
         Value::Codec(c) => c.to_string(),
-        Value::Shift(s) if s >= 20 => format!("{}M", 1u64 << (s - 20)),
-        Value::Shift(s) => format!("{}K", 1u64 << (s - 10)),
+        Value::Shift(s) => crate::format_extent_size(s),
         Value::Dict(id) => id.to_string(),
+        Value::Rules(ref r) => r.to_string(),
     }
 }
 
 /// A directory's properties.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DirProps {
     pub codec: Option<CodecSpec>,
     pub shift: Option<u8>,
     pub dict: Option<u32>,
     /// `BACKGROUND` set on the directory itself (the pass inherits it down the tree).
     pub background: Option<CodecSpec>,
+    pub rules: Option<Arc<Rules>>,
 }
 
 impl DirProps {
@@ -155,7 +181,28 @@ impl DirProps {
             Prop::ExtentSize => self.shift.map(Value::Shift),
             Prop::Dictionary => self.dict.map(Value::Dict),
             Prop::Background => self.background.map(Value::Codec),
+            Prop::Rules => self.rules.clone().map(Value::Rules),
         }
+    }
+
+    /// What a file named `name` made in this directory gets as its own properties: the
+    /// directory's, with what the first rule matching `name` sets over them (the
+    /// directory's rules, else `mount_rules`). Also the rule, for a log line.
+    pub fn for_new_file(&self, name: &[u8], mount_rules: Option<&Arc<Rules>>) -> (DirProps, Option<String>) {
+        let mut d = DirProps {
+            rules: None,
+            background: None,
+            ..self.clone()
+        };
+        let rules = self.rules.as_ref().or(mount_rules);
+        let Some((_, rule)) = rules.and_then(|r| r.matching(name)) else {
+            return (d, None);
+        };
+        let s = rule.settings;
+        d.codec = s.codec.or(d.codec);
+        d.shift = s.shift.or(d.shift);
+        d.dict = s.dict.or(d.dict);
+        (d, Some(rule.to_string()))
     }
 
     pub fn set(&mut self, v: Option<Value>, p: Prop) {
@@ -168,6 +215,8 @@ impl DirProps {
             (Prop::Dictionary, None) => self.dict = None,
             (Prop::Background, Some(Value::Codec(c))) => self.background = Some(c),
             (Prop::Background, None) => self.background = None,
+            (Prop::Rules, Some(Value::Rules(r))) => self.rules = Some(r),
+            (Prop::Rules, None) => self.rules = None,
             _ => {}
         }
     }
@@ -178,7 +227,7 @@ impl DirProps {
 pub fn read_dir(fd: impl AsFd, describe: impl Fn() -> String) -> DirProps {
     let mut d = DirProps::default();
     for p in Prop::ALL {
-        let Ok(raw) = sys::xattr_get(&fd, &p.cname(), 256) else {
+        let Ok(raw) = sys::xattr_get(&fd, &p.cname(), p.max_len()) else {
             continue;
         };
         match parse(p, &raw) {
@@ -192,7 +241,7 @@ pub fn read_dir(fd: impl AsFd, describe: impl Fn() -> String) -> DirProps {
 /// Stores (or with `None` removes) one property as an xattr of a backing directory or file.
 pub fn write_xattr(fd: impl AsFd, p: Prop, v: Option<Value>, flags: i32) -> std::io::Result<()> {
     match v {
-        Some(v) => sys::xattr_set(fd, &p.cname(), format(v).as_bytes(), flags),
+        Some(v) => sys::xattr_set(fd, &p.cname(), format(&v).as_bytes(), flags),
         None => sys::xattr_remove(fd, &p.cname()),
     }
 }
@@ -207,11 +256,11 @@ mod tests {
             parse(Prop::Compression, b"zstd:9\0"),
             Ok(Value::Codec("zstd:9".parse().unwrap()))
         );
-        assert_eq!(format(parse(Prop::Compression, b" zstd \n").unwrap()), "zstd:3");
-        assert_eq!(format(parse(Prop::Compression, b"none").unwrap()), "none");
+        assert_eq!(format(&parse(Prop::Compression, b" zstd \n").unwrap()), "zstd:3");
+        assert_eq!(format(&parse(Prop::Compression, b"none").unwrap()), "none");
         assert_eq!(parse(Prop::ExtentSize, b"1M"), Ok(Value::Shift(20)));
-        assert_eq!(format(Value::Shift(20)), "1M");
-        assert_eq!(format(parse(Prop::ExtentSize, b"65536").unwrap()), "64K");
+        assert_eq!(format(&Value::Shift(20)), "1M");
+        assert_eq!(format(&parse(Prop::ExtentSize, b"65536").unwrap()), "64K");
         for bad in [&b"zstd:99"[..], b"gzip", b"", b"\xff"] {
             assert!(parse(Prop::Compression, bad).is_err());
         }
@@ -234,7 +283,7 @@ mod tests {
         );
         assert!(parse(Prop::Background, b"zstd:42").is_err());
         assert_eq!(parse(Prop::Dictionary, b"123456\0"), Ok(Value::Dict(123456)));
-        assert_eq!(format(Value::Dict(42)), "42");
+        assert_eq!(format(&Value::Dict(42)), "42");
         for bad in [&b"0"[..], b"-1", b"abc", b"99999999999"] {
             assert!(parse(Prop::Dictionary, bad).is_err());
         }

@@ -478,7 +478,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 .map_err(|e| format!("setting the copy's compression: {e}"))?;
         }
         if let Some(s) = args.extent_shift {
-            let v = props::format(props::Value::Shift(s));
+            let v = props::format(&props::Value::Shift(s));
             sys::xattr_set(t, &cstring(props::EXTENT_SIZE), v.as_bytes(), 0)
                 .map_err(|e| format!("setting the copy's extent size: {e}"))?;
         }

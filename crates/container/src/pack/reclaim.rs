@@ -434,9 +434,10 @@ pub fn reclaim<S: Storage>(
                     // The change time `stat` shows stays the file's: a record that
                     // keeps one keeps it, else the backing file's now (the setxattr
                     // moves it), where the backing filesystem keeps 64 bytes for free.
+                    // (A ctime that cannot be read is not kept: the move goes on.)
                     let kept_ctime = match f.loc.kept_ctime {
                         Some(t) => Some(t),
-                        None if packs.keeps_ctime() => st.change_time()?,
+                        None if packs.keeps_ctime() => st.change_time().ok().flatten(),
                         None => None,
                     };
                     let new = Location {

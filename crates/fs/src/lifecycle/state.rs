@@ -244,14 +244,27 @@ impl OpenFile {
     pub fn keep_times(&mut self) -> io::Result<()> {
         let moved = self.container.storage().take_modified();
         let waiting = self.times.ctime.is_some();
+        // A change of metadata waiting here is one of the file's: a change time a pack
+        // reclaim kept in the record since it was made (the record was current, the
+        // change only in memory) is no longer the file's. Dropped before the change goes
+        // on the backing file and again after it (a round may replace the record in
+        // between, keeping the ctime from before).
+        let mut forgot = if waiting {
+            self.container.forget_kept_times()
+        } else {
+            Ok(())
+        };
         let meta = self.apply_meta();
         let file = self.container.storage().file();
         if (moved || waiting) && self.times.is_set() {
             let [a, m] = self.times.timespecs();
             sys::utimens(file, a, m)?;
         }
+        if waiting {
+            forgot = forgot.and(self.container.forget_kept_times());
+        }
         self.times.ctime = None;
-        meta
+        meta.and(forgot.map_err(|e| io::Error::from_raw_os_error(e.errno())))
     }
 }
 

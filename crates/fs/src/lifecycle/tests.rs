@@ -547,4 +547,54 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
     b.files.idle.close_all();
     assert_eq!(shown(&b), None);
     assert_eq!(b.on_disk_packed(&packs, "f"), data);
+
+    // A chmod waiting in memory (a file open for writing) while a round moves the record
+    // (which keeps the ctime from before the chmod): once the chmod goes on the backing
+    // file, the kept time goes too, and stat shows the chmod's change time.
+    let round = |b: &Backing| {
+        let loc = read_record(&backing()).unwrap().unwrap();
+        packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
+        let live = [LiveFile {
+            name: "f".into(),
+            loc,
+            id: backing().identity().unwrap(),
+            target: None,
+        }];
+        let r = reclaim(
+            &packs,
+            &packs.reclaimable().unwrap(),
+            &live,
+            &mut Garbage,
+            |_| {
+                Ok(FileStorage::new(
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(b.dir.join("f"))?,
+                ))
+            },
+            |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+            Settle::default,
+        )
+        .unwrap();
+        assert_eq!(r.files_moved, 1);
+    };
+    b.files.attach(&inode, false, true).unwrap();
+    b.files
+        .with_container(&inode, |c| c.read(0, 10).map(|_| ()), "read")
+        .unwrap();
+    assert!(b
+        .files
+        .defer_meta(&inode, Some(0o600), (None, None), true, false)
+        .unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    round(&b);
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
+    b.files.apply_meta(&inode);
+    b.files.release(ino, &inode, true).unwrap();
+    b.files.commit_now();
+    b.files.idle.close_all();
+    assert_eq!(shown(&b), None, "the chmod's ctime, not one kept from before it");
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
+    assert_eq!(b.on_disk_packed(&packs, "f"), data);
 }

@@ -141,7 +141,10 @@ impl Core {
         }
         // A regular file made by mknod is an empty container, like any other, and
         // inherits its directory's properties (written into its superblock now).
-        let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
+        let dp = self
+            .inode(parent)
+            .map(|p| self.new_file_props(&p, std::os::unix::ffi::OsStrExt::as_bytes(name)))
+            .unwrap_or_default();
         self.new_entry(req, parent, name, |p, c| {
             sys::mknodat(p, c, mode, 0)?;
             if dp == DirProps::default() {

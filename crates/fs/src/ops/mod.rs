@@ -139,6 +139,8 @@ pub struct Core {
     /// The background pass (`crate::background`): told of every change through the mount,
     /// and its thread (read-write mounts).
     background: Arc<crate::background::Pass>,
+    /// The mount's `rules=` (where no directory has rules of its own).
+    rules: Option<Arc<crate::rules::Rules>>,
     background_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -155,6 +157,7 @@ impl SqueezeFs {
         pack_gc: Option<Duration>,
         fill_cache: bool,
         background: crate::background::Config,
+        rules: Option<Arc<crate::rules::Rules>>,
     ) -> std::io::Result<SqueezeFs> {
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
@@ -211,6 +214,7 @@ impl SqueezeFs {
             reclaim_thread: Mutex::new(reclaim_thread),
             spin: Default::default(),
             background: background.clone(),
+            rules,
             background_thread: Mutex::new(None),
         });
         if !read_only {

@@ -96,8 +96,9 @@ impl Core {
             inode.no_xattrs.learn(NO_ACCESS_ACL, inode.no_xattrs.generation());
         }
         let mut container = Container::create(FileStorage::new(file), self.opts());
-        // A new file inherits its directory's properties.
-        let dp = self.dir_props(&at.parent);
+        // A new file inherits its directory's properties, with those of the first rule
+        // matching its name over them.
+        let dp = self.new_file_props(&at.parent, at.name.as_bytes());
         if dp.codec.is_some() {
             container
                 .set_compression_property(dp.codec)

@@ -31,14 +31,33 @@ impl Core {
             return DirProps::default();
         }
         let mut cache = dir.dir_props.lock().unwrap();
-        if let Some(d) = *cache {
-            return d;
+        if let Some(d) = cache.as_ref() {
+            return d.clone();
         }
         let d = match self.fd(dir) {
             Ok(fd) => props::read_dir(fd, || self.describe(dir)),
             Err(_) => DirProps::default(),
         };
-        *cache = Some(d);
+        *cache = Some(d.clone());
+        d
+    }
+
+    /// The properties a file named `name` made in directory `dir` gets as its own: the
+    /// directory's, with what the first rule matching `name` sets over them (the
+    /// directory's rules, else the mount's `rules=`). A rule's dictionary that cannot be
+    /// loaded is left out (logged): the file is made anyway.
+    pub(super) fn new_file_props(&self, dir: &Arc<Inode>, name: &[u8]) -> DirProps {
+        let (mut d, rule) = self.dir_props(dir).for_new_file(name, self.rules.as_ref());
+        if let (Some(id), Some(rule)) = (d.dict, &rule) {
+            if let Err(why) = self.ensure_dict(id) {
+                warn!(
+                    "{}: rule `{rule}` names dictionary {id}, not used for {:?}: {why}",
+                    self.describe(dir),
+                    String::from_utf8_lossy(name)
+                );
+                d.dict = self.dir_props(dir).dict;
+            }
+        }
         d
     }
 
@@ -53,11 +72,14 @@ impl Core {
         if p == Prop::Background {
             return Ok(self.file_background(inode));
         }
+        if p == Prop::Rules {
+            return Ok(None); // (a directory's only)
+        }
         self.files.with_container(
             inode,
             |c| {
                 Ok(match p {
-                    Prop::Background => None, // (above)
+                    Prop::Background | Prop::Rules => None, // (above)
                     Prop::Compression => c.compression_property().map(Value::Codec),
                     Prop::ExtentSize => c
                         .extent_size_property()
@@ -108,6 +130,14 @@ impl Core {
             // Like user.* xattrs on the host: not on symlinks and special files.
             return Err(Errno::EPERM);
         }
+        if p == Prop::Rules && !inode.is_dir {
+            warn!(
+                "{}: refusing {}: rules apply to the files made in a directory; set them on one",
+                self.describe(inode),
+                p.xattr()
+            );
+            return Err(Errno::EINVAL);
+        }
         if let Some(Value::Dict(id)) = v {
             // Only a dictionary that is there and intact: data written with it must be
             // readable again.
@@ -142,12 +172,12 @@ impl Core {
             });
         }
         if inode.is_dir {
-            props::write_xattr(self.fd(inode)?, p, v, 0).map_err(|e| {
+            props::write_xattr(self.fd(inode)?, p, v.clone(), 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
                 Errno::from(e)
             })?;
             let mut cache = inode.dir_props.lock().unwrap();
-            let mut d = cache.unwrap_or_default();
+            let mut d = cache.take().unwrap_or_default();
             d.set(v, p);
             *cache = Some(d);
             return Ok(());
@@ -161,7 +191,7 @@ impl Core {
                 (Prop::ExtentSize, _) => c.set_extent_size_property(None),
                 (Prop::Dictionary, Some(Value::Dict(d))) => c.set_dictionary_property(Some(d)),
                 (Prop::Dictionary, _) => c.set_dictionary_property(None),
-                (Prop::Background, _) => Ok(()), // (above)
+                (Prop::Background | Prop::Rules, _) => Ok(()), // (above)
             },
             "set property",
         )

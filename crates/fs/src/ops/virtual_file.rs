@@ -153,6 +153,10 @@ impl Core {
             vec![
                 ("spin", self.spin.to_json()),
                 ("background", self.background.json()),
+                (
+                    "rules",
+                    serde_json::json!(self.rules.as_ref().map(|r| r.to_string())),
+                ),
             ],
         )
     }

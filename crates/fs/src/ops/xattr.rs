@@ -144,7 +144,7 @@ impl Core {
     pub(super) fn do_getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> Result<Xattr, Errno> {
         let i = self.inode(ino)?;
         if let Some(p) = Prop::from_xattr(name.as_bytes()) {
-            let v = props::format(self.get_prop(&i, p)?.ok_or(Errno::ENODATA)?).into_bytes();
+            let v = props::format(&self.get_prop(&i, p)?.ok_or(Errno::ENODATA)?).into_bytes();
             return Xattr::fitted(v, size);
         }
         if name.as_bytes() == props::RECLAIM.as_bytes() && ino.0 == 1 {

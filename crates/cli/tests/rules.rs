@@ -1,0 +1,173 @@
+//! Compression rules by file name (issue 31) on a real mount, as the unprivileged user
+//! `tests`: the mount's `rules=` and a directory's `rules` property decide codec, level and
+//! extent size for new files by name; subdirectories inherit a directory's rules; a file's
+//! own property beats them; a rename keeps the data as it is; `property get` names the
+//! rule that applies; a bad rule is refused saying where.
+
+#![deny(unsafe_code)]
+
+use std::path::Path;
+
+mod common;
+use common::{scratch, Mount};
+
+/// Runs `script` with `sh -c` as the user `tests`: (success, stdout, stderr).
+fn sh(script: &str) -> (bool, String, String) {
+    let out = common::as_tests(&["sh", "-c", script]);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(script: &str) -> String {
+    let (good, out, err) = sh(script);
+    assert!(good, "{script}: {err}");
+    out
+}
+
+/// The stored types (`zstd:9`, `packed lz4:1`, …) and extent count of one file, as
+/// `squeezefs stats --json` gives them to `tests` through the mount.
+fn stored(file: &Path) -> (Vec<String>, u64) {
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&format!("{bin} stats --json '{}'", file.display()))).unwrap();
+    (common::types(&v), v["extents"].as_u64().unwrap())
+}
+
+#[test]
+fn rules_choose_codec_level_and_extent_size_by_name_for_a_user_mount() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("rules");
+    common::open_to_others(&d);
+    let opts = r#"compress=zstd:3,rules="*.log,*.txt=zstd:9; *.jpg,*.png=none""#;
+    let m = Mount::as_user(&d, opts, "tests");
+    let mnt = m.mnt.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    let b = d.join("backing");
+    // The mount's rules, where no directory has its own (files of 10 extents: containers).
+    ok(&format!(
+        "cd {mnt} && seq 1 200000 > app.log && seq 1 200000 > notes.txt && seq 1 200000 > other.c && \
+         head -c 300000 /dev/zero | tr '\\0' 'x' > photo.jpg && sync"
+    ));
+    assert_eq!(stored(&m.mnt.join("app.log")).0, ["zstd:9"]);
+    assert_eq!(stored(&m.mnt.join("notes.txt")).0, ["zstd:9"]);
+    assert_eq!(
+        stored(&m.mnt.join("other.c")).0,
+        ["zstd:3"],
+        "no rule: the mount's codec"
+    );
+    assert_eq!(
+        stored(&m.mnt.join("photo.jpg")).0,
+        ["none"],
+        "`none` stores it raw"
+    );
+
+    // A directory's rules (through `property set`) replace the mount's below it, and a
+    // directory made in it inherits them.
+    let rules = "*.sqlite,*.db=zstd:1,extent_size=16K; *.log=lz4";
+    ok(&format!(
+        "mkdir {mnt}/data && {bin} property set {mnt}/data rules '{rules}'"
+    ));
+    ok(&format!(
+        "cd {mnt}/data && mkdir sub && seq 1 100000 > x.db && seq 1 200000 > y.log && seq 1 200000 > z.txt && \
+         seq 1 100000 > sub/q.sqlite && touch own.log && {bin} property set own.log compression zlib:6 && \
+         seq 1 200000 > own.log && sync"
+    ));
+    let (t, extents) = stored(&m.mnt.join("data/x.db"));
+    assert_eq!(t, ["zstd:1"]);
+    assert_eq!(extents, 588_895u64.div_ceil(16 << 10), "16K extents");
+    assert_eq!(stored(&m.mnt.join("data/y.log")).0, ["lz4:1"]);
+    assert_eq!(
+        stored(&m.mnt.join("data/z.txt")).0,
+        ["zstd:3"],
+        "the directory's rules replace the mount's"
+    );
+    let (t, extents) = stored(&m.mnt.join("data/sub/q.sqlite"));
+    assert_eq!(
+        (t, extents),
+        (vec!["zstd:1".to_string()], 588_895u64.div_ceil(16 << 10))
+    );
+    assert_eq!(
+        stored(&m.mnt.join("data/own.log")).0,
+        ["zlib:6"],
+        "a file's own property beats a rule"
+    );
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.rules {mnt}/data/sub"
+        )),
+        "*.sqlite,*.db=zstd:1,extent_size=16K; *.log=lz4:1",
+        "inherited by a new directory, in canonical form"
+    );
+
+    // `property get` names the rule for a file, and says so when none matches.
+    let got = ok(&format!("{bin} property get {mnt}/data/x.db rules"));
+    assert!(
+        got.contains("rule=*.sqlite,*.db=zstd:1,extent_size=16K") && got.contains("rule 1 of"),
+        "{got}"
+    );
+    let got = ok(&format!("{bin} property get {mnt}/app.log --json"));
+    let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(v["properties"]["rule"]["value"], "*.log,*.txt=zstd:9", "{v}");
+    assert_eq!(v["properties"]["compression"]["value"], "zstd:9");
+    assert!(ok(&format!("{bin} property get {mnt}/other.c rules")).contains("no rule"));
+
+    // A rename keeps the data as it is (no recompression, same bytes).
+    let before = ok(&format!("md5sum < {mnt}/app.log"));
+    ok(&format!(
+        "mv {mnt}/app.log {mnt}/app.jpg && mv {mnt}/data/y.log {mnt}/data/y.db && sync"
+    ));
+    assert_eq!(stored(&m.mnt.join("app.jpg")).0, ["zstd:9"]);
+    assert_eq!(stored(&m.mnt.join("data/y.db")).0, ["lz4:1"]);
+    assert_eq!(ok(&format!("md5sum < {mnt}/app.jpg")), before);
+
+    // Bad rules are refused, saying where and what is expected; nothing is stored.
+    let (good, _, err) = sh(&format!(
+        "{bin} property set {mnt}/data rules '*.log=zstd:9; *.db=zstd:99'"
+    ));
+    assert!(
+        !good && err.contains("column 20") && err.contains("expected a codec"),
+        "{err}"
+    );
+    let (good, _, err) = sh(&format!("{bin} property set {mnt}/data rules '*.log'"));
+    assert!(
+        !good && err.contains("column 6") && err.contains("GLOBS=SETTINGS"),
+        "{err}"
+    );
+    let (good, _, err) = sh(&format!(
+        "setfattr -n user.squeezefs.rules -v '*.[log=lz4' {mnt}/data"
+    ));
+    assert!(!good && err.contains("Invalid argument"), "{err}");
+    let (good, _, err) = sh(&format!("{bin} property set {mnt}/other.c rules '*=none'"));
+    assert!(!good && err.contains("rules live on directories"), "{err}");
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.rules {mnt}/data"
+        )),
+        "*.sqlite,*.db=zstd:1,extent_size=16K; *.log=lz4:1"
+    );
+    // Removing them: new files get the directory's (here the mount's) settings again.
+    ok(&format!(
+        "{bin} property set {mnt}/data rules '' && seq 1 100000 > {mnt}/data/w.db && sync"
+    ));
+    assert_eq!(stored(&m.mnt.join("data/w.db")), (vec!["zstd:3".to_string()], 5));
+    let mnt_path = m.mnt.clone();
+    m.unmount();
+    common::check_clean(&b, "after rules");
+
+    // A bad `rules=` mount option is refused before mounting, saying where.
+    let out = common::squeezefs(&[
+        "mount".as_ref(),
+        b.as_os_str(),
+        mnt_path.as_os_str(),
+        "-o".as_ref(),
+        r#"rules="*.log=zstd:9;*.db""#.as_ref(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("column 18") && err.contains("has no `=`"),
+        "{err}"
+    );
+}
