@@ -171,3 +171,52 @@ fn rules_choose_codec_level_and_extent_size_by_name_for_a_user_mount() {
         "{err}"
     );
 }
+
+/// The live statistics of a mount, read as `tests`.
+fn live(mnt: &str) -> serde_json::Value {
+    serde_json::from_str(&ok(&format!("cat {mnt}/.squeezefs-stats"))).unwrap()
+}
+
+/// Already-compressed files (here gzip, big and small) are stored raw with no trial
+/// compression: the daemon's counters show them as `content_type`, and nothing judged or
+/// tried; the text beside them compresses; with `compress-force` they are tried.
+#[test]
+fn already_compressed_files_are_stored_raw_without_a_trial() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("content-type");
+    common::open_to_others(&d);
+    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let mnt = m.mnt.display().to_string();
+    ok(&format!(
+        "cd {mnt} && seq 1 400000 | gzip -1 > big.gz && seq 1 3000 | gzip -1 > small.gz && \
+         seq 1 200000 > text.txt && sync"
+    ));
+    let v = live(&mnt);
+    let why = &v["raw_because"];
+    assert!(
+        why["content_type"].as_u64() >= Some(4),
+        "the big one's extents: {why}"
+    );
+    assert_eq!(v["packed_raw_for_content_type"], 1, "the small one: {v}");
+    for tried in ["heuristic", "no_gain", "early_abort"] {
+        assert_eq!(why[tried], 0, "{tried}: {why}");
+    }
+    assert!(
+        v["extents"]["compressed"].as_u64() >= Some(10),
+        "the text compresses: {v}"
+    );
+    assert_eq!(
+        ok(&format!("gzip -dc < {mnt}/big.gz | md5sum")),
+        ok("seq 1 400000 | md5sum")
+    );
+    assert_eq!(ok(&format!("gzip -dc < {mnt}/small.gz | wc -l")).trim(), "3000");
+    m.unmount();
+    common::check_clean(&d.join("backing"), "after compressed files");
+
+    // Forced: tried like anything else.
+    let m = Mount::as_user(&d, "compress-force=zstd:3", "tests");
+    ok(&format!("cd {mnt} && seq 1 400000 | gzip -1 > big2.gz && sync"));
+    let v = live(&mnt);
+    assert_eq!(v["raw_because"]["content_type"], 0, "{v}");
+    m.unmount();
+}

@@ -11,6 +11,7 @@
 
 #![deny(unsafe_code)] // the one exception, a libzstd size estimate, is `workspace::sizing::estimate`
 
+pub mod content;
 pub mod dict;
 pub mod heuristic;
 mod lz4;

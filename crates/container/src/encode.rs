@@ -34,6 +34,9 @@ pub enum RawWhy {
     EarlyAbort,
     /// Compressed, but the result did not save 12.5 % and one block.
     NoGain,
+    /// The file's first bytes say it is already compressed (JPEG, ZIP, zstd, …:
+    /// `squeezefs_codec::content`): not even judged.
+    ContentType,
 }
 
 /// Which probe let the requested codec run.
@@ -70,7 +73,7 @@ impl Outcome {
             Outcome::Compressed { .. } => Some(false),
             Outcome::Raw { why, .. } => match why {
                 RawWhy::Heuristic | RawWhy::EarlyAbort | RawWhy::NoGain => Some(true),
-                RawWhy::NoCodec | RawWhy::TooSmall | RawWhy::Backoff => None,
+                RawWhy::NoCodec | RawWhy::TooSmall | RawWhy::Backoff | RawWhy::ContentType => None,
             },
         }
     }
@@ -84,6 +87,9 @@ pub struct Policy {
     pub force: bool,
     /// Dictionary id for small zstd data (`dict::DICT_MAX_INPUT`); used when it is loaded.
     pub dict: Option<u32>,
+    /// The file's first bytes named an already-compressed format: without `force`, its
+    /// extents are stored raw untried ([`RawWhy::ContentType`]).
+    pub compressed_content: bool,
 }
 
 impl Policy {
@@ -92,6 +98,7 @@ impl Policy {
             codec,
             force,
             dict: None,
+            compressed_content: false,
         }
     }
 }
@@ -139,6 +146,9 @@ fn compress_extent(policy: Policy, skip: bool, data: &[u8], payload: &mut Vec<u8
     };
     let mut probe = None;
     if !policy.force {
+        if policy.compressed_content {
+            return raw(RawWhy::ContentType);
+        }
         if skip {
             return raw(RawWhy::Backoff);
         }

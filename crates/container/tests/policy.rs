@@ -257,3 +257,85 @@ fn a_write_back_does_not_rewrite_extents_already_written() {
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
     assert!(c.read(0, 8 << 20).unwrap() == data);
 }
+
+/// A file whose first bytes name an already-compressed format (here a PNG signature in
+/// front of text that would compress well) is stored raw without a trial: every extent
+/// `raw_because.content_type`, none judged or tried, nothing flagged. The same bytes
+/// behind no signature compress; `compress-force` compresses them anyway; a small one goes
+/// to a raw pack block.
+#[test]
+fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    png.extend(text(4 * E - png.len()));
+    let write = |o: &Options, data: &[u8]| {
+        let disk = MemDisk::new();
+        let mut c = Container::open(disk.clone(), o).unwrap();
+        c.write(0, data).unwrap();
+        c.fsync().unwrap();
+        let mut c = Container::open(disk.clone(), o).unwrap();
+        assert!(c.read(0, data.len()).unwrap() == data);
+        o.stats.snapshot().extents_compressed
+    };
+    let o = opts("zstd:3", false);
+    assert_eq!(write(&o, &png), 0);
+    let s = o.stats.snapshot();
+    assert_eq!((s.raw_content_type, s.extents_compressed), (4, 0), "{s:?}");
+    assert_eq!(
+        (
+            s.raw_heuristic,
+            s.raw_no_gain,
+            s.raw_early_abort,
+            s.probe_lz4_pass
+        ),
+        (0, 0, 0, 0),
+        "no trial: {s:?}"
+    );
+    assert_eq!(s.files_flagged, 0);
+    // Without the signature the same text compresses.
+    let o = opts("zstd:3", false);
+    let mut plain = png.clone();
+    plain[..8].copy_from_slice(b"PLAINTXT");
+    assert_eq!(write(&o, &plain), 4);
+    assert_eq!(o.stats.snapshot().raw_content_type, 0);
+    // Forced, it is tried and compressed.
+    let o = opts("zstd:3", true);
+    assert_eq!(write(&o, &png), 4);
+    assert_eq!(o.stats.snapshot().raw_content_type, 0);
+    // A file that stops looking like one when its start is rewritten is compressed again.
+    let o = opts("zstd:3", false);
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    c.write(0, &png).unwrap();
+    c.fsync().unwrap();
+    c.write(0, &plain[..E]).unwrap();
+    c.fsync().unwrap();
+    assert_eq!(o.stats.snapshot().extents_compressed, 1);
+}
+
+/// A small already-compressed file goes to a raw block of the packs, untried.
+#[test]
+fn a_small_compressed_file_is_packed_into_a_raw_block() {
+    use squeezefs_container::pack::{MemPackDir, Packs};
+    let disk = MemDisk::new();
+    let packs = Arc::new(Packs::new(Box::new(MemPackDir::new(disk.crash())), true, 1 << 20).unwrap());
+    let o = Options {
+        packs: Some(packs.clone()),
+        ..opts("zstd:3", false)
+    };
+    let mut gz = b"\x1f\x8b\x08\0\0\0\0\0\0\x03".to_vec();
+    gz.extend(text(20_000));
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    c.write(0, &gz).unwrap();
+    c.fsync().unwrap();
+    let loc = c.location().expect("packed");
+    let h = packs.block_header(loc.pack, loc.block).unwrap();
+    assert_eq!(h.codec, squeezefs_codec::Algorithm::None, "a raw block");
+    assert_eq!(
+        loc.codec,
+        "zstd:3".parse::<CodecSpec>().unwrap(),
+        "the file keeps its codec"
+    );
+    assert_eq!(o.stats.snapshot().packed_content_raw, 1);
+    let mut c = Container::open(disk, &o).unwrap();
+    assert!(c.read(0, gz.len()).unwrap() == gz);
+}

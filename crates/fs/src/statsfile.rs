@@ -128,8 +128,10 @@ pub fn render(
             "heuristic": s.raw_heuristic,
             "backoff": s.raw_backoff,
             "early_abort": s.raw_early_abort,
+            "content_type": s.raw_content_type,
             "no_codec_or_too_small": s.raw_by_choice,
         },
+        "packed_raw_for_content_type": s.packed_content_raw,
         "early_abort": {
             "lz4_pass": s.probe_lz4_pass,
             "zstd1_pass": s.probe_zstd1_pass,

@@ -149,6 +149,7 @@ impl Packed {
             dict: None,
             dict_used: false,
             force: opts.force,
+            compressed_content: None,
             nocompress: false,
             fails: 0,
             backoff_writes: 0,

@@ -32,6 +32,7 @@ impl Packed {
                 codec,
                 force: true,
                 dict: self.dict,
+                compressed_content: false,
             };
         }
         let codec = match self.adaptive() {
@@ -45,7 +46,21 @@ impl Packed {
             codec,
             force: self.force,
             dict: self.dict,
+            compressed_content: self.compressed_content.is_some(),
         }
+    }
+
+    /// Looks at the file's first bytes whenever extent 0 is written out (or the file goes
+    /// to a pack): an already-compressed format (`squeezefs_codec::content`) has this
+    /// container's extents stored raw untried from then on, unless compression is forced.
+    /// A file opened again later and written past its first extent is judged extent by
+    /// extent (heuristic, backoff), as before.
+    pub(super) fn sniff(&mut self, head: &[u8]) {
+        self.compressed_content = if self.force {
+            None
+        } else {
+            squeezefs_codec::content::already_compressed(head)
+        };
     }
 
     /// The mount's adaptive level, when it decides this file's (no property of its own).

@@ -274,6 +274,7 @@ impl<S: Storage> Container<S> {
             codec: plan.target,
             force: true,
             dict: None,
+            compressed_content: false,
         };
         while plan.next < end {
             let j = plan.next;

@@ -149,6 +149,9 @@ pub(super) struct Packed {
     /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
     pub(super) dict_used: bool,
     pub(super) force: bool,
+    /// What [`Packed::sniff`] found the file's first bytes to be, when an already-compressed
+    /// format (`image/jpeg`, …).
+    pub(super) compressed_content: Option<&'static str>,
     /// `SB_FLAG_NOCOMPRESS`: writes skip compression except every `RETRY_EVERY`th.
     pub(super) nocompress: bool,
     /// Consecutive extents that resisted compression.

@@ -5,7 +5,7 @@
 //! crash-safety invariants listed in `mod.rs` are kept here.
 
 use rayon::prelude::*;
-use squeezefs_codec::Algorithm;
+use squeezefs_codec::{Algorithm, CodecSpec};
 
 use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
@@ -15,6 +15,10 @@ use crate::format::{
 };
 use crate::storage::Storage;
 use crate::{Error, Result};
+
+/// Bytes of a file's start that [`Packed::sniff`] looks at (the magic numbers of the
+/// formats it knows, ZIP's subtypes included, lie within them).
+pub(super) const SNIFF_LEN: usize = 8192;
 
 /// How a half is written when no older copy of its extent can be fallen back on.
 ///
@@ -170,6 +174,11 @@ impl Packed {
             let how = if careful { how } else { Careful::No };
             plans.push((idx, half, gen, other_dirty, how));
         }
+        if plans.first().is_some_and(|p| p.0 == 0) {
+            let head = &self.exts[&0].data.as_deref().expect("data")[..self.logical_len(0)];
+            let head = head.to_vec();
+            self.sniff(&head[..head.len().min(SNIFF_LEN)]);
+        }
         let policy = self.policy();
         let geo = self.geo();
         // The backoff decides, in order, which extents are not even tried.
@@ -286,7 +295,12 @@ impl Packed {
             let len = self.size as usize;
             let mut data = Vec::with_capacity(len);
             self.append_bytes(st, 0, 0, len, &mut data)?;
-            inline = encode_inline(self.codec, self.dict, &data, INLINE_MAX);
+            self.sniff(&data[..data.len().min(SNIFF_LEN)]);
+            let codec = match self.compressed_content {
+                Some(_) => CodecSpec::NONE,
+                None => self.codec,
+            };
+            inline = encode_inline(codec, self.dict, &data, INLINE_MAX);
         }
         let mut wrote = false;
         if let Some((alg, payload)) = inline {
