@@ -131,7 +131,7 @@ fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig) {
 pub fn mount(backing: PathBuf, mountpoint: PathBuf, options: &[String], daemon: bool) -> ExitCode {
     if options
         .iter()
-        .flat_map(|o| o.split(','))
+        .flat_map(|o| squeezefs_fs::split_options(o))
         .any(|o| o.trim() == "remount")
     {
         return match remount(&mountpoint, options) {
@@ -353,7 +353,11 @@ const REMOUNT_FLAGS: &[(&str, libc::c_ulong, bool)] = &[
 /// codec, the extent size, FUSE's own) are ignored, as mount(8) passes fstab's along.
 fn remount_flags(current: &str, asked: &[String]) -> libc::c_ulong {
     let mut flags = libc::MS_REMOUNT;
-    for o in current.split(',').chain(asked.iter().flat_map(|o| o.split(','))) {
+    let asked: Vec<String> = asked
+        .iter()
+        .flat_map(|o| squeezefs_fs::split_options(o))
+        .collect();
+    for o in current.split(',').map(str::to_string).chain(asked) {
         if let Some(&(_, f, set)) = REMOUNT_FLAGS.iter().find(|(n, _, _)| *n == o.trim()) {
             if set {
                 flags |= f;

@@ -290,7 +290,26 @@ fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
         (0, 0, 0, 0),
         "no trial: {s:?}"
     );
-    assert_eq!(s.files_flagged, 0);
+    assert_eq!(
+        s.files_flagged, 1,
+        "flagged NOCOMPRESS (kept for a later open, and the pass)"
+    );
+    // Flagged on disk too.
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    c.write(0, &png).unwrap();
+    c.fsync().unwrap();
+    assert!(current_sb(&disk).flags & SB_FLAG_NOCOMPRESS != 0);
+    // A file whose codec someone chose (a property, a rule, its directory's) is tried.
+    let o = opts("zstd:3", false);
+    let disk = MemDisk::new();
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    c.set_compression_property(Some("zstd:9".parse().unwrap()))
+        .unwrap();
+    c.write(0, &png).unwrap();
+    c.fsync().unwrap();
+    let s = o.stats.snapshot();
+    assert_eq!((s.raw_content_type, s.extents_compressed), (0, 4), "{s:?}");
     // Without the signature the same text compresses.
     let o = opts("zstd:3", false);
     let mut plain = png.clone();
@@ -310,6 +329,7 @@ fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
     c.write(0, &plain[..E]).unwrap();
     c.fsync().unwrap();
     assert_eq!(o.stats.snapshot().extents_compressed, 1);
+    assert_eq!(o.stats.snapshot().files_unflagged, 1, "a success clears the flag");
 }
 
 /// A small already-compressed file goes to a raw block of the packs, untried.

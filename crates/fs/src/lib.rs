@@ -132,7 +132,7 @@ const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-M
 
 /// Splits a `-o` list at the commas outside double quotes (libmount's rule: `rules="a,b"`
 /// is one option), the quotes removed.
-fn split_options(list: &str) -> Vec<String> {
+pub fn split_options(list: &str) -> Vec<String> {
     let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
     for c in list.chars() {
         match c {
@@ -320,10 +320,10 @@ impl MountConfig {
                     self.background.extent_shift_given = true;
                 }
                 ("rules", Some(v)) => {
-                    let r = rules::Rules::parse(v).map_err(|e| {
+                    let r = rules::Rules::shared(v).map_err(|e| {
                         format!("rules={v}: {e} (in -o, quote rules that hold commas: rules=\"*.log,*.txt=zstd:9; *.jpg=none\")")
                     })?;
-                    self.rules = (!r.is_empty()).then(|| std::sync::Arc::new(r));
+                    self.rules = (!r.is_empty()).then_some(r);
                 }
                 ("allow_other", None) => self.allow_other = true,
                 ("default_permissions", None) => self.default_permissions = true,
@@ -848,7 +848,7 @@ mod tests {
         );
         // Unquoted, the first comma ends it: one glob and one setting still work.
         c.apply_options("rules=*.jpg=none;*.log=zstd:7").unwrap();
-        assert_eq!(c.rules.as_ref().unwrap().0.len(), 2);
+        assert_eq!(c.rules.as_ref().unwrap().list.len(), 2);
         let e = c.apply_options(r#"rules="*.log=zstd:9; *.db""#).unwrap_err();
         assert!(e.contains("column 19") && e.contains("quote"), "{e}");
         assert!(c

@@ -127,10 +127,10 @@ pub enum Value {
 /// Parses a value as `setfattr` delivers it (trailing NULs and whitespace ignored); the
 /// error says what is accepted.
 pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
-    let text = std::str::from_utf8(raw)
+    let untrimmed = std::str::from_utf8(raw)
         .map_err(|_| "value is not UTF-8".to_string())?
-        .trim_end_matches('\0')
-        .trim();
+        .trim_end_matches('\0');
+    let text = untrimmed.trim();
     match prop {
         Prop::Compression | Prop::Background => text
             .parse::<CodecSpec>()
@@ -145,9 +145,10 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
                 "`{text}` is not a dictionary id (a number as `squeezefs dict list` shows)"
             )),
         },
-        Prop::Rules => match Rules::parse(text) {
+        // (Untrimmed: the columns an error names are the value's as given.)
+        Prop::Rules => match Rules::shared(untrimmed) {
             Ok(r) if r.is_empty() => Err("no rules (to remove them, remove the property)".into()),
-            Ok(r) => Ok(Value::Rules(Arc::new(r))),
+            Ok(r) => Ok(Value::Rules(r)),
             Err(e) => Err(e.to_string()),
         },
     }
@@ -227,8 +228,18 @@ impl DirProps {
 pub fn read_dir(fd: impl AsFd, describe: impl Fn() -> String) -> DirProps {
     let mut d = DirProps::default();
     for p in Prop::ALL {
-        let Ok(raw) = sys::xattr_get(&fd, &p.cname(), p.max_len()) else {
-            continue;
+        let raw = match sys::xattr_get(&fd, &p.cname(), p.max_len()) {
+            Ok(raw) => raw,
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+                log::warn!(
+                    "{}: ignoring {}: longer than {} bytes",
+                    describe(),
+                    p.xattr(),
+                    p.max_len()
+                );
+                continue;
+            }
+            Err(_) => continue,
         };
         match parse(p, &raw) {
             Ok(v) => d.set(Some(v), p),

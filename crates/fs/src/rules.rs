@@ -20,14 +20,22 @@
 //! parsing, the canonical text, matching.
 
 use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use squeezefs_codec::CodecSpec;
 
 use crate::parse_extent_size;
 
-/// Longest `rules` value accepted (a directory's xattr, a mount option).
+/// Longest `rules` value accepted (a directory's xattr, a mount option), as given and in
+/// its canonical form (which `getfattr` shows and directories store).
 pub const MAX_LEN: usize = 4000;
+/// Most rules, and most globs in all of them: each directory with rules holds them
+/// compiled (measured: up to ~170 KiB for 64 globs that need regexes, ~40 KiB for 64
+/// `*.ext`), so a value any user may set must stay small. Equal texts share one
+/// compiled copy ([`Rules::shared`]).
+pub const MAX_RULES: usize = 32;
+pub const MAX_GLOBS: usize = 64;
 
 /// What a rule sets for the files it matches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,24 +47,28 @@ pub struct Settings {
 }
 
 /// One `GLOBS=SETTINGS`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
     pub globs: Vec<String>,
     pub settings: Settings,
-    set: GlobSet,
 }
 
-impl PartialEq for Rule {
-    fn eq(&self, other: &Rule) -> bool {
-        self.globs == other.globs && self.settings == other.settings
+/// An ordered list of rules, their globs compiled into one set.
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    pub list: Vec<Rule>,
+    /// Every glob of every rule, in order; `owner[i]` is the rule glob `i` belongs to.
+    set: GlobSet,
+    owner: Vec<usize>,
+}
+
+impl PartialEq for Rules {
+    fn eq(&self, other: &Rules) -> bool {
+        self.list == other.list
     }
 }
 
-impl Eq for Rule {}
-
-/// An ordered list of rules.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Rules(pub Vec<Rule>);
+impl Eq for Rules {}
 
 /// Why a rules text was refused: where (a 1-based character column) and what was
 /// expected there.
@@ -130,7 +142,8 @@ impl Rules {
     /// them); an empty text is no rules.
     pub fn parse(text: &str) -> Result<Rules, RuleError> {
         let text = text.trim_end_matches('\0');
-        let col = |byte: usize| text[..byte.min(text.len())].chars().count() + 1;
+        // (Characters before byte `byte`, a boundary or not: never slices mid-character.)
+        let col = |byte: usize| text.char_indices().take_while(|&(i, _)| i < byte).count() + 1;
         let err = |byte: usize, message: String| RuleError {
             column: col(byte),
             message,
@@ -139,6 +152,8 @@ impl Rules {
             return Err(err(MAX_LEN, format!("longer than {MAX_LEN} bytes")));
         }
         let mut rules = Vec::new();
+        let mut builder = GlobSetBuilder::new();
+        let mut owner = Vec::new();
         for (at, raw) in split_outside(text, 0, ';') {
             if raw.trim().is_empty() {
                 continue;
@@ -154,8 +169,10 @@ impl Rules {
                     format!("`{raw}` has no `=`: expected GLOBS=SETTINGS, e.g. `*.log=zstd:9`"),
                 ));
             };
+            if rules.len() == MAX_RULES {
+                return Err(err(at, format!("more than {MAX_RULES} rules")));
+            }
             let mut globs = Vec::new();
-            let mut builder = GlobSetBuilder::new();
             for (gat, g) in split_outside(&raw[..eq], at, ',') {
                 let lead = g.len() - g.trim_start().len();
                 let (gat, g) = (gat + lead, g.trim());
@@ -173,12 +190,13 @@ impl Rules {
                 }
                 let glob =
                     Glob::new(g).map_err(|e| err(gat, format!("`{g}` is not a glob: {}", e.kind())))?;
+                if owner.len() == MAX_GLOBS {
+                    return Err(err(gat, format!("more than {MAX_GLOBS} globs")));
+                }
                 builder.add(glob);
+                owner.push(rules.len());
                 globs.push(g.to_string());
             }
-            let set = builder
-                .build()
-                .map_err(|e| err(at, format!("globs do not compile: {e}")))?;
             let mut settings = Settings::default();
             let mut any = false;
             for (sat, s) in split_outside(&raw[eq + 1..], at + eq + 1, ',') {
@@ -235,13 +253,45 @@ impl Rules {
             if !any {
                 return Err(err(at + eq + 1, format!("expected {SETTINGS_HELP}")));
             }
-            rules.push(Rule { globs, settings, set });
+            rules.push(Rule { globs, settings });
         }
-        Ok(Rules(rules))
+        let set = builder
+            .build()
+            .map_err(|e| err(0, format!("globs do not compile: {e}")))?;
+        let r = Rules {
+            list: rules,
+            set,
+            owner,
+        };
+        let canonical = r.to_string().len();
+        if canonical > MAX_LEN {
+            return Err(err(
+                text.len(),
+                format!(
+                    "{canonical} bytes once written out in full (`lz4` as `lz4:1`, …): more than {MAX_LEN}"
+                ),
+            ));
+        }
+        Ok(r)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.list.is_empty()
+    }
+
+    /// [`Rules::parse`], sharing the compiled rules with every other holder of the same
+    /// canonical text (directories copy their parent's rules, so most are equal).
+    pub fn shared(text: &str) -> Result<Arc<Rules>, RuleError> {
+        static SHARED: Mutex<Vec<Weak<Rules>>> = Mutex::new(Vec::new());
+        let r = Rules::parse(text)?;
+        let mut all = SHARED.lock().unwrap();
+        all.retain(|w| w.strong_count() > 0);
+        if let Some(same) = all.iter().filter_map(Weak::upgrade).find(|x| **x == r) {
+            return Ok(same);
+        }
+        let r = Arc::new(r);
+        all.push(Arc::downgrade(&r));
+        Ok(r)
     }
 
     /// The first rule matching file name `name`, and its position (0-based).
@@ -253,10 +303,13 @@ impl Rules {
                 // (A name that is not UTF-8 is matched by its lossy form: `*` still matches it.)
                 String::from_utf8_lossy(name)
             });
-        self.0
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.set.is_match(name.as_ref()))
+        let first = self
+            .set
+            .matches(name.as_ref())
+            .into_iter()
+            .map(|g| self.owner[g])
+            .min()?;
+        Some((first, &self.list[first]))
     }
 }
 
@@ -285,7 +338,7 @@ impl fmt::Display for Rule {
 /// The canonical text (what `getfattr` and `property get` show).
 impl fmt::Display for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let texts: Vec<String> = self.0.iter().map(Rule::to_string).collect();
+        let texts: Vec<String> = self.list.iter().map(Rule::to_string).collect();
         write!(f, "{}", texts.join("; "))
     }
 }
@@ -299,7 +352,7 @@ mod tests {
     #[test]
     fn the_issue_example_parses_matches_in_order_and_prints_canonically() {
         let r = Rules::parse(EXAMPLE).unwrap();
-        assert_eq!(r.0.len(), 3);
+        assert_eq!(r.list.len(), 3);
         assert_eq!(r.to_string(), EXAMPLE);
         let codec = |n: &str| {
             r.matching(n.as_bytes())
@@ -308,7 +361,7 @@ mod tests {
         assert_eq!(codec("app.log"), Some((0, "zstd:9".into())));
         assert_eq!(codec("notes.txt"), Some((0, "zstd:9".into())));
         assert_eq!(codec("x.db"), Some((1, "zstd:1".into())));
-        assert_eq!(r.0[1].settings.shift, Some(14));
+        assert_eq!(r.list[1].settings.shift, Some(14));
         assert_eq!(codec("a.png"), Some((2, "none".into())));
         assert_eq!(codec("a.log.gz"), None);
         assert_eq!(codec("log"), None);
@@ -318,7 +371,7 @@ mod tests {
         assert_eq!(r.matching(b"app.txt").unwrap().0, 1);
         // Braces and classes keep their commas, `=` and `;`.
         let r = Rules::parse("*.{jpg,jpeg},[=;,]x=none ;; ").unwrap();
-        assert_eq!(r.0[0].globs, ["*.{jpg,jpeg}", "[=;,]x"]);
+        assert_eq!(r.list[0].globs, ["*.{jpg,jpeg}", "[=;,]x"]);
         assert!(r.matching(b"a.jpeg").is_some() && r.matching(b";x").is_some());
         assert!(Rules::parse("").unwrap().is_empty());
         assert!(Rules::parse(" ;\0").unwrap().is_empty());
@@ -349,5 +402,25 @@ mod tests {
         }
         assert!(Rules::parse("*.x=dictionary=0").is_err());
         assert!(Rules::parse(&"x".repeat(MAX_LEN + 1)).is_err());
+        // Too long with a multi-byte character across the limit: an error, no panic.
+        let e = Rules::parse(&"€".repeat(1334)).unwrap_err();
+        assert!((1334..=1335).contains(&e.column), "{e}");
+        // Longer written out than given (`lz4` is `lz4:1`, `; ` between rules).
+        let e = Rules::parse(&"a=lz4;".repeat(600)).unwrap_err();
+        assert!(e.to_string().contains("more than 32 rules"), "{e}");
+        let e = Rules::parse(&format!("{}=lz4", "a".repeat(3996))).unwrap_err();
+        assert!(e.to_string().contains("written out in full"), "{e}");
+        let many: String = (0..MAX_RULES + 1).map(|i| format!("r{i}=lz4;")).collect();
+        assert!(Rules::parse(&many)
+            .unwrap_err()
+            .to_string()
+            .contains("more than 32 rules"));
+        let globs: String = (0..MAX_GLOBS + 1).map(|i| format!("g{i},")).collect();
+        // Equal texts share one compiled copy.
+        let a = Rules::shared("*.a=lz4; *.b=none").unwrap();
+        let b = Rules::shared("*.a=lz4:1;*.b=none").unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+        let e = Rules::parse(&format!("{globs}x=lz4")).unwrap_err();
+        assert!(e.to_string().contains("more than 64 globs"), "{e}");
     }
 }

@@ -59,7 +59,7 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
         &mut o,
         format!(
             "raw because       no gain {}, heuristic {} (overruled by lz4: {}), backoff {}, early abort {}, \
-             content type {} (and {} small files packed raw), codec none/too small {}",
+             content type {} (small files to raw pack blocks: {}), codec none/too small {}",
             n(v, &["raw_because", "no_gain"]),
             n(v, &["raw_because", "heuristic"]),
             n(v, &["heuristic_overruled"]),

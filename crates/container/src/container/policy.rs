@@ -52,15 +52,22 @@ impl Packed {
 
     /// Looks at the file's first bytes whenever extent 0 is written out (or the file goes
     /// to a pack): an already-compressed format (`squeezefs_codec::content`) has this
-    /// container's extents stored raw untried from then on, unless compression is forced.
-    /// A file opened again later and written past its first extent is judged extent by
-    /// extent (heuristic, backoff), as before.
+    /// container's extents stored raw untried from then on, unless compression is forced
+    /// or the file has a compression property of its own (a rule, its directory's or its
+    /// own: someone chose its codec). The file is also flagged `NOCOMPRESS` (kept in its
+    /// superblock): opened again later, it is tried only every `RETRY_EVERY`th extent, and
+    /// the background pass does not rewrite it.
     pub(super) fn sniff(&mut self, head: &[u8]) {
-        self.compressed_content = if self.force {
+        self.compressed_content = if self.force || self.codec_prop {
             None
         } else {
             squeezefs_codec::content::already_compressed(head)
         };
+        if self.compressed_content.is_some() && !self.nocompress {
+            self.nocompress = true;
+            self.sb_dirty = true;
+            self.stats.flagged(true);
+        }
     }
 
     /// The mount's adaptive level, when it decides this file's (no property of its own).

@@ -175,9 +175,9 @@ impl Packed {
             plans.push((idx, half, gen, other_dirty, how));
         }
         if plans.first().is_some_and(|p| p.0 == 0) {
-            let head = &self.exts[&0].data.as_deref().expect("data")[..self.logical_len(0)];
-            let head = head.to_vec();
-            self.sniff(&head[..head.len().min(SNIFF_LEN)]);
+            let n = self.logical_len(0).min(SNIFF_LEN);
+            let head = self.exts[&0].data.as_deref().expect("data")[..n].to_vec();
+            self.sniff(&head);
         }
         let policy = self.policy();
         let geo = self.geo();
@@ -198,7 +198,10 @@ impl Packed {
         // the backoff skips are not compressed, and teach it nothing).
         let adapt = self.adaptive();
         let run = |(j, skip): (&Job<'_>, &bool)| {
-            let timed = adapt.filter(|_| !*skip).map(|a| a.compressing());
+            // (Nor extents stored raw for their content type: not compressed either.)
+            let timed = adapt
+                .filter(|_| !*skip && !policy.compressed_content)
+                .map(|a| a.compressing());
             let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
             drop(timed);
             self.stats
