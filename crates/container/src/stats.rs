@@ -30,7 +30,6 @@ pub struct Stats {
     raw_backoff: AtomicU64,
     raw_early_abort: AtomicU64,
     raw_content_type: AtomicU64,
-    packed_content_raw: AtomicU64,
     raw_by_choice: AtomicU64,
     probe_lz4_pass: AtomicU64,
     probe_zstd1_pass: AtomicU64,
@@ -68,8 +67,6 @@ pub struct Snapshot {
     pub raw_early_abort: u64,
     /// Raw, untried, because the file's first bytes named an already-compressed format.
     pub raw_content_type: u64,
-    /// Small files put in a raw pack block, untried, for the same reason.
-    pub packed_content_raw: u64,
     /// Raw because the codec is `none` or the extent is too small to save a block.
     pub raw_by_choice: u64,
     /// Early abort: lz4 saved enough, so the requested zstd level ran.
@@ -168,11 +165,6 @@ impl Stats {
         }
     }
 
-    /// A small file packed raw, untried, for its content type.
-    pub fn packed_content_raw(&self) {
-        add(&self.packed_content_raw, 1);
-    }
-
     pub fn packed_file(&self) {
         add(&self.packed_files, 1);
     }
@@ -221,7 +213,6 @@ impl Stats {
             raw_backoff: g(&self.raw_backoff),
             raw_early_abort: g(&self.raw_early_abort),
             raw_content_type: g(&self.raw_content_type),
-            packed_content_raw: g(&self.packed_content_raw),
             raw_by_choice: g(&self.raw_by_choice),
             probe_lz4_pass: g(&self.probe_lz4_pass),
             probe_zstd1_pass: g(&self.probe_zstd1_pass),

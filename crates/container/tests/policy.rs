@@ -260,9 +260,9 @@ fn a_write_back_does_not_rewrite_extents_already_written() {
 
 /// A file whose first bytes name an already-compressed format (here a PNG signature in
 /// front of text that would compress well) is stored raw without a trial: every extent
-/// `raw_because.content_type`, none judged or tried, nothing flagged. The same bytes
-/// behind no signature compress; `compress-force` compresses them anyway; a small one goes
-/// to a raw pack block.
+/// `raw_because.content_type`, none judged or tried, the file flagged `NOCOMPRESS`. The
+/// same bytes behind no signature compress; `compress-force` and a compression property of
+/// the file's own compress them anyway.
 #[test]
 fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
     let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
@@ -332,9 +332,10 @@ fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
     assert_eq!(o.stats.snapshot().files_unflagged, 1, "a success clears the flag");
 }
 
-/// A small already-compressed file goes to a raw block of the packs, untried.
+/// A small already-compressed file stays in a compressed pack block: the block is
+/// compressed once for many files, and small compressed files compress well together.
 #[test]
-fn a_small_compressed_file_is_packed_into_a_raw_block() {
+fn a_small_compressed_file_is_packed_like_any_other() {
     use squeezefs_container::pack::{MemPackDir, Packs};
     let disk = MemDisk::new();
     let packs = Arc::new(Packs::new(Box::new(MemPackDir::new(disk.crash())), true, 1 << 20).unwrap());
@@ -349,13 +350,9 @@ fn a_small_compressed_file_is_packed_into_a_raw_block() {
     c.fsync().unwrap();
     let loc = c.location().expect("packed");
     let h = packs.block_header(loc.pack, loc.block).unwrap();
-    assert_eq!(h.codec, squeezefs_codec::Algorithm::None, "a raw block");
-    assert_eq!(
-        loc.codec,
-        "zstd:3".parse::<CodecSpec>().unwrap(),
-        "the file keeps its codec"
-    );
-    assert_eq!(o.stats.snapshot().packed_content_raw, 1);
+    assert_eq!(h.codec, squeezefs_codec::Algorithm::Zstd, "a compressed block");
+    assert_eq!(loc.codec, "zstd:3".parse::<CodecSpec>().unwrap());
+    assert_eq!(o.stats.snapshot().raw_content_type, 0);
     let mut c = Container::open(disk, &o).unwrap();
     assert!(c.read(0, gz.len()).unwrap() == gz);
 }

@@ -131,7 +131,6 @@ pub fn render(
             "content_type": s.raw_content_type,
             "no_codec_or_too_small": s.raw_by_choice,
         },
-        "packed_raw_for_content_type": s.packed_content_raw,
         "early_abort": {
             "lz4_pass": s.probe_lz4_pass,
             "zstd1_pass": s.probe_zstd1_pass,

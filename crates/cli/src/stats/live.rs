@@ -59,14 +59,13 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
         &mut o,
         format!(
             "raw because       no gain {}, heuristic {} (overruled by lz4: {}), backoff {}, early abort {}, \
-             content type {} (small files to raw pack blocks: {}), codec none/too small {}",
+             content type {}, codec none/too small {}",
             n(v, &["raw_because", "no_gain"]),
             n(v, &["raw_because", "heuristic"]),
             n(v, &["heuristic_overruled"]),
             n(v, &["raw_because", "backoff"]),
             n(v, &["raw_because", "early_abort"]),
             n(v, &["raw_because", "content_type"]),
-            n(v, &["packed_raw_for_content_type"]),
             n(v, &["raw_because", "no_codec_or_too_small"])
         ),
     );

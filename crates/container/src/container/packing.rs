@@ -180,17 +180,10 @@ impl Packed {
             self.append_bytes(st, 0, 0, len, &mut data)?;
             // At the file's codec, never the adaptive level: pack groups are keyed by codec and
             // level, and a moving level would keep one half-filled block open per level. An
-            // already-compressed file (JPEG, ZIP, …) goes to a raw block, untried, and keeps
-            // the compressed blocks free of what would not compress.
-            self.sniff(&data[..data.len().min(super::writeout::SNIFF_LEN)]);
-            let codec = match self.compressed_content {
-                Some(_) => {
-                    self.stats.packed_content_raw();
-                    squeezefs_codec::CodecSpec::NONE
-                }
-                None => self.codec,
-            };
-            PendingLoc::Bytes(self.packs()?.append(codec, self.shift, &data)?)
+            // already-compressed small file (PNG, GIF, gzip, …) is not sniffed: its block is
+            // compressed once for many files, and small files of those kinds compress well
+            // together (measured on the mixed corpus: 17-79 % by kind, FORMAT "Storage rules").
+            PendingLoc::Bytes(self.packs()?.append(self.codec, self.shift, &data)?)
         };
         // The slot keeps the bytes until the record is set (`load_packed` reads them back
         // from it), so the file drops its extent-sized copy now: thousands of small files
