@@ -241,8 +241,8 @@ fn mount_help() -> String {
         their own (chattr +c sets one) and small packed files keep theirs\n  \
         compress-force=ALG[:LEVEL]  the same, but compress every extent: no heuristic, no\n                              \
         incompressible-file backoff, no early abort, no content-type check\n                              \
-        (without it, files larger than an extent starting like JPEG, PNG,\n                              \
-        MP4, MP3, ZIP/DOCX, gzip, xz, zstd, bzip2 or 7z are stored raw, not\n                              \
+        (without it, files larger than an extent starting like JPEG, MP4,\n                              \
+        MP3, ZIP/DOCX, gzip, xz, zstd, bzip2 or 7z are stored raw, not\n                              \
         tried; small packed ones compress well together and are not sniffed)\n  \
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
         rules=\"GLOBS=SETTINGS; ...\"  settings of new files by name where no directory has rules\n                              \

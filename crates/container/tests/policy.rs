@@ -258,14 +258,14 @@ fn a_write_back_does_not_rewrite_extents_already_written() {
     assert!(c.read(0, 8 << 20).unwrap() == data);
 }
 
-/// A file whose first bytes name an already-compressed format (here a PNG signature in
+/// A file whose first bytes name an already-compressed format (here a JPEG signature in
 /// front of text that would compress well) is stored raw without a trial: every extent
 /// `raw_because.content_type`, none judged or tried, the file flagged `NOCOMPRESS`. The
 /// same bytes behind no signature compress; `compress-force` and a compression property of
 /// the file's own compress them anyway.
 #[test]
 fn a_file_that_starts_like_a_compressed_format_is_stored_raw_untried() {
-    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    let mut png = b"\xFF\xD8\xFF\xE0\0\x10JFIF\0".to_vec();
     png.extend(text(4 * E - png.len()));
     let write = |o: &Options, data: &[u8]| {
         let disk = MemDisk::new();
