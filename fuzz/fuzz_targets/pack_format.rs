@@ -16,8 +16,8 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::check::check;
 use squeezefs_container::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_DICTIONARY};
 use squeezefs_container::pack::format::{
-    BLOCK_MAGIC, BLOCK_MAX, LOCATION_LEN, LOCATION_PROPS, LOCATION_PROPS_V1, LOCATION_VERSION,
-    LOCATION_VERSION_1, PACK_MAGIC, PACK_VERSION,
+    BLOCK_MAGIC, BLOCK_MAX, LOCATION_LEN, LOCATION_LEN_V3, LOCATION_PROPS, LOCATION_PROPS_V1,
+    LOCATION_VERSION, LOCATION_VERSION_1, LOCATION_VERSION_3, PACK_MAGIC, PACK_VERSION,
 };
 use squeezefs_container::pack::{
     BlockHeader, Location, MemPackDir, PackHeader, Packs, BLOCK_HEADER_LEN, LOCATION_XATTR, PACK_HEADER_LEN,
@@ -106,20 +106,26 @@ fn location(b: &[u8]) {
     let r = Location::decode(b);
     // The version byte is checked first, whatever the length (a newer record may be longer).
     if let Some(&v) = b.first() {
-        if v != LOCATION_VERSION && v != LOCATION_VERSION_1 {
+        if !(LOCATION_VERSION_1..=LOCATION_VERSION_3).contains(&v) {
             assert_eq!(r, Err(FormatError::Version(v as u16)));
         }
     }
     let Ok(l) = r else {
         return;
     };
-    assert_eq!(b.len(), LOCATION_LEN);
     let v1 = b[0] == LOCATION_VERSION_1;
+    let v3 = b[0] == LOCATION_VERSION_3;
+    // 64 bytes exactly in version 3, which exactly keeps a change time; else 56.
+    assert_eq!(b.len(), if v3 { LOCATION_LEN_V3 } else { LOCATION_LEN });
+    assert_eq!(l.kept_ctime.is_some(), v3);
     assert!((MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&l.extent_shift));
     assert_eq!(l.props & !if v1 { LOCATION_PROPS_V1 } else { LOCATION_PROPS }, 0);
-    // A dictionary id exactly with its property, which is there exactly in version 2.
+    // A dictionary id exactly with its property, which version 1 never has and version 2
+    // always has.
     assert_eq!(l.props & PROP_DICTIONARY != 0, l.dict_id != 0);
-    assert_eq!(l.props & PROP_DICTIONARY != 0, !v1);
+    if !v3 {
+        assert_eq!(l.props & PROP_DICTIONARY != 0, !v1);
+    }
     assert!(CodecSpec::new(l.codec.alg, l.codec.level).is_ok());
     assert!(
         u64::from(l.len) <= 1u64 << l.extent_shift,
@@ -148,7 +154,7 @@ fn location(b: &[u8]) {
             assert_eq!(enc[..], b[..], "location with zero reserved round-trips");
         }
     } else {
-        assert_eq!(enc[..], b[..], "a version 2 location round-trips");
+        assert_eq!(enc[..], b[..], "a version 2 or 3 location round-trips");
     }
     assert_eq!(Location::decode(&enc), Ok(l));
 }
@@ -270,10 +276,22 @@ fuzz_target!(|data: &[u8]| {
         bh = fixed(&bh, BLOCK_HEADER_LEN, 40, None);
     }
     block_header(&bh, pack, offset);
-    let mut lb = fixed(body, LOCATION_LEN, 48, None);
+    // (Bit 4 of `fix`: a 64-byte version 3 record, which keeps a change time.)
+    let v3 = fix & 16 != 0;
+    let (len, sum_at) = if v3 { (LOCATION_LEN_V3, 56) } else { (LOCATION_LEN, 48) };
+    let mut lb = fixed(body, len, sum_at, None);
     if fix & 4 != 0 {
-        // A version 1 record, or a version 2 one whose dictionary id agrees with its property.
-        if fix & 8 != 0 {
+        // A version 1 record, or a version 2 one whose dictionary id agrees with its
+        // property, or a version 3 one whose dictionary id agrees with its property.
+        if v3 {
+            lb[0] = LOCATION_VERSION_3;
+            lb[1] &= LOCATION_PROPS;
+            if lb[1] & PROP_DICTIONARY == 0 {
+                lb[28..32].fill(0);
+            } else if lb[28..32] == [0; 4] {
+                lb[28] = 1;
+            }
+        } else if fix & 8 != 0 {
             lb[0] = LOCATION_VERSION;
             lb[1] = lb[1] & LOCATION_PROPS | PROP_DICTIONARY;
             if lb[28..32] == [0; 4] {
@@ -284,7 +302,7 @@ fuzz_target!(|data: &[u8]| {
             lb[1] &= LOCATION_PROPS_V1;
         }
         lb[6..8].fill(0);
-        lb = fixed(&lb, LOCATION_LEN, 48, None);
+        lb = fixed(&lb, len, sum_at, None);
     }
     location(&lb);
 
