@@ -278,7 +278,11 @@ fuzz_target!(|data: &[u8]| {
     block_header(&bh, pack, offset);
     // (Bit 4 of `fix`: a 64-byte version 3 record, which keeps a change time.)
     let v3 = fix & 16 != 0;
-    let (len, sum_at) = if v3 { (LOCATION_LEN_V3, 56) } else { (LOCATION_LEN, 48) };
+    let (len, sum_at) = if v3 {
+        (LOCATION_LEN_V3, 56)
+    } else {
+        (LOCATION_LEN, 48)
+    };
     let mut lb = fixed(body, len, sum_at, None);
     if fix & 4 != 0 {
         // A version 1 record, or a version 2 one whose dictionary id agrees with its
