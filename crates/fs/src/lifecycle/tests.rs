@@ -500,57 +500,8 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
     b.files.idle.close_all();
     assert_eq!(state(&inode), None);
     assert_eq!(shown(&b), None);
-    let before = ctime(&backing());
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    // The round (its pack is retired first, as the background pass does).
-    let loc = read_record(&backing()).unwrap().unwrap();
-    packs.retire_any(&[loc.pack].into());
-    let live = [LiveFile {
-        name: "f".into(),
-        loc,
-        id: backing().identity().unwrap(),
-        target: None,
-    }];
-    let r = reclaim(
-        &packs,
-        &packs.reclaimable().unwrap(),
-        &live,
-        &mut Garbage,
-        |_| {
-            Ok(FileStorage::new(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(b.dir.join("f"))?,
-            ))
-        },
-        |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
-        Settle::default,
-    )
-    .unwrap();
-    assert_eq!(r.files_moved, 1);
-    assert_ne!(
-        ctime(&backing()),
-        before,
-        "the record's replacement moved the backing ctime"
-    );
-    assert_eq!(
-        shown(&b),
-        Some(before),
-        "stat shows the change time the file showed"
-    );
-    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
-    // A change of metadata drops it.
-    b.files.drop_kept_times(&inode).unwrap();
-    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
-    assert_eq!(shown(&b), None);
-    b.files.idle.close_all();
-    assert_eq!(shown(&b), None);
-    assert_eq!(b.on_disk_packed(&packs, "f"), data);
-
-    // A chmod waiting in memory (a file open for writing) while a round moves the record
-    // (which keeps the ctime from before the chmod): once the chmod goes on the backing
-    // file, the kept time goes too, and stat shows the chmod's change time.
+    // A reclaim round moving the file (every pack retired first, as the background pass
+    // does).
     let round = |b: &Backing| {
         let loc = read_record(&backing()).unwrap().unwrap();
         packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
@@ -579,6 +530,32 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
         .unwrap();
         assert_eq!(r.files_moved, 1);
     };
+    let before = ctime(&backing());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // The round (its pack is retired first, as the background pass does).
+    round(&b);
+    assert_ne!(
+        ctime(&backing()),
+        before,
+        "the record's replacement moved the backing ctime"
+    );
+    assert_eq!(
+        shown(&b),
+        Some(before),
+        "stat shows the change time the file showed"
+    );
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
+    // A change of metadata drops it.
+    b.files.drop_kept_times(&inode).unwrap();
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
+    assert_eq!(shown(&b), None);
+    b.files.idle.close_all();
+    assert_eq!(shown(&b), None);
+    assert_eq!(b.on_disk_packed(&packs, "f"), data);
+
+    // A chmod waiting in memory (a file open for writing) while a round moves the record
+    // (which keeps the ctime from before the chmod): once the chmod goes on the backing
+    // file, the kept time goes too, and stat shows the chmod's change time.
     b.files.attach(&inode, false, true).unwrap();
     b.files
         .with_container(&inode, |c| c.read(0, 10).map(|_| ()), "read")
