@@ -283,7 +283,7 @@ fn list(path: &Path, as_json: bool) -> Result<(), String> {
         Some(d) => d.parent().unwrap_or(d).to_path_buf(),
         None => l.backing.clone(),
     };
-    let users = crate::stats::path::scan(&[root], false)?.dict_users;
+    let users = crate::stats::path::scan(&[root], false, false)?.dict_users;
     let mut rows = Vec::new();
     let mut names: Vec<PathBuf> = dir
         .as_ref()

@@ -22,6 +22,7 @@ mod estimate;
 mod locate;
 mod logging;
 mod property;
+mod rules;
 mod stats;
 mod statsfile;
 #[allow(unsafe_code)]
@@ -115,8 +116,22 @@ enum Cmd {
                       is copied into a new container beside it and renamed over it. Interrupting \
                       is safe: each file is left old or new. With --codec the files also get it \
                       as their compression property, so later writes use it too. Files already \
-                      as asked are skipped, so an interrupted run can simply be run again.",
+                      as asked are skipped, so an interrupted run can simply be run again.\n\n\
+                      Compression rules (the `rules` property of directories, the mount option \
+                      `rules=`) apply to files when they are made, by name; files written before \
+                      the rules were set, or renamed since, keep what they were written with. \
+                      Without --codec and --extent-size, compress applies them: each file whose \
+                      name a rule matches (the first of its directory's rules, else of the \
+                      mount's rules=, as `property get FILE rules` names it) gets what that rule \
+                      sets, as if it were made now: its codec, extent_size= and dictionary= \
+                      become the file's own properties (over one it had) and its data is \
+                      rewritten with them (a new extent size by copy and rename); files stored \
+                      so already are skipped, and files no rule matches are rewritten as \
+                      without rules. --codec or --extent-size beats the rules; --no-rules \
+                      ignores them. Offline (a backing directory) only directories' rules are \
+                      known, not a mount's rules=.",
         after_help = "Examples:\n  squeezefs compress /mnt/logs --codec zstd:12\n  \
+        squeezefs property set /mnt/data rules '*.log=zstd:9' && squeezefs compress /mnt/data\n  \
         squeezefs compress /mnt/db --extent-size 1M --codec zstd:3\n  \
         squeezefs compress /srv/adopted    # not mounted: plain files become containers, small ones packed\n  \
         squeezefs compress /srv/adopted --no-pack    # ... every file a container of its own\n  \
@@ -142,6 +157,10 @@ enum Cmd {
         /// Leave every file a container of its own (files packed already stay packed).
         #[arg(long, conflicts_with = "pack")]
         no_pack: bool,
+        /// Do not apply compression rules (without --codec and --extent-size, each file a
+        /// rule matches by name gets what the rule sets).
+        #[arg(long)]
+        no_rules: bool,
         #[command(flatten)]
         out: Output,
     },
@@ -203,11 +222,19 @@ enum Cmd {
                       directory's packs; when PATH is a whole backing directory (or the root \
                       of its mount) their bytes are in the totals (what no packed row \
                       accounts for, pack headers and garbage, in `(metadata)`) and their \
-                      garbage is measured.\n\nWith --live MOUNTPOINT: the counters of the \
-                      daemon serving it.",
+                      garbage is measured.\n\nWith --by rule, the files are also grouped by \
+                      the compression rule that applies to each one's name now (the first \
+                      matching rule of its directory's `rules` property, else of the mount's \
+                      `rules=`; `property get FILE rules` names it), with what each group \
+                      references, takes on disk (ratio) and holds per codec; files no rule \
+                      matches are one group. Files written before their rule was set keep \
+                      what they were written with until `squeezefs compress` applies it.\n\n\
+                      With --live MOUNTPOINT: the counters of the daemon serving it.",
         after_help = "Examples:\n  squeezefs stats /mnt/logs\n  \
         squeezefs stats /srv/logs.sqz/2026 /srv/logs.sqz/2025 --json | jq .disk\n  \
         squeezefs stats /mnt/configs --dict-gain     # what its dictionary saves\n  \
+        squeezefs stats /mnt/data --by rule          # what each compression rule stores and saves\n  \
+        squeezefs stats /mnt/data --by rule --json | jq '.by_rule[] | {rule, files, disk, ratio}'\n  \
         squeezefs stats --live /mnt\n  \
         squeezefs stats --live /mnt --json | jq .workspaces"
     )]
@@ -223,6 +250,10 @@ enum Cmd {
         /// encoded without it (reads their payloads, so it takes longer).
         #[arg(long)]
         dict_gain: bool,
+        /// Also show the files in groups: `rule`, by the compression rule that applies to
+        /// each one's name now.
+        #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "live")]
+        by: Option<stats::By>,
         #[command(flatten)]
         out: Output,
     },
@@ -414,6 +445,7 @@ fn main() -> ExitCode {
             extent_size,
             pack,
             no_pack,
+            no_rules,
             out,
         } => finish(
             "compress",
@@ -426,6 +458,7 @@ fn main() -> ExitCode {
                     (_, true) => Some(false),
                     _ => None,
                 },
+                rules: !no_rules,
                 json: out.json,
             }),
             2,
@@ -455,8 +488,9 @@ fn main() -> ExitCode {
             live,
             paths,
             dict_gain,
+            by,
             out,
-        } => finish("stats", stats::main(live, &paths, dict_gain, out.json), 2),
+        } => finish("stats", stats::main(live, &paths, dict_gain, by, out.json), 2),
         Cmd::Bench(b) => finish("bench", bench::main(b).map(|()| 0), 1),
     }
 }

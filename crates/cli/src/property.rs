@@ -135,7 +135,7 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
     for p in which {
         if p == Prop::Rules && !is_dir {
             // A file has no rules: the rule that applies to its name, and where from.
-            let (text, at) = rule_for(path, &defaults)?;
+            let (text, at) = rule_for(path, &defaults);
             if as_json {
                 out.insert("rule".into(), json!({ "value": text, "source": at }));
             } else {
@@ -168,32 +168,21 @@ fn get(path: &Path, name: Option<&str>, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The rule that applies to the file `path` by its name: the first matching one of its
-/// directory's `rules`, else of the mount's `rules=`; with where it comes from ("rule 2
-/// of DIR", "rule 1 of the mount's rules=").
-fn rule_for(
-    path: &Path,
-    defaults: &Option<serde_json::Value>,
-) -> Result<(Option<String>, Option<String>), String> {
+/// The rule that applies to the file `path` by its name (`crate::rules`), and where it
+/// comes from ("rule 2 of DIR", "rule 1 of the mount's rules=").
+fn rule_for(path: &Path, defaults: &Option<serde_json::Value>) -> (Option<String>, Option<String>) {
     let Some(name) = path.file_name() else {
-        return Ok((None, None));
+        return (None, None);
     };
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let (text, from) = match own(dir, Prop::Rules)? {
-        Some(t) => (t, dir.display().to_string()),
-        None => match mount_value(defaults, Prop::Rules) {
-            Some(t) => (t, "the mount's rules=".to_string()),
-            None => return Ok((None, None)),
-        },
-    };
-    let rules = squeezefs_fs::rules::Rules::parse(&text).map_err(|e| format!("{from}: {e}"))?;
-    Ok(match rules.matching(name.as_bytes()) {
-        Some((i, r)) => (Some(r.to_string()), Some(format!("rule {} of {from}", i + 1))),
+    let mount = defaults.as_ref().and_then(crate::rules::mount_rules);
+    match crate::rules::Lookup::default().rule(dir, name.as_bytes(), mount.as_ref()) {
+        Some(a) => (Some(a.rule.to_string()), Some(a.source(dir))),
         None => (None, None),
-    })
+    }
 }
 
 /// Sets one property on one path; `Ok(false)` when skipped (extent size of a file that

@@ -2,7 +2,8 @@
 //! `tests`: the mount's `rules=` and a directory's `rules` property decide codec, level and
 //! extent size for new files by name; subdirectories inherit a directory's rules; a file's
 //! own property beats them; a rename keeps the data as it is; `property get` names the
-//! rule that applies; a bad rule is refused saying where.
+//! rule that applies; a bad rule is refused saying where; `squeezefs compress` applies
+//! rules to files written before them, and `stats --by rule` shows what each rule holds.
 
 #![deny(unsafe_code)]
 
@@ -218,4 +219,248 @@ fn already_compressed_files_are_stored_raw_without_a_trial() {
     let v = live(&mnt);
     assert_eq!(v["raw_because"]["content_type"], 0, "{v}");
     m.unmount();
+}
+
+/// `stats --by rule --json PATH`, read as `tests`: the document, after checking that the
+/// groups' files and disk add up to the totals (with what no group holds: directories and
+/// the packs' own bytes).
+fn by_rule(path: &str) -> serde_json::Value {
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&format!("{bin} stats --by rule --json '{path}'"))).unwrap();
+    let groups = v["by_rule"].as_array().expect("by_rule");
+    let sum = |k: &str| groups.iter().map(|g| g[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("files"), v["files"].as_u64().unwrap(), "{v}");
+    assert_eq!(sum("referenced"), v["referenced"].as_u64().unwrap(), "{v}");
+    assert_eq!(
+        sum("disk") + v["by_rule_unattributed_disk"].as_u64().unwrap(),
+        v["disk"].as_u64().unwrap(),
+        "{v}"
+    );
+    v
+}
+
+/// The group of rule `rule` (`None`: files no rule matches) in a `by_rule` document.
+fn group<'a>(v: &'a serde_json::Value, rule: Option<&str>) -> &'a serde_json::Value {
+    v["by_rule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["rule"].as_str() == rule)
+        .unwrap_or_else(|| panic!("no group {rule:?} in {v}"))
+}
+
+/// Rules set after files were written change nothing of them until `squeezefs compress`
+/// applies them, as the user `tests`, on a mount (the directory's rules, then the mount's
+/// `rules=` after a remount) and offline: each old file gets its rule's codec, level,
+/// extent size, as if made now, with the same bytes; files no rule matches stay as they
+/// were; a second run skips everything; `--codec` beats the rules; `stats --by rule` counts
+/// what each rule holds, adding up to the totals.
+#[test]
+fn compress_applies_rules_to_files_written_before_them() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("rules-compress");
+    common::open_to_others(&d);
+    let orig = d.join("orig");
+    std::fs::create_dir(&orig).unwrap();
+    assert!(std::process::Command::new("chown")
+        .arg("tests:")
+        .arg(&orig)
+        .status()
+        .unwrap()
+        .success());
+    let orig = orig.display().to_string();
+    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let mnt = m.mnt.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    let b = d.join("backing");
+    // Written with the mount's codec, before any rule (`sub` made before them too: it gets
+    // no rules of its own).
+    ok(&format!(
+        "cd {mnt} && mkdir data data/sub && seq 1 200000 > top.txt && cd data && \
+         seq 1 200000 > a.log && seq 1 100000 > b.db && seq 1 100000 > x.bin && \
+         seq 1 200000 > c.txt && seq 1 1000 > small.log && touch empty.log && \
+         seq 1 200000 > sub/d.log && seq 1 200000 > sub/e.txt && sync && \
+         cp a.log b.db x.bin c.txt small.log {orig}/"
+    ));
+    let data = m.mnt.join("data");
+    for f in ["a.log", "b.db", "x.bin", "c.txt"] {
+        assert_eq!(stored(&data.join(f)).0, ["zstd:3"], "{f}");
+    }
+    assert_eq!(stored(&data.join("small.log")).0, ["packed zstd:3"]);
+
+    // `.*` matches the copies compress makes (`.NAME.squeezefs-compress.PID.N`) by their
+    // temporary names: the copy of x.bin must end with what its real name gets instead.
+    let rules = "*.log=zstd:9; *.db=zstd:1,extent_size=16K; *.bin=extent_size=16K; .*=none,extent_size=64K";
+    ok(&format!("{bin} property set {mnt}/data rules '{rules}'"));
+    assert_eq!(
+        stored(&data.join("a.log")).0,
+        ["zstd:3"],
+        "a rule set later changes nothing"
+    );
+    assert_eq!(stored(&data.join("b.db")), (vec!["zstd:3".to_string()], 5));
+    let v = by_rule(&format!("{mnt}/data"));
+    assert_eq!(group(&v, Some("*.log=zstd:9"))["files"], 3, "{v}");
+    assert_eq!(
+        group(&v, Some("*.log=zstd:9"))["from"],
+        serde_json::json!([format!("rule 1 of {mnt}/data")])
+    );
+    assert_eq!(
+        common::types(group(&v, Some("*.log=zstd:9"))),
+        ["packed zstd:3", "zstd:3"],
+        "what the files hold now, before compress"
+    );
+    assert_eq!(group(&v, None)["files"], 3, "c.txt, sub/d.log, sub/e.txt: {v}");
+
+    let run = |args: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&format!("{bin} compress {args} --json"))).unwrap()
+    };
+    let s = run(&format!("{mnt}/data"));
+    assert_eq!(
+        (s["rule_matched"].as_u64(), s["ruled"].as_u64()),
+        (Some(5), Some(5)),
+        "{s}"
+    );
+    assert_eq!(s["failed"], 0, "{s}");
+    assert_eq!(stored(&data.join("a.log")).0, ["zstd:9"]);
+    assert_eq!(stored(&data.join("small.log")).0, ["packed zstd:9"]);
+    let (t, extents) = stored(&data.join("b.db"));
+    assert_eq!(
+        (t, extents),
+        (vec!["zstd:1".to_string()], 588_895u64.div_ceil(16 << 10))
+    );
+    let (t, extents) = stored(&data.join("x.bin"));
+    assert_eq!(
+        (t, extents),
+        (vec!["zstd:3".to_string()], 588_895u64.div_ceil(16 << 10)),
+        "16K extents, and not the copy's `.*` rule: the mount's codec"
+    );
+    assert_eq!(stored(&data.join("c.txt")).0, ["zstd:3"], "no rule: unchanged");
+    assert_eq!(
+        stored(&data.join("sub/d.log")).0,
+        ["zstd:3"],
+        "sub has no rules of its own"
+    );
+    let prop = |f: &str, p: &str| {
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.{p} {mnt}/data/{f}"
+        ))
+    };
+    assert_eq!(
+        prop("a.log", "compression"),
+        "zstd:9",
+        "the rule's codec is its own now"
+    );
+    assert_eq!(prop("b.db", "extent_size"), "16K");
+    assert_eq!(prop("x.bin", "extent_size"), "16K");
+    assert!(
+        !sh(&format!(
+            "getfattr -n user.squeezefs.compression {mnt}/data/x.bin"
+        ))
+        .0,
+        "the copy's `none` from its temporary name is not kept"
+    );
+    assert_eq!(
+        prop("empty.log", "compression"),
+        "zstd:9",
+        "an empty file gets the rule too"
+    );
+    for f in ["a.log", "b.db", "x.bin", "c.txt", "small.log"] {
+        ok(&format!("cmp {mnt}/data/{f} {orig}/{f}"));
+    }
+    assert!(
+        ok(&format!("ls -a {mnt}/data"))
+            .lines()
+            .all(|l| !l.contains("squeezefs-compress")),
+        "no copy left"
+    );
+
+    // Again: every file as its rule sets, or as without rules.
+    let s = run(&format!("{mnt}/data"));
+    assert_eq!(s["skipped"], s["files"], "{s}");
+    assert_eq!(
+        (s["ruled"].as_u64(), s["rule_matched"].as_u64()),
+        (Some(0), Some(5)),
+        "{s}"
+    );
+
+    // `--codec` beats the rule; `--no-rules` leaves the file as it is; then the rule again.
+    let s = run(&format!("{mnt}/data/a.log --codec lz4"));
+    assert_eq!(
+        (s["rewritten"].as_u64(), s["ruled"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(stored(&data.join("a.log")).0, ["lz4:1"]);
+    run(&format!("{mnt}/data/a.log --no-rules"));
+    assert_eq!(stored(&data.join("a.log")).0, ["lz4:1"]);
+    run(&format!("{mnt}/data/a.log"));
+    assert_eq!(stored(&data.join("a.log")).0, ["zstd:9"]);
+
+    let v = by_rule(&format!("{mnt}/data"));
+    let logs = group(&v, Some("*.log=zstd:9"));
+    assert_eq!(logs["files"], 3, "{v}");
+    assert_eq!(common::types(logs), ["packed zstd:9", "zstd:9"], "{v}");
+    let dbs = group(&v, Some("*.db=zstd:1,extent_size=16K"));
+    assert_eq!(
+        (dbs["files"].as_u64(), dbs["referenced"].as_u64()),
+        (Some(1), Some(588_895))
+    );
+    assert_eq!(common::types(dbs), ["zstd:1"]);
+    assert!(dbs["ratio"].as_f64().unwrap() > 2.0, "{dbs}");
+    assert_eq!(group(&v, None)["files"], 3, "{v}");
+    assert_eq!(
+        v["by_rule_unattributed_disk"], v["directories"],
+        "part of a backing directory: only its directories are in no group"
+    );
+    let text = ok(&format!("{bin} stats --by rule {mnt}/data"));
+    assert!(
+        text.contains(&format!("*.db=zstd:1,extent_size=16K  (rule 2 of {mnt}/data)"))
+            && text.contains("(no rule)")
+            && text.contains("1 file, 575.1 KiB referenced"),
+        "{text}"
+    );
+
+    // The mount's `rules=` (after a remount), where a directory has no rules of its own:
+    // the root and `sub`, not `data`.
+    m.unmount();
+    let m = Mount::as_user(&d, r#"compress=zstd:3,rules="*.txt=zlib:6""#, "tests");
+    assert_eq!(stored(&m.mnt.join("top.txt")).0, ["zstd:3"]);
+    let s = run(&mnt);
+    assert_eq!(
+        (s["ruled"].as_u64(), s["failed"].as_u64()),
+        (Some(2), Some(0)),
+        "{s}"
+    );
+    assert_eq!(stored(&m.mnt.join("top.txt")).0, ["zlib:6"]);
+    assert_eq!(stored(&data.join("sub/e.txt")).0, ["zlib:6"]);
+    assert_eq!(
+        stored(&data.join("c.txt")).0,
+        ["zstd:3"],
+        "data's rules replace the mount's"
+    );
+    ok(&format!("cmp {mnt}/data/c.txt {orig}/c.txt"));
+    let v = by_rule(&mnt);
+    let txt = group(&v, Some("*.txt=zlib:6"));
+    assert_eq!(txt["files"], 2, "{v}");
+    assert_eq!(txt["from"], serde_json::json!(["rule 1 of the mount's rules="]));
+    assert_eq!(group(&v, Some("*.log=zstd:9"))["files"], 3, "{v}");
+
+    // Offline, in the backing directory: a directory's rules apply (the mount's are not
+    // known there).
+    ok(&format!(
+        "mkdir {mnt}/off && seq 1 200000 > {mnt}/off/o.log && sync && \
+         {bin} property set {mnt}/off rules '*.log=lz4'"
+    ));
+    m.unmount();
+    let off = format!("{}/off", b.display());
+    assert_eq!(stored(Path::new(&format!("{off}/o.log"))).0, ["zstd:3"]);
+    let s = run(&off);
+    assert_eq!(
+        (s["ruled"].as_u64(), s["failed"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(stored(Path::new(&format!("{off}/o.log"))).0, ["lz4:1"]);
+    common::check_clean(&b, "after compress applied rules");
 }

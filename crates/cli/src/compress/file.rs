@@ -16,16 +16,21 @@ use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::Packs;
 use squeezefs_container::usage::{usage, Kind};
 use squeezefs_container::{open_as_owner, Container, FileStorage, Options};
-use squeezefs_fs::props::Prop;
+use squeezefs_fs::props::{DirProps, Prop, Value};
+use squeezefs_fs::rules::Settings;
 use squeezefs_fs::{props, sys};
 use std::sync::Arc;
 
 use super::stage::Staged;
 
-/// What the command asks of every file (`--codec`, `--extent-size`, `--pack`/`--no-pack`).
+/// What the command asks of every file (`--codec`, `--extent-size`, `--pack`/`--no-pack`),
+/// or of one file, what the rule matching its name sets ([`Job::asked`]).
+#[derive(Clone, Copy)]
 pub(super) struct Asked {
     pub(super) codec: Option<CodecSpec>,
     pub(super) extent_shift: Option<u8>,
+    /// A dictionary (only a rule asks for one).
+    pub(super) dict: Option<u32>,
     pub(super) pack: bool,
 }
 
@@ -77,6 +82,8 @@ pub(super) enum Done {
     Converted { packed: bool },
     /// Already as asked (nothing to do), or empty.
     Skipped,
+    /// Empty, on a mount: only given the properties asked (its data is written with them).
+    PropsSet,
     /// Left as it is, with a warning (hard links).
     LeftAlone,
     /// Copied into this new container beside it, not yet durable: renamed over the file
@@ -97,9 +104,28 @@ pub(super) struct Job {
     /// (offline: zstd:3, what a mount uses by default).
     pub(super) default_codec: CodecSpec,
     pub(super) packs: Packing,
+    /// What the rule matching its name sets, when this run applies rules (no `--codec`,
+    /// `--extent-size` or `--no-rules`) and one matches.
+    pub(super) rule: Option<Settings>,
+    /// On a mount: the properties a file of its name made now gets (its directory's, and
+    /// its rule's unless `--no-rules`), for a copy the daemon made under another name.
+    pub(super) create: DirProps,
 }
 
 impl Job {
+    /// What this run asks of this file: `args`, or what its rule sets.
+    pub(super) fn asked(&self, args: &Asked) -> Asked {
+        match self.rule {
+            Some(r) => Asked {
+                codec: r.codec,
+                extent_shift: r.shift,
+                dict: r.dict,
+                pack: args.pack,
+            },
+            None => *args,
+        }
+    }
+
     /// The packs a container opened offline gets (packed files need them to be read).
     fn offline_packs(&self) -> Option<Arc<Packs>> {
         match &self.packs {
@@ -289,13 +315,60 @@ fn layout(backing: &Path) -> Result<Option<u8>, String> {
     Ok((!u.plain).then(|| u.extent_size.max(1).trailing_zeros() as u8))
 }
 
+/// A file's own property `p`, read through the mount.
+fn own_value(path: &Path, p: Prop) -> Option<Value> {
+    let f = File::open(path).ok()?;
+    let v = sys::xattr_get(&f, &p.cname(), p.max_len()).ok()?;
+    props::parse(p, &v).ok()
+}
+
 /// A file's own compression property, read through the mount.
 fn own_codec(path: &Path) -> Option<CodecSpec> {
-    let c = cstring(props::COMPRESSION);
-    File::open(path)
+    match own_value(path, Prop::Compression)? {
+        Value::Codec(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// Sets property `p` of a file on a mount to `v` when it differs (`None`: removes it);
+/// whether it changed.
+fn set_prop(f: &File, p: Prop, v: Option<Value>) -> Result<bool, String> {
+    let name = p.cname();
+    let now = sys::xattr_get(f, &name, p.max_len())
         .ok()
-        .and_then(|f| sys::xattr_get(&f, &c, 64).ok())
-        .and_then(|v| String::from_utf8_lossy(&v).trim().parse().ok())
+        .and_then(|raw| props::parse(p, &raw).ok());
+    if now == v {
+        return Ok(false);
+    }
+    let what = p.xattr().trim_start_matches("user.squeezefs.");
+    match v {
+        Some(v) => sys::xattr_set(f, &name, props::format(&v).as_bytes(), 0)
+            .map_err(|e| format!("setting its {what} to {}: {e}", props::format(&v)))?,
+        None => match sys::xattr_remove(f, &name) {
+            Err(e) if e.raw_os_error() != Some(libc::ENODATA) => {
+                return Err(format!("removing its {what}: {e}"))
+            }
+            _ => {}
+        },
+    }
+    Ok(true)
+}
+
+/// An empty file on a mount gets the properties asked (its data, written later, uses
+/// them; its extent size can be set only now); whether any changed.
+pub(super) fn set_asked(path: &Path, args: &Asked) -> Result<bool, String> {
+    let f = File::open(path).map_err(|e| err(path, e))?;
+    let mut changed = false;
+    for (p, v) in [
+        (Prop::Compression, args.codec.map(Value::Codec)),
+        (Prop::ExtentSize, args.extent_shift.map(Value::Shift)),
+        (Prop::Dictionary, args.dict.map(Value::Dict)),
+    ] {
+        if v.is_some() {
+            changed |= set_prop(&f, p, v).map_err(|e| err(path, e))?;
+        }
+    }
+    Ok(changed)
 }
 
 /// A file's own dictionary property, and its directory's (`squeezefs dict train` sets it
@@ -332,7 +405,10 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         if args.extent_shift.is_none_or(|s| s == shift) {
             let f = open_as_owner(&job.backing, true).map_err(|e| err(&job.backing, e))?;
             let mut c = Container::open(FileStorage::new(f), &opts).map_err(|e| err(&job.backing, e))?;
-            let wants_dict = dir_dict.is_some() && c.dictionary_property().is_none();
+            // The rule's dictionary, else the directory's for a file without one.
+            let has = c.dictionary_property();
+            let dict = args.dict.or(dir_dict.filter(|_| has.is_none()));
+            let wants_dict = dict.is_some() && dict != has;
             // The logical size: the backing file's (`job.size`) is larger when the current
             // copy of an extent is its second half.
             let logical = c.size().map_err(|e| err(&job.backing, e))?;
@@ -346,7 +422,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 return Ok(Done::Skipped);
             }
             if wants_dict {
-                c.set_dictionary_property(dir_dict)
+                c.set_dictionary_property(dict)
                     .map_err(|e| err(&job.backing, e))?;
             }
             if args.codec.is_some() {
@@ -398,7 +474,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             dst.set_extent_size_property(args.extent_shift)
                 .map_err(|e| e.to_string())?;
         }
-        let dict = src.dictionary_property().or(dir_dict);
+        let dict = args.dict.or(src.dictionary_property()).or(dir_dict);
         if dict.is_some() {
             dst.set_dictionary_property(dict).map_err(|e| e.to_string())?;
         }
@@ -416,13 +492,6 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     }
 }
 
-/// Gives a file on a mount `codec` as its compression property (nothing rewritten).
-pub(super) fn set_codec(path: &Path, codec: CodecSpec) -> Result<(), String> {
-    let f = File::open(path).map_err(|e| err(path, e))?;
-    sys::xattr_set(&f, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
-        .map_err(|e| err(path, format!("setting its compression property: {e}")))
-}
-
 /// A file on a mount, through the daemon.
 pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> Result<Done, String> {
     let shape = layout(&job.backing)?;
@@ -431,7 +500,9 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let own = args.codec.or_else(|| own_codec(&job.path));
     let codec = own.unwrap_or(job.default_codec);
     let (file_dict, dir_dict) = dictionaries(&job.path);
-    let wants_dict = file_dict.is_none() && dir_dict.is_some();
+    // The rule's dictionary, else the directory's for a file without one.
+    let dict = args.dict.or(dir_dict.filter(|_| file_dict.is_none()));
+    let wants_dict = dict.is_some() && dict != file_dict;
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
             let was_packed = is_packed(&job.backing);
@@ -440,12 +511,11 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
-            if let (true, Some(d)) = (wants_dict, dir_dict) {
-                sys::xattr_set(&f, &cstring(props::DICTIONARY), d.to_string().as_bytes(), 0)
-                    .map_err(|e| err(&job.path, format!("setting its dictionary {d}: {e}")))?;
+            if wants_dict {
+                set_prop(&f, Prop::Dictionary, dict.map(Value::Dict)).map_err(|e| err(&job.path, e))?;
             }
             if args.codec.is_some() {
-                set_codec(&job.path, codec)?;
+                set_prop(&f, Prop::Compression, Some(Value::Codec(codec))).map_err(|e| err(&job.path, e))?;
             }
             // In pieces, so the progress bar moves on big files.
             const STEP: u64 = 64 << 20;
@@ -470,17 +540,29 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let before = src.metadata().map_err(|e| err(&job.path, e))?;
     let (tmp, mut tf) = temp_beside(&job.path).map_err(|e| err(&job.path, e))?;
     let r = (|| {
-        let t = std::os::fd::AsFd::as_fd(&tf);
-        // The copy gets `--codec` or the file's own property; without either it keeps what
-        // it inherited when created (its directory's property, or the mount's codec).
-        if own.is_some() {
-            sys::xattr_set(t, &cstring(props::COMPRESSION), codec.to_string().as_bytes(), 0)
-                .map_err(|e| format!("setting the copy's compression: {e}"))?;
-        }
-        if let Some(s) = args.extent_shift {
-            let v = props::format(&props::Value::Shift(s));
-            sys::xattr_set(t, &cstring(props::EXTENT_SIZE), v.as_bytes(), 0)
-                .map_err(|e| format!("setting the copy's extent size: {e}"))?;
+        // The daemon gave the copy what a file of its temporary name gets (a rule may match
+        // that name, or none the real one): each property is set on it while it is empty
+        // (an extent size can be set only then) to what is asked, else the file's own, else
+        // what a file of its real name made now gets (its directory's, and its rule's).
+        let own_shift = match own_value(&job.path, Prop::ExtentSize) {
+            Some(Value::Shift(s)) => Some(s),
+            _ => None,
+        };
+        for (p, v) in [
+            (Prop::Compression, own.or(job.create.codec).map(Value::Codec)),
+            (
+                Prop::ExtentSize,
+                args.extent_shift
+                    .or(own_shift)
+                    .or(job.create.shift)
+                    .map(Value::Shift),
+            ),
+            (
+                Prop::Dictionary,
+                args.dict.or(file_dict).or(job.create.dict).map(Value::Dict),
+            ),
+        ] {
+            set_prop(&tf, p, v)?;
         }
         copy_data(&mut src, &mut tf, before.len(), pb)?;
         copy_metadata(&src, &tf, true)?;

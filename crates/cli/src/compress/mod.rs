@@ -15,6 +15,12 @@
 //!
 //! On a backing directory that is not mounted the files are handled directly; the command
 //! refuses a directory a daemon serves (use the mount path instead).
+//!
+//! Without `--codec` and `--extent-size` (and unless `--no-rules`), each file whose name a
+//! compression rule matches (`crate::rules`: its directory's `rules`, else the mount's
+//! `rules=`; offline, only directories' rules are known) gets what that rule sets, as if it
+//! were made now: the codec, extent size and dictionary it names become the file's own
+//! properties and its data is rewritten with them; a file already stored so is skipped.
 
 mod file;
 mod stage;
@@ -42,6 +48,8 @@ pub struct Args {
     /// Pack files of at most one extent: `--pack` (`Some(true)`: required), `--no-pack`
     /// (`Some(false)`), or neither (`None`: where packing is possible, as a mount does).
     pub pack: Option<bool>,
+    /// Apply compression rules (not `--no-rules`; only without `--codec`/`--extent-size`).
+    pub rules: bool,
     pub json: bool,
 }
 
@@ -60,6 +68,9 @@ struct Summary {
     skipped: u64,
     left_alone: u64,
     failed: u64,
+    /// Files that got the settings of the rule matching their name (rewritten, converted,
+    /// or, empty, given its properties).
+    ruled: u64,
     bytes: u64,
     disk_before: u64,
     disk_after: u64,
@@ -157,8 +168,14 @@ pub fn main(args: Args) -> Result<u8, String> {
     let asked = Asked {
         codec: args.codec,
         extent_shift: args.extent_shift,
+        dict: None,
         pack: args.pack != Some(false),
     };
+    // Rules apply only when nothing is asked explicitly.
+    let apply_rules = args.rules && args.codec.is_none() && args.extent_shift.is_none();
+    let mut lookup = crate::rules::Lookup::default();
+    // Files a rule matches (whether or not they had its settings already).
+    let mut matched = 0u64;
     let mut jobs: Vec<(Job, bool)> = Vec::new();
     // Pack directories files may be packed into: their growth is disk the packed files take.
     let mut pack_dirs = std::collections::BTreeSet::new();
@@ -172,6 +189,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             eprintln!("warning: {why}");
         }
         let on_mount = loc.mount.is_some();
+        let mut mount_rules = None;
         let (default_codec, packs) = match &loc.mount {
             Some(m) => {
                 let doc = crate::statsfile::read(m)?;
@@ -187,6 +205,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     .as_str()
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(CodecSpec::DEFAULT);
+                mount_rules = crate::rules::mount_rules(&doc);
                 (
                     codec,
                     Packing::Mount(doc["packs"]["packing"].as_bool() == Some(true)),
@@ -250,6 +269,22 @@ pub fn main(args: Args) -> Result<u8, String> {
             {
                 continue;
             }
+            // (Its directory as given: a mount's, through the mount; else the backing one.)
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            let name = path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+            let rule = if apply_rules {
+                lookup
+                    .rule(dir, name, mount_rules.as_ref())
+                    .map(|a| a.rule.settings)
+            } else {
+                None
+            };
+            matched += rule.is_some() as u64;
+            let create = if on_mount {
+                lookup.new_file(dir, name, mount_rules.as_ref(), args.rules)
+            } else {
+                Default::default()
+            };
             let links = m.nlink();
             // (An empty backing file may be a packed file: its size is in its record.)
             let size = if m.len() == 0 && !on_mount {
@@ -265,6 +300,8 @@ pub fn main(args: Args) -> Result<u8, String> {
                     links,
                     default_codec,
                     packs: packs.clone(),
+                    rule,
+                    create,
                 },
                 on_mount,
             ));
@@ -302,12 +339,19 @@ pub fn main(args: Args) -> Result<u8, String> {
             .map(|(job, on_mount)| {
                 pb.set_message(format!("{}{}", ratio_so_far.lock().unwrap(), job.path.display()));
                 let disk_before = blocks(&job.backing);
+                let asked = job.asked(&asked);
                 let r = if job.size == 0 {
-                    // Nothing to rewrite; on a mount an empty file still gets `--codec` as
-                    // its property, so what is written to it later uses it.
-                    match (asked.codec, *on_mount) {
-                        (Some(codec), true) => file::set_codec(&job.path, codec).map(|()| Done::Skipped),
-                        _ => Ok(Done::Skipped),
+                    // Nothing to rewrite; on a mount an empty file still gets what is asked
+                    // as its properties, so what is written to it later uses them.
+                    match *on_mount {
+                        true => file::set_asked(&job.path, &asked).map(|set| {
+                            if set {
+                                Done::PropsSet
+                            } else {
+                                Done::Skipped
+                            }
+                        }),
+                        false => Ok(Done::Skipped),
                     }
                 } else if *on_mount {
                     mounted(&asked, job, &pb)
@@ -356,6 +400,8 @@ pub fn main(args: Args) -> Result<u8, String> {
                         Some(false) => s.containers += 1,
                         None => {}
                     }
+                    let got_rule = !matches!(d, Done::Skipped | Done::LeftAlone);
+                    s.ruled += (job.rule.is_some() && got_rule) as u64;
                     match d {
                         Done::Rewritten { .. } => s.rewritten += 1,
                         Done::Converted { .. } => {
@@ -365,7 +411,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                                     .insert(job.path.parent().unwrap_or(Path::new("/")).to_path_buf());
                             }
                         }
-                        Done::Skipped => s.skipped += 1,
+                        Done::Skipped | Done::PropsSet => s.skipped += 1,
                         Done::LeftAlone => s.left_alone += 1,
                         Done::Copied(..) | Done::Staging(..) => unreachable!("finished above"),
                     }
@@ -423,6 +469,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             "files": jobs.len(), "packed": s.packed, "containers": s.containers,
             "rewritten": s.rewritten, "converted": s.converted, "reclaimed_bytes": s.reclaimed,
             "skipped": s.skipped, "left_alone": s.left_alone, "failed": s.failed, "bytes": s.bytes,
+            "rule_matched": matched, "ruled": s.ruled,
             "disk_before": s.disk_before, "disk_after": s.disk_after, "ratio": ratio, "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -450,6 +497,18 @@ pub fn main(args: Args) -> Result<u8, String> {
         );
         if s.reclaimed > 0 {
             println!("{} of pack garbage reclaimed", human(s.reclaimed));
+        }
+        if matched > 0 {
+            println!(
+                "rules: {} of the {} a compression rule matches by name got its settings now \
+                 (`squeezefs property get FILE rules` names a file's rule; --no-rules ignores them)",
+                s.ruled,
+                if matched == 1 {
+                    "1 file".to_string()
+                } else {
+                    format!("{matched} files")
+                }
+            );
         }
     }
     Ok(if s.failed > 0 { 1 } else { 0 })

@@ -7,10 +7,16 @@
 //! contains one, or is the root of its mount), its packs are accounted too: their bytes are
 //! added to the totals (the walk skips `.squeezefs-packs`), and their garbage is measured
 //! against the location records the walk saw.
+//!
+//! With `--by rule` the files are also grouped by the compression rule that applies to each
+//! one's name now (`crate::rules`: its directory's `rules`, else the mount's `rules=`), so
+//! a user sees what each rule stores and saves.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -23,6 +29,7 @@ use squeezefs_container::pack::{FsPackDir, Packs};
 use squeezefs_container::predict;
 use squeezefs_container::usage::{usage, Kind, Part, Usage};
 use squeezefs_container::FileStorage;
+use squeezefs_fs::rules::Rules;
 
 use crate::ui::human;
 
@@ -59,7 +66,96 @@ pub struct Totals {
     pub dict_gain: Option<(u64, u64)>,
     /// The packs of the backing directories the scan covered whole or found packed files of.
     pub packs: Option<PackTotals>,
+    /// With `--by rule`: the files grouped by the rule that applies to their names.
+    pub by_rule: Option<Vec<RuleGroup>>,
     pub errors: Vec<String>,
+}
+
+/// The files one compression rule applies to (`stats --by rule`).
+#[derive(Default)]
+pub struct RuleGroup {
+    /// The rule's canonical text; `None`: the files no rule matches.
+    pub rule: Option<String>,
+    /// Where it comes from, each place once (`rule 2 of /mnt/data`, `rule 1 of the mount's
+    /// rules=`): equal rules of several directories (inherited ones) are one group.
+    pub from: BTreeSet<String>,
+    /// Where it is first shown: the mount's after directories', then by directory and
+    /// position.
+    order: Option<(bool, PathBuf, usize)>,
+    /// Its files alone (no directories, no packs' own bytes).
+    pub totals: Totals,
+}
+
+/// Where the files of one PATH are, for `--by rule`: the mount it was given on, and that
+/// mount's `rules=`.
+struct Place {
+    mount: Option<(PathBuf, PathBuf)>,
+    rules: Option<Arc<Rules>>,
+}
+
+impl Place {
+    fn new(loc: &crate::locate::Located) -> Place {
+        let rules = loc
+            .mount
+            .as_ref()
+            .and_then(|m| crate::statsfile::read(m).ok())
+            .and_then(|doc| crate::rules::mount_rules(&doc));
+        Place {
+            mount: loc.mount.clone().zip(loc.root.clone()),
+            rules,
+        }
+    }
+
+    /// A backing directory as the user knows it: its path on the mount, if given on one.
+    fn shown(&self, backing: &Path) -> PathBuf {
+        match &self.mount {
+            Some((mount, root)) => match backing.strip_prefix(root) {
+                Ok(rel) if rel.as_os_str().is_empty() => mount.clone(),
+                Ok(rel) => mount.join(rel),
+                Err(_) => backing.to_path_buf(),
+            },
+            None => backing.to_path_buf(),
+        }
+    }
+}
+
+/// Groups files by their rule, reading each directory's rules once.
+struct ByRule {
+    lookup: crate::rules::Lookup,
+    groups: BTreeMap<Option<String>, RuleGroup>,
+}
+
+impl ByRule {
+    /// Adds the file `backing` (of `place`), counted as [`Totals::add`] counts it.
+    fn add(&mut self, backing: &Path, place: &Place, u: &Usage, allocated: u64) {
+        let dir = backing.parent().unwrap_or(Path::new("/"));
+        let name = backing.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+        let applies = self.lookup.rule(dir, name, place.rules.as_ref());
+        let key = applies.as_ref().map(|a| a.rule.to_string());
+        let g = self.groups.entry(key.clone()).or_default();
+        g.rule = key;
+        if let Some(a) = applies {
+            let shown = place.shown(dir);
+            g.from.insert(a.source(&shown));
+            let order = (
+                a.from_mount,
+                if a.from_mount { PathBuf::new() } else { shown },
+                a.index,
+            );
+            if g.order.as_ref().is_none_or(|o| order < *o) {
+                g.order = Some(order);
+            }
+        }
+        g.totals.add(u, allocated);
+    }
+
+    /// The groups, rules first (in the order they are shown), then the files no rule
+    /// matches.
+    fn finish(self) -> Vec<RuleGroup> {
+        let mut v: Vec<RuleGroup> = self.groups.into_values().collect();
+        v.sort_by(|a, b| (a.rule.is_none(), &a.order).cmp(&(b.rule.is_none(), &b.order)));
+        v
+    }
 }
 
 /// The packs of one or more backing directories.
@@ -213,14 +309,20 @@ fn note_root(roots: &mut Vec<(PathBuf, bool)>, path: &Path, whole: bool) {
 }
 
 /// Counts the files under `paths` (each on a mount or in a backing directory). Every inode
-/// is counted once however many names it has.
-pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
+/// is counted once however many names it has. `by_rule`: also grouped by the rule that
+/// applies to each file's name ([`Totals::by_rule`]).
+pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals, String> {
     let mut list = Vec::new();
     let mut seen = HashSet::new();
     let mut directories = 0u64;
     let mut found_roots: Vec<(PathBuf, bool)> = Vec::new();
+    let mut places = Vec::new();
     for p in paths {
         let loc = crate::locate::locate(p)?;
+        let place = places.len();
+        if by_rule {
+            places.push(Place::new(&loc));
+        }
         if dict_gain {
             // Reading payloads back needs the dictionaries (also on a mount: this reads
             // the backing files, not the mount).
@@ -268,7 +370,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             }
         }
         found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
-        list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512)));
+        list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512, place)));
     }
     let mut roots = Vec::new();
     for (path, whole) in found_roots {
@@ -295,9 +397,11 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
             .map(|(i, _)| i)
     };
     type Counted = (Usage, u64, Option<(u64, u64)>);
-    let results: Vec<(&Path, Option<usize>, Result<Counted, String>)> = list
+    // (A file, its place, its root, and what it holds.)
+    type Scanned<'a> = (&'a Path, usize, Option<usize>, Result<Counted, String>);
+    let results: Vec<Scanned> = list
         .par_iter()
-        .map(|(path, blocks)| {
+        .map(|(path, blocks, place)| {
             let root = root_of(path);
             let r = (|| {
                 let f = squeezefs_container::open_as_owner(path, false)
@@ -314,14 +418,18 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
                 };
                 Ok((u, *blocks, gain))
             })();
-            (path.as_path(), root, r)
+            (path.as_path(), *place, root, r)
         })
         .collect();
     let mut t = Totals {
         directories,
         ..Totals::default()
     };
-    for (path, root, r) in results {
+    let mut groups = by_rule.then(|| ByRule {
+        lookup: crate::rules::Lookup::default(),
+        groups: BTreeMap::new(),
+    });
+    for (path, place, root, r) in results {
         match r {
             Ok((mut u, blocks, gain)) => {
                 if let Some(loc) = &u.packed {
@@ -348,6 +456,9 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
                     }
                 }
                 t.add(&u, blocks);
+                if let Some(g) = &mut groups {
+                    g.add(path, &places[place], &u, blocks);
+                }
                 if let Some((w, wo)) = gain {
                     let g = t.dict_gain.get_or_insert((0, 0));
                     g.0 += w;
@@ -366,6 +477,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool) -> Result<Totals, String> {
     if dict_gain && t.dict_gain.is_none() {
         t.dict_gain = Some((0, 0));
     }
+    t.by_rule = groups.map(ByRule::finish);
     for r in &roots {
         if !r.whole && r.files == 0 {
             continue;
@@ -489,18 +601,7 @@ pub fn render(t: &Totals, secs: f64) -> String {
         human(t.uncompressed()),
         human(t.referenced)
     );
-    for (label, p) in &t.rows {
-        o += &format!(
-            "{:<w$} {:>5} {:>12} {:>12}\n",
-            label,
-            pct(p.disk, p.uncompressed),
-            human(p.disk),
-            human(p.uncompressed)
-        );
-    }
-    if t.overhead > 0 {
-        o += &format!("{:<w$} {:>5} {:>12}\n", "(metadata)", "", human(t.overhead));
-    }
+    o += &type_rows(t, w, "");
     if t.slack() > 0 {
         o += &format!(
             "Slack: {} of the extents' {} is rounding to 4 KiB blocks ({:.1} %)\n",
@@ -581,18 +682,93 @@ pub fn render(t: &Totals, secs: f64) -> String {
         }
         _ => {}
     }
+    if let Some(groups) = &t.by_rule {
+        o += &render_by_rule(t, groups, w);
+    }
     o
 }
 
-pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
-    let rows: Vec<_> = t
-        .rows
+/// The rows by stored type, and `(metadata)`: `indent`, then columns as in the table.
+fn type_rows(t: &Totals, w: usize, indent: &str) -> String {
+    let mut o = String::new();
+    for (label, p) in &t.rows {
+        o += &format!(
+            "{indent}{:<w$} {:>5} {:>12} {:>12}\n",
+            label,
+            pct(p.disk, p.uncompressed),
+            human(p.disk),
+            human(p.uncompressed)
+        );
+    }
+    if t.overhead > 0 {
+        o += &format!(
+            "{indent}{:<w$} {:>5} {:>12}\n",
+            "(metadata)",
+            "",
+            human(t.overhead)
+        );
+    }
+    o
+}
+
+/// Logical bytes per byte on disk (`None`: nothing on disk).
+fn ratio(referenced: u64, disk: u64) -> Option<f64> {
+    (disk > 0).then(|| referenced as f64 / disk as f64)
+}
+
+/// Disk of the totals no group holds: the directories, and the packs' own bytes (headers,
+/// garbage) of a whole backing directory.
+fn unattributed(t: &Totals, groups: &[RuleGroup]) -> u64 {
+    t.disk()
+        .saturating_sub(groups.iter().map(|g| g.totals.disk()).sum::<u64>())
+}
+
+/// `--by rule`: each rule, where it comes from, its files and their rows by stored type.
+fn render_by_rule(t: &Totals, groups: &[RuleGroup], w: usize) -> String {
+    let mut o =
+        "\nBy rule (the rule for each file's name now: its directory's rules, else the mount's rules=):\n"
+            .to_string();
+    for g in groups {
+        let from = match g.from.len() {
+            0 => String::new(),
+            1 => format!("  ({})", g.from.first().expect("one")),
+            n => format!(
+                "  ({}, and {} more)",
+                g.from.first().expect("some"),
+                plural(n as u64 - 1, "place")
+            ),
+        };
+        let gt = &g.totals;
+        o += &format!("{}{from}\n", g.rule.as_deref().unwrap_or("(no rule)"));
+        o += &format!(
+            "    {}, {} referenced, {} on disk, ratio {}\n",
+            plural(gt.files, "file"),
+            human(gt.referenced),
+            human(gt.disk()),
+            ratio(gt.referenced, gt.disk()).map_or("-".into(), |r| format!("{r:.2}"))
+        );
+        o += &type_rows(gt, w, "    ");
+    }
+    let rest = unattributed(t, groups);
+    if rest > 0 {
+        o += &format!("(directories and packs' own bytes: {})\n", human(rest));
+    }
+    o
+}
+
+/// The rows by stored type, as JSON.
+fn types_json(t: &Totals) -> Vec<serde_json::Value> {
+    t.rows
         .iter()
         .map(|(label, p)| {
             json!({"type": label, "extents": p.extents, "disk": p.disk, "uncompressed": p.uncompressed, "slack": p.slack})
         })
-        .collect();
-    json!({
+        .collect()
+}
+
+pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
+    let rows = types_json(t);
+    let mut doc = json!({
         "files": t.files,
         "containers": t.containers,
         "plain": t.plain,
@@ -626,7 +802,29 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         })),
         "errors": t.errors,
         "seconds": secs,
-    })
+    });
+    if let Some(groups) = &t.by_rule {
+        let by: Vec<_> = groups
+            .iter()
+            .map(|g| {
+                let gt = &g.totals;
+                json!({
+                    "rule": g.rule,
+                    "from": g.from,
+                    "files": gt.files,
+                    "referenced": gt.referenced,
+                    "disk": gt.disk(),
+                    "uncompressed": gt.uncompressed(),
+                    "metadata": gt.overhead,
+                    "ratio": ratio(gt.referenced, gt.disk()),
+                    "types": types_json(gt),
+                })
+            })
+            .collect();
+        doc["by_rule"] = by.into();
+        doc["by_rule_unattributed_disk"] = unattributed(t, groups).into();
+    }
+    doc
 }
 
 /// What one container (a backing file) would take on disk written now with `codec` (the
@@ -660,9 +858,9 @@ fn gain(backing: &Path, codec: CodecSpec) -> Result<(u64, u64), String> {
     Ok((with, without))
 }
 
-pub fn main(paths: &[PathBuf], dict_gain: bool, json: bool) -> Result<u8, String> {
+pub fn main(paths: &[PathBuf], dict_gain: bool, by_rule: bool, json: bool) -> Result<u8, String> {
     let start = Instant::now();
-    let t = scan(paths, dict_gain)?;
+    let t = scan(paths, dict_gain, by_rule)?;
     let secs = start.elapsed().as_secs_f64();
     let background = paths.first().and_then(|p| background_of(p));
     if json {
