@@ -343,15 +343,16 @@ pub fn main(args: Args) -> Result<u8, String> {
                 let r = if job.size == 0 {
                     // Nothing to rewrite; on a mount an empty file still gets what is asked
                     // as its properties, so what is written to it later uses them.
-                    match *on_mount {
-                        true => file::set_asked(&job.path, &asked).map(|set| {
+                    if *on_mount {
+                        file::set_asked(&job.path, &asked).map(|set| {
                             if set {
                                 Done::PropsSet
                             } else {
                                 Done::Skipped
                             }
-                        }),
-                        false => Ok(Done::Skipped),
+                        })
+                    } else {
+                        Ok(Done::Skipped)
                     }
                 } else if *on_mount {
                     mounted(&asked, job, &pb)
