@@ -6,13 +6,15 @@
 //!
 //! ```text
 //! *.log,*.txt=zstd:9; *.sqlite,*.db=zstd:1,extent_size=16K; *.jpg,*.png,*.zst=none
+//! *.csv=zstd:6,force
 //! ```
 //!
 //! * GLOBS: comma-separated shell globs matched against the file's name (not its path):
 //!   `*`, `?`, `[a-z]`, `{jpg,jpeg}` (`globset`, the matcher ripgrep uses).
 //! * SETTINGS: comma-separated, each at most once: a codec as the `compression` property
 //!   takes it (`none`, `lz4`, `zstd:9`, `zstd-fast:5`, …), `extent_size=SIZE` (4K … 1M, a
-//!   power of two), `dictionary=ID`.
+//!   power of two), `dictionary=ID`, `force` (the file's `compression_force` property:
+//!   every extent compressed, untried by the heuristic, as with `compress-force=`).
 //!
 //! A rule is applied when a file is made: what it sets becomes the file's own properties
 //! (as a directory's `compression` does), over its directory's; a property set on the file
@@ -44,6 +46,8 @@ pub struct Settings {
     /// log2 of the extent size.
     pub shift: Option<u8>,
     pub dict: Option<u32>,
+    /// The force property.
+    pub force: bool,
 }
 
 /// One `GLOBS=SETTINGS`.
@@ -87,7 +91,7 @@ impl fmt::Display for RuleError {
 impl std::error::Error for RuleError {}
 
 const SETTINGS_HELP: &str = "a codec (none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], \
-                             zstd-fast[:1-1000]), extent_size=SIZE or dictionary=ID";
+                             zstd-fast[:1-1000]), force, extent_size=SIZE or dictionary=ID";
 
 /// Splits `s` (starting at byte `base` of the whole text) at each `sep` outside `[…]` and
 /// `{…}`: the pieces with their byte offsets.
@@ -238,6 +242,12 @@ impl Rules {
                             format!("unknown setting `{}`: expected {SETTINGS_HELP}", k.trim()),
                         ))
                     }
+                    None if s == "force" => {
+                        if settings.force {
+                            return Err(twice("force"));
+                        }
+                        settings.force = true;
+                    }
                     None => {
                         if settings.codec.is_some() {
                             return Err(twice("a codec"));
@@ -319,6 +329,9 @@ impl fmt::Display for Settings {
         if let Some(c) = self.codec {
             parts.push(c.to_string());
         }
+        if self.force {
+            parts.push("force".into());
+        }
         if let Some(s) = self.shift {
             parts.push(format!("extent_size={}", crate::format_extent_size(s)));
         }
@@ -378,11 +391,19 @@ mod tests {
         let r = Rules::parse("big.*=dictionary=7,extent_size=1M,zstd-fast:3").unwrap();
         assert_eq!(r.to_string(), "big.*=zstd-fast:3,extent_size=1M,dictionary=7");
         assert_eq!(Rules::parse(&r.to_string()).unwrap(), r);
+        // `force`, alone or with other settings, is written after the codec.
+        let r = Rules::parse("*.csv=force,zstd:6; *.bin=force").unwrap();
+        assert_eq!(r.to_string(), "*.csv=zstd:6,force; *.bin=force");
+        assert!(r.list.iter().all(|x| x.settings.force));
+        assert_eq!(r.list[1].settings.codec, None);
+        assert!(!Rules::parse(EXAMPLE).unwrap().list[0].settings.force);
     }
 
     #[test]
     fn bad_rules_are_refused_saying_where_and_what_is_expected() {
-        let cases: [(&str, usize, &str); 11] = [
+        let cases: [(&str, usize, &str); 13] = [
+            ("*.log=lz4,force,force", 17, "force is given twice"),
+            ("*.log=forced", 7, "expected a codec"),
             ("*.log", 6, "has no `=`"),
             ("*.log=", 7, "expected a codec"),
             ("*.log=zstd:99", 7, "zstd:99"),
