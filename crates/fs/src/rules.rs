@@ -94,12 +94,18 @@ const SETTINGS_HELP: &str = "a codec (none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1
                              zstd-fast[:1-1000]), force, extent_size=SIZE or dictionary=ID";
 
 /// Splits `s` (starting at byte `base` of the whole text) at each `sep` outside `[…]` and
-/// `{…}`: the pieces with their byte offsets.
+/// `{…}` and not escaped by a `\` (globset's escape on Unix: `\,` is a literal comma): the
+/// pieces with their byte offsets.
 fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let (mut depth_brace, mut in_class, mut start) = (0usize, false, 0usize);
+    let mut escaped = false;
     for (i, c) in s.char_indices() {
+        if std::mem::take(&mut escaped) {
+            continue;
+        }
         match c {
+            '\\' => escaped = true,
             '[' if !in_class => in_class = true,
             ']' if in_class => in_class = false,
             '{' if !in_class => depth_brace += 1,
@@ -119,8 +125,13 @@ fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
 /// separators after it).
 fn unclosed(s: &str) -> Option<(usize, char)> {
     let (mut braces, mut class): (Vec<usize>, Option<usize>) = (Vec::new(), None);
+    let mut escaped = false;
     for (i, c) in s.char_indices() {
+        if std::mem::take(&mut escaped) {
+            continue;
+        }
         match c {
+            '\\' => escaped = true,
             '[' if class.is_none() => class = Some(i),
             ']' if class.is_some() => class = None,
             '{' if class.is_none() => braces.push(i),
@@ -382,6 +393,13 @@ mod tests {
         let r = Rules::parse("*.log=lz4; app.*=zstd:3").unwrap();
         assert_eq!(r.matching(b"app.log").unwrap().0, 0);
         assert_eq!(r.matching(b"app.txt").unwrap().0, 1);
+        // A backslash escapes a separator (and a bracket) as globset does.
+        let r = Rules::parse(r"a\,b\=c\;d,x\[1=lz4; \{y=none").unwrap();
+        assert_eq!(r.list[0].globs, [r"a\,b\=c\;d", r"x\[1"]);
+        assert!(r.matching(b"a,b=c;d").is_some() && r.matching(b"x[1").is_some());
+        assert_eq!(r.matching(b"{y").unwrap().0, 1);
+        assert_eq!(Rules::parse(&r.to_string()).unwrap(), r);
+        assert!(Rules::parse(r"x\=lz4").is_err(), "the only `=` is escaped");
         // Braces and classes keep their commas, `=` and `;`.
         let r = Rules::parse("*.{jpg,jpeg},[=;,]x=none ;; ").unwrap();
         assert_eq!(r.list[0].globs, ["*.{jpg,jpeg}", "[=;,]x"]);
