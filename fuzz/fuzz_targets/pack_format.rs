@@ -14,10 +14,13 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::check::check;
-use squeezefs_container::format::{FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_DICTIONARY};
+use squeezefs_container::format::{
+    FormatError, MAX_EXTENT_SHIFT, MIN_EXTENT_SHIFT, PROP_DICTIONARY, PROP_FORCE,
+};
 use squeezefs_container::pack::format::{
     BLOCK_MAGIC, BLOCK_MAX, LOCATION_LEN, LOCATION_LEN_V3, LOCATION_PROPS, LOCATION_PROPS_V1,
-    LOCATION_VERSION, LOCATION_VERSION_1, LOCATION_VERSION_3, PACK_MAGIC, PACK_VERSION,
+    LOCATION_PROPS_V4, LOCATION_VERSION, LOCATION_VERSION_1, LOCATION_VERSION_3, LOCATION_VERSION_4,
+    PACK_MAGIC, PACK_VERSION,
 };
 use squeezefs_container::pack::{
     BlockHeader, Location, MemPackDir, PackHeader, Packs, BLOCK_HEADER_LEN, LOCATION_XATTR, PACK_HEADER_LEN,
@@ -106,7 +109,7 @@ fn location(b: &[u8]) {
     let r = Location::decode(b);
     // The version byte is checked first, whatever the length (a newer record may be longer).
     if let Some(&v) = b.first() {
-        if !(LOCATION_VERSION_1..=LOCATION_VERSION_3).contains(&v) {
+        if !(LOCATION_VERSION_1..=LOCATION_VERSION_4).contains(&v) {
             assert_eq!(r, Err(FormatError::Version(v as u16)));
         }
     }
@@ -115,15 +118,28 @@ fn location(b: &[u8]) {
     };
     let v1 = b[0] == LOCATION_VERSION_1;
     let v3 = b[0] == LOCATION_VERSION_3;
-    // 64 bytes exactly in version 3, which exactly keeps a change time; else 56.
-    assert_eq!(b.len(), if v3 { LOCATION_LEN_V3 } else { LOCATION_LEN });
-    assert_eq!(l.kept_ctime.is_some(), v3);
+    let v4 = b[0] == LOCATION_VERSION_4;
+    // 64 bytes exactly in version 3, 56 or 64 in version 4; the long ones exactly keep a
+    // change time; else 56.
+    if v4 {
+        assert!(b.len() == LOCATION_LEN || b.len() == LOCATION_LEN_V3);
+    } else {
+        assert_eq!(b.len(), if v3 { LOCATION_LEN_V3 } else { LOCATION_LEN });
+    }
+    assert_eq!(l.kept_ctime.is_some(), b.len() == LOCATION_LEN_V3);
     assert!((MIN_EXTENT_SHIFT..=MAX_EXTENT_SHIFT).contains(&l.extent_shift));
-    assert_eq!(l.props & !if v1 { LOCATION_PROPS_V1 } else { LOCATION_PROPS }, 0);
+    let allowed = match b[0] {
+        LOCATION_VERSION_1 => LOCATION_PROPS_V1,
+        LOCATION_VERSION_4 => LOCATION_PROPS_V4,
+        _ => LOCATION_PROPS,
+    };
+    assert_eq!(l.props & !allowed, 0);
+    // Force exactly in version 4.
+    assert_eq!(l.props & PROP_FORCE != 0, v4);
     // A dictionary id exactly with its property, which version 1 never has and version 2
     // always has.
     assert_eq!(l.props & PROP_DICTIONARY != 0, l.dict_id != 0);
-    if !v3 {
+    if !v3 && !v4 {
         assert_eq!(l.props & PROP_DICTIONARY != 0, !v1);
     }
     assert!(CodecSpec::new(l.codec.alg, l.codec.level).is_ok());
@@ -154,7 +170,7 @@ fn location(b: &[u8]) {
             assert_eq!(enc[..], b[..], "location with zero reserved round-trips");
         }
     } else {
-        assert_eq!(enc[..], b[..], "a version 2 or 3 location round-trips");
+        assert_eq!(enc[..], b[..], "a version 2, 3 or 4 location round-trips");
     }
     assert_eq!(Location::decode(&enc), Ok(l));
 }
@@ -276,8 +292,10 @@ fuzz_target!(|data: &[u8]| {
         bh = fixed(&bh, BLOCK_HEADER_LEN, 40, None);
     }
     block_header(&bh, pack, offset);
-    // (Bit 4 of `fix`: a 64-byte version 3 record, which keeps a change time.)
+    // (Bit 4 of `fix`: a 64-byte version 3 record, which keeps a change time; bit 5: a
+    // version 4 record, of 64 bytes with bit 4 too.)
     let v3 = fix & 16 != 0;
+    let v4 = fix & 32 != 0;
     let (len, sum_at) = if v3 {
         (LOCATION_LEN_V3, 56)
     } else {
@@ -286,10 +304,14 @@ fuzz_target!(|data: &[u8]| {
     let mut lb = fixed(body, len, sum_at, None);
     if fix & 4 != 0 {
         // A version 1 record, or a version 2 one whose dictionary id agrees with its
-        // property, or a version 3 one whose dictionary id agrees with its property.
-        if v3 {
-            lb[0] = LOCATION_VERSION_3;
-            lb[1] &= LOCATION_PROPS;
+        // property, or a version 3 or 4 one whose dictionary id agrees with its property
+        // (and a version 4 one with force).
+        if v3 || v4 {
+            (lb[0], lb[1]) = if v4 {
+                (LOCATION_VERSION_4, lb[1] & LOCATION_PROPS_V4 | PROP_FORCE)
+            } else {
+                (LOCATION_VERSION_3, lb[1] & LOCATION_PROPS)
+            };
             if lb[1] & PROP_DICTIONARY == 0 {
                 lb[28..32].fill(0);
             } else if lb[28..32] == [0; 4] {

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use args::{MountArgs, Output, Paths};
 use clap::{CommandFactory, Parser, Subcommand};
 use squeezefs_container::format::{
-    FORMAT_VERSION, FORMAT_VERSION_DICT, FORMAT_VERSION_NO_DICT, FORMAT_VERSION_TIMES, MIN_FORMAT_VERSION,
+    FORMAT_VERSION, FORMAT_VERSION_AREA, FORMAT_VERSION_DICT, FORMAT_VERSION_NO_DICT, FORMAT_VERSION_TIMES,
+    MIN_FORMAT_VERSION,
 };
 
 mod args;
@@ -278,9 +279,11 @@ fn mount_help() -> String {
         extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
         rules=\"GLOBS=SETTINGS; ...\"  settings of new files by name where no directory has rules\n                              \
         of its own (property rules); the first rule whose glob matches the\n                              \
-        name wins; SETTINGS: a codec, extent_size=SIZE, dictionary=ID.\n                              \
+        name wins; SETTINGS: a codec, force (as compress-force=, for\n                              \
+        those files only), extent_size=SIZE, dictionary=ID.\n                              \
         Quote the value (its commas are the rules'), e.g.\n                              \
-        rules=\"*.log,*.txt=zstd:9; *.db=zstd:1,extent_size=16K; *.jpg,*.png=none\"\n  \
+        rules=\"*.log,*.txt=zstd:9; *.db=zstd:1,extent_size=16K; *.jpg,*.png=none\"\n                              \
+        (`squeezefs property set DIR rules` sets them on a directory)\n  \
         pack                        pack small files (the default; format 4): files of at most\n                              \
         one extent are stored together in solid compressed blocks in\n                              \
         BACKING/.squeezefs-packs (a file of a few KiB costs a share of a\n                              \
@@ -364,15 +367,15 @@ fn mount_help() -> String {
 }
 
 /// `0.1.0 (container format 2, 3 for files with a dictionary, 5 for files whose times the
-/// background pass keeps, 6 for files it gave larger extents; packed files format 4 (by
-/// default; mount option nopack: not); reads 1–6)`.
+/// background pass keeps, 6 for files it gave larger extents, 7 for files with the force
+/// property; packed files format 4 (by default; mount option nopack: not); reads 1–7)`.
 fn version() -> &'static str {
     use squeezefs_container::pack::format::PACKS_FORMAT_VERSION as PACKED;
     Box::leak(
         format!(
             "{} (container format {FORMAT_VERSION_NO_DICT}, {FORMAT_VERSION_DICT} for files with a dictionary, \
-             {FORMAT_VERSION_TIMES} for files whose times the background pass keeps, {FORMAT_VERSION} for files \
-             it gave larger extents; packed files format {PACKED} \
+             {FORMAT_VERSION_TIMES} for files whose times the background pass keeps, {FORMAT_VERSION_AREA} for files \
+             it gave larger extents, {FORMAT_VERSION} for files with the force property; packed files format {PACKED} \
              (by default; mount option nopack: not); reads {MIN_FORMAT_VERSION}–{FORMAT_VERSION})",
             env!("CARGO_PKG_VERSION")
         )

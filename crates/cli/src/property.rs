@@ -20,8 +20,9 @@ pub enum PropertyCmd {
         squeezefs property get /mnt/db/data.sqlite compression --json")]
     Get {
         path: PathBuf,
-        /// compression, extent_size, dictionary, background_compression or rules (default:
-        /// all; on a file, `rules` names the rule that applies to its name).
+        /// compression, compression_force, extent_size, dictionary, background_compression
+        /// or rules (default: all; on a file, `rules` names the rule that applies to its
+        /// name).
         name: Option<String>,
         #[command(flatten)]
         out: Output,
@@ -31,6 +32,10 @@ pub enum PropertyCmd {
     /// codec). An empty VALUE removes the property.
     #[command(after_help = "Properties:\n  \
         compression   none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], zstd-fast[:1-1000]\n  \
+        compression_force\n                \
+        on or off: compress every extent, as the mount option compress-force=\n                \
+        (no heuristic, no incompressible-file backoff, no early abort, no\n                \
+        check for already-compressed formats)\n  \
         extent_size   4K, 8K, ... 1M (a file's only while it is empty)\n  \
         dictionary    a zstd dictionary id (see `squeezefs dict`): small zstd data uses it\n  \
         background_compression\n                \
@@ -41,12 +46,15 @@ pub enum PropertyCmd {
         rules         directories only: GLOBS=SETTINGS; ... matched against the\n                \
         name of each file made there (the first match wins, over the\n                \
         directory's own properties; a file's own property beats it).\n                \
-        GLOBS: *.log,*.{jpg,png}; SETTINGS: a codec, extent_size=SIZE,\n                \
-        dictionary=ID. `property get FILE rules` names the rule for FILE\n\n\
+        GLOBS: *.log,*.{jpg,png}; SETTINGS: a codec, force, extent_size=SIZE,\n                \
+        dictionary=ID. `property get FILE rules` names the rule for FILE;\n                \
+        `squeezefs compress DIR` gives files made before what the rules say\n\n\
         Examples:\n  squeezefs property set /mnt/archive compression zstd:19\n  \
         squeezefs property set /mnt/archive extent_size 1M\n  \
         squeezefs property set /mnt/archive background_compression zstd:15\n  \
         squeezefs property set /mnt/data rules '*.log,*.txt=zstd:9; *.sqlite,*.db=zstd:1,extent_size=16K; *.jpg,*.png,*.zst=none'\n  \
+        squeezefs property set /mnt/data rules '*.csv=zstd:6,force; *=zstd:3'\n  \
+        squeezefs property set /mnt/backups compression_force on\n  \
         squeezefs property set -r /mnt/photos compression none\n  \
         squeezefs property set /mnt/logs compression ''      # remove")]
     Set {
@@ -66,8 +74,10 @@ fn prop_named(name: &str) -> Result<Prop, String> {
         "dictionary" | "dict" => Ok(Prop::Dictionary),
         "background_compression" | "background-compression" | "background" => Ok(Prop::Background),
         "rules" => Ok(Prop::Rules),
+        "compression_force" | "compression-force" | "compress-force" | "force" => Ok(Prop::Force),
         other => Err(format!(
-            "unknown property `{other}` (known: compression, extent_size, dictionary, background_compression, rules)"
+            "unknown property `{other}` (known: compression, compression_force, extent_size, dictionary, \
+             background_compression, rules)"
         )),
     }
 }
@@ -119,6 +129,7 @@ fn mount_value(defaults: &Option<serde_json::Value>, p: Prop) -> Option<String> 
             Some(props::format(&props::Value::Shift(b.trailing_zeros() as u8)))
         }
         Prop::Rules => doc.get("rules")?.as_str().map(str::to_string),
+        Prop::Force => m.get("force")?.as_bool()?.then(|| "on".to_string()),
         Prop::Dictionary | Prop::Background => None,
     }
 }
@@ -237,6 +248,11 @@ pub(crate) fn set_one(path: &Path, p: Prop, value: &str, recursive: bool) -> Res
 
 fn set(path: &Path, name: &str, value: &str, recursive: bool) -> Result<(), String> {
     let p = prop_named(name)?;
+    // Force is off where it is not set: `off` removes it.
+    let value = match value {
+        "off" | "no" | "false" | "0" if p == Prop::Force => "",
+        v => v,
+    };
     if !value.is_empty() {
         props::parse(p, value.as_bytes()).map_err(|e| format!("{name}={value}: {e}"))?;
     }

@@ -85,10 +85,9 @@ impl Lookup {
             d.for_new_file(name, mount).0
         } else {
             DirProps {
-                codec: d.codec,
-                shift: d.shift,
-                dict: d.dict,
-                ..DirProps::default()
+                rules: None,
+                background: None,
+                ..d.clone()
             }
         }
     }

@@ -204,8 +204,9 @@ fn the_command_line_teaches_and_documents_itself() {
     assert!(
         v.contains("container format 2, 3 for files with a dictionary, 5 for files whose times")
             && v.contains("6 for files it gave larger extents")
+            && v.contains("7 for files with the force property")
             && v.contains("packed files format 4")
-            && v.contains("reads 1–6"),
+            && v.contains("reads 1–7"),
         "{v}"
     );
     let help = squeezefs(&[os("--help")]);

@@ -470,3 +470,94 @@ fn compress_applies_rules_to_files_written_before_them() {
     assert_eq!(stored(Path::new(&format!("{off}/o.log"))).0, ["lz4:1"]);
     common::check_clean(&b, "after compress applied rules");
 }
+
+/// Force per directory, per file and in rules (issue 31, point 2), as `tests` on a mount
+/// without `compress-force`: files that start like gzip are stored raw untried, unless a
+/// rule, their directory's `compression_force` or their own says force, which compresses
+/// them; the property is inherited, shown, turned off, refused when bad, and kept across a
+/// remount, by containers (format 7) and packed files (location record version 4) alike.
+#[test]
+fn force_by_rule_directory_and_file_compresses_what_the_sniff_would_skip() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("rules-force");
+    common::open_to_others(&d);
+    let b = d.join("backing");
+    let m = Mount::as_user(&d, r#"compress=zstd:3,rules="*.forced=force""#, "tests");
+    let mnt = m.mnt.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    // 5 extents of text behind a gzip header: what the content sniff stores raw.
+    let gz = |name: &str| {
+        format!("{{ printf '\\037\\213\\010\\000\\000\\000\\000\\000\\000\\003'; seq 1 100000; }} > {name}")
+    };
+    ok(&format!(
+        "cd {mnt} && {} && {} && mkdir fd && {bin} property set fd compression_force on && \
+         mkdir fd/sub && {} && {} && touch own && {bin} property set own compression_force on && {} && \
+         touch fd/off && {bin} property set fd/off compression_force off && {} && \
+         seq 1 1000 > fd/small.txt && sync",
+        gz("a.plain"),
+        gz("a.forced"),
+        gz("fd/x.bin"),
+        gz("fd/sub/y.bin"),
+        gz("own"),
+        gz("fd/off"),
+    ));
+    assert_eq!(stored(&m.mnt.join("a.plain")).0, ["none"], "sniffed, raw");
+    assert_eq!(stored(&m.mnt.join("a.forced")).0, ["zstd:3"], "the rule's force");
+    assert_eq!(stored(&m.mnt.join("fd/x.bin")).0, ["zstd:3"], "the directory's");
+    assert_eq!(stored(&m.mnt.join("fd/sub/y.bin")).0, ["zstd:3"], "inherited");
+    assert_eq!(stored(&m.mnt.join("own")).0, ["zstd:3"], "the file's own");
+    assert_eq!(stored(&m.mnt.join("fd/off")).0, ["none"], "turned off");
+    // Shown where it is set, and where it comes from.
+    let got = ok(&format!("{bin} property get {mnt}/fd/x.bin compression_force"));
+    assert!(
+        got.contains("compression_force=on") && got.contains("set on this file"),
+        "{got}"
+    );
+    let got = ok(&format!(
+        "{bin} property get {mnt}/a.plain compression_force --json"
+    ));
+    let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(
+        v["properties"]["compression_force"]["value"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.compression_force {mnt}/fd/sub"
+        )),
+        "on"
+    );
+    assert!(ok(&format!("{bin} property get {mnt}/a.forced rules")).contains("rule=*.forced=force"));
+    // A bad value is refused, saying what is accepted; `off` on a directory removes it.
+    let (good, _, err) = sh(&format!("{bin} property set {mnt}/fd compression_force maybe"));
+    assert!(!good && err.contains("`maybe` is not `on`"), "{err}");
+    let (good, _, err) = sh(&format!(
+        "setfattr -n user.squeezefs.compression_force -v off {mnt}/fd"
+    ));
+    assert!(!good && err.contains("Invalid argument"), "{err}");
+    ok(&format!(
+        "cd {mnt} && {bin} property set fd/sub compression_force off && {} && sync",
+        gz("fd/sub/z.bin")
+    ));
+    assert_eq!(stored(&m.mnt.join("fd/sub/z.bin")).0, ["none"]);
+    // A small file made in `fd` is packed; its record (version 4) keeps the property.
+    let rec = common::getfattr(&b.join("fd/small.txt"), "user.sqzfs").expect("packed");
+    assert_eq!(rec[0], 4, "location record version 4");
+    // Kept across a remount, by containers and packed files; the data reads back.
+    let sum = ok(&format!("md5sum < {mnt}/fd/x.bin"));
+    m.unmount();
+    common::check_clean(&b, "after force");
+    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let mnt = m.mnt.display().to_string();
+    for f in ["fd/x.bin", "own", "a.forced", "fd/small.txt"] {
+        let got = ok(&format!("{bin} property get {mnt}/{f} compression_force"));
+        assert!(got.contains("compression_force=on"), "{f}: {got}");
+    }
+    assert_eq!(ok(&format!("md5sum < {mnt}/fd/x.bin")), sum);
+    // Growing the packed file makes it a container that keeps force.
+    ok(&format!("cd {mnt}/fd && {} && sync", gz("small.txt")));
+    assert_eq!(stored(&m.mnt.join("fd/small.txt")).0, ["zstd:3"]);
+    m.unmount();
+    common::check_clean(&b, "after the remount");
+}

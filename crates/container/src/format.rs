@@ -1,4 +1,4 @@
-//! On-disk structures of a container, versions 2, 3, 5 and 6 (version 1 is read too; 4 is
+//! On-disk structures of a container, versions 2, 3, 5, 6 and 7 (version 1 is read too; 4 is
 //! the packs' format, `pack::format`, never a container's). docs/FORMAT.md
 //! describes every field; this module is the only code that knows the byte layout. All
 //! integers little-endian.
@@ -10,11 +10,14 @@ use xxhash_rust::xxh3::xxh3_64;
 /// and line-ending conversions are detected).
 pub const MAGIC: [u8; 8] = [0x89, b'S', b'Q', b'Z', b'F', b'S', b'\r', b'\n'];
 /// The newest format version this code reads and writes. A superblock is written as version
-/// 6 only when its extent area was moved (`SB_FLAG_AREA`), as version 5 when it keeps a
-/// change time (`SB_FLAG_TIMES`), as version 3 when the file uses a dictionary
-/// (`SB_FLAG_DICT` or `PROP_DICTIONARY`), else as version 2, so files that use none of
-/// these stay readable by squeezefs versions before them.
-pub const FORMAT_VERSION: u16 = 6;
+/// 7 only when the file has the force property (`PROP_FORCE`), as version 6 when its extent
+/// area was moved (`SB_FLAG_AREA`), as version 5 when it keeps a change time
+/// (`SB_FLAG_TIMES`), as version 3 when the file uses a dictionary (`SB_FLAG_DICT` or
+/// `PROP_DICTIONARY`), else as version 2, so files that use none of these stay readable by
+/// squeezefs versions before them.
+pub const FORMAT_VERSION: u16 = 7;
+/// The version written for files whose extent area moved and that have no force property.
+pub const FORMAT_VERSION_AREA: u16 = 6;
 /// The version written for files that keep times and whose extent area is where it always
 /// was.
 pub const FORMAT_VERSION_TIMES: u16 = 5;
@@ -108,16 +111,17 @@ pub fn sb_known_flags(version: u16) -> u32 {
         2 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS,
         3 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT,
         5 => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES,
+        // 6 and 7.
         _ => SB_FLAG_INLINE | SB_FLAG_NOCOMPRESS | SB_FLAG_DICT | SB_FLAG_TIMES | SB_FLAG_AREA,
     }
 }
 
-/// Whether a superblock of `version` is one this code reads: 1, 2, 3, 5 and 6 (4 numbers
-/// the packs' format, never a container's).
+/// Whether a superblock of `version` is one this code reads: 1, 2, 3, 5, 6 and 7 (4
+/// numbers the packs' format, never a container's).
 pub fn is_container_version(version: u16) -> bool {
     matches!(
         version,
-        MIN_FORMAT_VERSION..=FORMAT_VERSION_DICT | FORMAT_VERSION_TIMES | FORMAT_VERSION
+        MIN_FORMAT_VERSION..=FORMAT_VERSION_DICT | FORMAT_VERSION_TIMES..=FORMAT_VERSION
     )
 }
 
@@ -130,12 +134,18 @@ pub const PROP_EXTENT_SIZE: u8 = 1 << 1;
 /// Superblock `props` bit (version 3): `dict_id` is the file's dictionary property
 /// (`user.squeezefs.dictionary`): its small zstd extents and inline data use it.
 pub const PROP_DICTIONARY: u8 = 1 << 2;
+/// Superblock `props` bit (version 7): the file's own force property
+/// (`user.squeezefs.compression_force`): every extent is compressed with its codec, without
+/// the heuristic, the incompressible-file backoff, the early abort or the content-type
+/// check, as the mount option `compress-force=` does for every file.
+pub const PROP_FORCE: u8 = 1 << 3;
 /// Property bits each version understands.
 pub fn props_known(version: u16) -> u8 {
     match version {
         1 => 0,
         2 => PROP_COMPRESSION | PROP_EXTENT_SIZE,
-        _ => PROP_COMPRESSION | PROP_EXTENT_SIZE | PROP_DICTIONARY,
+        3..=FORMAT_VERSION_AREA => PROP_COMPRESSION | PROP_EXTENT_SIZE | PROP_DICTIONARY,
+        _ => PROP_COMPRESSION | PROP_EXTENT_SIZE | PROP_DICTIONARY | PROP_FORCE,
     }
 }
 
@@ -199,7 +209,7 @@ pub enum FormatError {
     Magic,
     #[error("header checksum mismatch")]
     Checksum,
-    #[error("format version {0} is not one this squeezefs understands (1 … 3, 5, 6)")]
+    #[error("format version {0} is not one this squeezefs understands (1 … 3, 5 … 7)")]
     Version(u16),
     #[error("unknown flag bits {0:#x} (written by a newer squeezefs?)")]
     Flags(u32),
@@ -265,11 +275,14 @@ impl Superblock {
         Geometry::new(self.extent_shift, self.area)
     }
 
-    /// The version this superblock is written as: 6 only when its extent area moved, 5
-    /// when it keeps a change time, 3 when it uses a dictionary, else 2.
+    /// The version this superblock is written as: 7 only when the file has the force
+    /// property, 6 when its extent area moved, 5 when it keeps a change time, 3 when it
+    /// uses a dictionary, else 2.
     pub fn version(&self) -> u16 {
-        if self.area != 0 {
+        if self.props & PROP_FORCE != 0 {
             FORMAT_VERSION
+        } else if self.area != 0 {
+            FORMAT_VERSION_AREA
         } else if self.kept_times.is_some() {
             FORMAT_VERSION_TIMES
         } else if self.flags & SB_FLAG_DICT != 0 || self.props & PROP_DICTIONARY != 0 {
@@ -584,6 +597,58 @@ mod tests {
         assert_eq!(half_offset(17, 4, 1), Geometry::new(17, 0).half(4, 1));
     }
 
+    #[test]
+    fn the_force_property_is_version_7_and_older_readers_refuse_it() {
+        // With every other feature (kept times, a moved area, a dictionary), and alone.
+        let all = Superblock {
+            props: PROP_COMPRESSION | PROP_FORCE | PROP_DICTIONARY,
+            dict_id: 77,
+            area: 2,
+            ..kept()
+        };
+        let alone = Superblock {
+            props: PROP_FORCE,
+            ..sb()
+        };
+        for s in [all, alone] {
+            let b = s.encode();
+            assert_eq!(u16_at(&b, 8), 7);
+            assert_eq!(Superblock::decode(&b).unwrap(), s);
+            for i in 0..b.len() {
+                let mut bad = b.clone();
+                bad[i] ^= 0x01;
+                assert!(Superblock::decode(&bad).is_err(), "flip at byte {i} accepted");
+            }
+            // What a reader of versions 2 … 6 sees: a property bit it does not know, so
+            // refused as newer, never read as a file without force.
+            for v in [2, 3, 5, 6] {
+                let e = Superblock::decode(&with_version(s.encode(), v)).unwrap_err();
+                assert!(
+                    e == FormatError::Props(PROP_FORCE) || matches!(e, FormatError::Flags(_)),
+                    "version {v}: {e:?}"
+                );
+            }
+            // Dropping the property writes the version the rest needs, as before.
+            let without = Superblock {
+                props: s.props & !PROP_FORCE,
+                ..s.clone()
+            };
+            assert!(u16_at(&without.encode(), 8) < 7);
+            assert_eq!(Superblock::decode(&without.encode()).unwrap(), without);
+        }
+        assert_eq!(
+            Superblock::decode(&with_version(
+                Superblock {
+                    props: PROP_FORCE,
+                    ..sb()
+                }
+                .encode(),
+                6
+            )),
+            Err(FormatError::Props(PROP_FORCE))
+        );
+    }
+
     /// Rewrites the version field (and the header checksum) of an encoded superblock.
     fn with_version(mut b: Vec<u8>, version: u16) -> Vec<u8> {
         b[8..10].copy_from_slice(&version.to_le_bytes());
@@ -653,11 +718,11 @@ mod tests {
         let mut s = sb();
         s.flags |= 1 << 7;
         assert_eq!(Superblock::decode(&s.encode()), Err(FormatError::Flags(1 << 7)));
-        // 4 numbers the packs' format, never a container's; 7 is newer than this code.
+        // 4 numbers the packs' format, never a container's; 8 is newer than this code.
         let b = with_version(sb().encode(), 4);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(4)));
-        let b = with_version(kept().encode(), 7);
-        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(7)));
+        let b = with_version(kept().encode(), 8);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::Version(8)));
         let b = with_version(sb().encode(), 0);
         assert_eq!(Superblock::decode(&b), Err(FormatError::Version(0)));
         let s = Superblock {

@@ -153,6 +153,9 @@ enum Op {
     /// What a change of metadata through the mount does first (`drop_kept_times`): the
     /// kept times go, durably.
     ForgetTimes,
+    /// Sets or removes the file's force property (superblock version 7, location record
+    /// version 4).
+    SetForce(bool),
 }
 
 /// Read-ahead steps under way ([`Op::PlanAhead`]).
@@ -216,7 +219,9 @@ const KEPT_TIMES: KeptTimes = KeptTimes {
 fn kept_after(before: Option<StatTimes>, op: &Op, size_before: u64, ctime: u64) -> Vec<Option<StatTimes>> {
     match op {
         Op::Write { len, .. } if *len > 0 => vec![None],
-        Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) | Op::ForgetTimes => vec![None],
+        Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) | Op::SetForce(_) | Op::ForgetTimes => {
+            vec![None]
+        }
         Op::Punch { off, len } if *off < size_before && *len > 0 => vec![None],
         Op::Recompress(_) | Op::PlanRelayout { .. } if before.is_none() => {
             vec![None, Some(KEPT_TIMES.into())]
@@ -280,6 +285,7 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         3 => (1u8..4).prop_map(Op::RelayoutStep),
         2 => any::<bool>().prop_map(Op::Reclaim),
         1 => Just(Op::ForgetTimes),
+        1 => any::<bool>().prop_map(Op::SetForce),
     ]
 }
 
@@ -400,6 +406,7 @@ fn apply_container(
             .set_compression_property(PROP_CODECS.get(*i as usize).map(|s| s.parse().unwrap()))
             .map(|_| None),
         Op::SetDict(on) => c.set_dictionary_property(on.then(test_dict)).map(|_| None),
+        Op::SetForce(on) => c.set_force_property(*on).map(|_| None),
         Op::Recompress(i) => {
             let target = RECOMPRESS_TARGETS[*i as usize].parse().unwrap();
             let todo = c.pending_for(target)?;
@@ -465,17 +472,23 @@ fn until_crash(
     disk: &MemDisk,
     opts: &Options,
     ops: &[Op],
-) -> Result<Vec<Vec<u8>>, TestCaseError> {
+) -> Result<(Vec<Vec<u8>>, Vec<bool>), TestCaseError> {
     let mut model: Vec<u8> = Vec::new();
     let mut since_sync = vec![model.clone()];
+    // The force property's values since the last fsync (a new file has none).
+    let mut forces = vec![false];
     let mut ahead = Ahead::default();
     for op in ops {
         apply_model(&mut model, op);
         since_sync.push(model.clone());
+        if let Op::SetForce(on) = op {
+            forces.push(*on);
+        }
         match apply_container(c, disk, opts, &mut ahead, op) {
             Ok(_) => {
                 if matches!(op, Op::Fsync) {
                     since_sync = vec![model.clone()];
+                    forces = vec![c.force_property()];
                 }
             }
             Err(_) => {
@@ -484,7 +497,7 @@ fn until_crash(
             }
         }
     }
-    Ok(since_sync)
+    Ok((since_sync, forces))
 }
 
 /// Whether byte `o` was `b` in one of `states` (zero past a state's end).
@@ -528,7 +541,7 @@ proptest! {
         let mut model = Vec::new();
         // The file's own properties, kept by superblocks and location records alike (a
         // packed file keeps its dictionary property in a version 2 record).
-        let (mut dict, mut codec_prop) = (None, None);
+        let (mut dict, mut codec_prop, mut force) = (None, None, false);
         let mut ahead = Ahead::default();
         for op in &ops {
             let ctime = disk.change_time().unwrap().unwrap();
@@ -539,6 +552,7 @@ proptest! {
             match op {
                 Op::SetDict(on) => dict = on.then(test_dict),
                 Op::SetCodec(i) => codec_prop = PROP_CODECS.get(*i as usize).map(|s| s.parse::<CodecSpec>().unwrap()),
+                Op::SetForce(on) => force = *on,
                 _ => {}
             }
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
@@ -547,6 +561,7 @@ proptest! {
             prop_assert_eq!(c.size().unwrap(), model.len() as u64);
             prop_assert_eq!(c.dictionary_property(), dict, "dictionary after {:?}", op);
             prop_assert_eq!(c.compression_property(), codec_prop, "codec after {:?}", op);
+            prop_assert_eq!(c.force_property(), force, "force after {:?}", op);
         }
         // Whole file, then after a final reopen.
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
@@ -557,6 +572,7 @@ proptest! {
         prop_assert_eq!(c.size().unwrap(), model.len() as u64);
         prop_assert_eq!(c.dictionary_property(), dict);
         prop_assert_eq!(c.compression_property(), codec_prop);
+        prop_assert_eq!(c.force_property(), force);
         prop_assert_eq!(c.read(0, model.len() + 10).unwrap(), model.clone());
         // SEEK_DATA / SEEK_HOLE agree with the model: never call data a hole.
         let mut pos = 0u64;
@@ -591,7 +607,7 @@ proptest! {
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap(); // the file exists durably, empty
         disk.crash_after(crash_at);
-        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let (since_sync, forces) = until_crash(&mut c, &disk, &opts, &ops)?;
         let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
@@ -599,6 +615,7 @@ proptest! {
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
+        prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -688,7 +705,7 @@ proptest! {
             c.fsync().unwrap();
         }
         disk.crash_after(kill_at);
-        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let (since_sync, forces) = until_crash(&mut c, &disk, &opts, &ops)?;
         let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_killed_into(&crash2, &mut rand);
@@ -696,6 +713,7 @@ proptest! {
         let opts = options(codec, shift, packs2.as_ref(), dirty);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
+        prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let e = 1u64 << shift;
@@ -1264,7 +1282,7 @@ proptest! {
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         c.fsync().unwrap();
         disk.crash_after(crash_at);
-        let since_sync = until_crash(&mut c, &disk, &opts, &ops)?;
+        let (since_sync, forces) = until_crash(&mut c, &disk, &opts, &ops)?;
         let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
@@ -1272,6 +1290,7 @@ proptest! {
         let opts = options(codec, 17, Some(&packs2), DEFAULT_DIRTY_BYTES);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
+        prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
         let bytes = c.read(0, size as usize).unwrap();

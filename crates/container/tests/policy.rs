@@ -356,3 +356,87 @@ fn a_small_compressed_file_is_packed_like_any_other() {
     let mut c = Container::open(disk, &o).unwrap();
     assert!(c.read(0, gz.len()).unwrap() == gz);
 }
+
+/// The force property: on a mount without `compress-force`, a file with it compresses every
+/// extent (no heuristic, no backoff, no content-type check), like a forced mount; it is
+/// kept in the superblock (format version 7) and, for a packed file, in its location
+/// record (version 4), and outlives reopening; removed, the file is judged again and its
+/// superblock goes back to the version the rest of it needs.
+#[test]
+fn a_files_force_property_compresses_every_extent_and_is_kept_on_disk() {
+    use squeezefs_container::format::PROP_FORCE;
+    use squeezefs_container::pack::format::LOCATION_VERSION_4;
+    use squeezefs_container::pack::{MemPackDir, Packs};
+    let disk = MemDisk::new();
+    let o = opts("zstd:3", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(!c.force_property());
+    c.set_force_property(true).unwrap();
+    // Noise that the heuristic would judge, twice the backoff's count, then a JPEG.
+    for i in 0..2 * BACKOFF_AFTER as usize {
+        c.write((i * E) as u64, &random(E, i as u64 + 1)).unwrap();
+    }
+    c.fsync().unwrap();
+    assert!(!c.is_nocompress());
+    let s = o.stats.snapshot();
+    assert_eq!(
+        s.raw_no_gain,
+        2 * BACKOFF_AFTER as u64,
+        "every extent tried: {s:?}"
+    );
+    assert_eq!(s.raw_heuristic + s.raw_backoff + s.raw_early_abort, 0, "{s:?}");
+    let sb = current_sb(&disk);
+    assert_eq!(sb.props & PROP_FORCE, PROP_FORCE);
+    assert_eq!(sb.version(), 7);
+    // Reopened on a mount without force: still forced, and a compressed format is tried.
+    let o = opts("zstd:3", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(c.force_property());
+    let mut jpeg = b"\xFF\xD8\xFF\xE0\0\x10JFIF\0".to_vec();
+    jpeg.extend(text(E - jpeg.len()));
+    c.write(0, &jpeg).unwrap();
+    c.fsync().unwrap();
+    let s = o.stats.snapshot();
+    assert_eq!((s.raw_content_type, s.extents_compressed), (0, 1), "{s:?}");
+    // Removed: the next noise is judged by the heuristic again, and the superblock is the
+    // version 2 it was.
+    c.set_force_property(false).unwrap();
+    c.write((2 * BACKOFF_AFTER as usize * E) as u64, &random(E, 99))
+        .unwrap();
+    c.fsync().unwrap();
+    assert_eq!(o.stats.snapshot().raw_heuristic, 1);
+    assert_eq!(current_sb(&disk).props & PROP_FORCE, 0);
+    assert_eq!(current_sb(&disk).version(), 2);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(!c.force_property());
+    assert!(c.read(0, E).unwrap() == jpeg);
+
+    // A packed file keeps it in a version 4 record, and as a container again when it grows.
+    let disk = MemDisk::new();
+    let packs = Arc::new(Packs::new(Box::new(MemPackDir::new(disk.crash())), true, 1 << 20).unwrap());
+    let o = Options {
+        packs: Some(packs),
+        ..opts("zstd:3", false)
+    };
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    c.set_force_property(true).unwrap();
+    c.write(0, &text(5000)).unwrap();
+    c.fsync().unwrap();
+    let loc = c.location().expect("packed");
+    assert_eq!(loc.props & PROP_FORCE, PROP_FORCE);
+    let rec = disk
+        .xattr(squeezefs_container::pack::format::LOCATION_XATTR)
+        .unwrap();
+    assert_eq!((rec[0], rec.len()), (LOCATION_VERSION_4, 56));
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(c.force_property());
+    c.write(5000, &random(3 * E, 5)).unwrap();
+    c.fsync().unwrap();
+    assert!(c.location().is_none(), "a container now");
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert!(c.force_property());
+    assert_eq!(current_sb(&disk).props & PROP_FORCE, PROP_FORCE);
+    let mut want = text(5000);
+    want.extend(random(3 * E, 5));
+    assert!(c.read(0, want.len()).unwrap() == want);
+}

@@ -12,6 +12,10 @@
 //!   everything below a directory, made before or after it was set (the pass carries it
 //!   down its walk), and a file keeps it as an xattr on its backing file, not in its
 //!   superblock (the pass reads it; nothing else needs it)
+//! * `user.squeezefs.compression_force` — `on`: every extent of the file (of new files
+//!   made in the directory) is compressed as with the mount option `compress-force=`: no
+//!   heuristic, no incompressible-file backoff, no early abort, no content-type check.
+//!   Removing it is turning it off
 //! * `user.squeezefs.rules` — directories only: compression rules by file name
 //!   (`crate::rules`), applied to each file made in the directory by its name, over the
 //!   directory's own properties
@@ -35,6 +39,7 @@ pub const EXTENT_SIZE: &str = "user.squeezefs.extent_size";
 pub const DICTIONARY: &str = "user.squeezefs.dictionary";
 pub const BACKGROUND: &str = "user.squeezefs.background_compression";
 pub const RULES: &str = "user.squeezefs.rules";
+pub const FORCE: &str = "user.squeezefs.compression_force";
 /// On the backing root: some directory or file was given `BACKGROUND` through a mount, so
 /// the background pass walks the tree at mount even without the mount option. Hidden from
 /// the mount (it would be the mount root's xattr).
@@ -66,11 +71,13 @@ pub enum Prop {
     Dictionary,
     Background,
     Rules,
+    Force,
 }
 
 impl Prop {
-    pub const ALL: [Prop; 5] = [
+    pub const ALL: [Prop; 6] = [
         Prop::Compression,
+        Prop::Force,
         Prop::ExtentSize,
         Prop::Dictionary,
         Prop::Background,
@@ -85,6 +92,7 @@ impl Prop {
             n if n == DICTIONARY.as_bytes() => Some(Prop::Dictionary),
             n if n == BACKGROUND.as_bytes() => Some(Prop::Background),
             n if n == RULES.as_bytes() => Some(Prop::Rules),
+            n if n == FORCE.as_bytes() => Some(Prop::Force),
             _ => None,
         }
     }
@@ -96,6 +104,7 @@ impl Prop {
             Prop::Dictionary => DICTIONARY,
             Prop::Background => BACKGROUND,
             Prop::Rules => RULES,
+            Prop::Force => FORCE,
         }
     }
 
@@ -122,6 +131,8 @@ pub enum Value {
     Dict(u32),
     /// Compression rules by file name (never empty).
     Rules(Arc<Rules>),
+    /// The force property, set (its absence is its being off).
+    Force,
 }
 
 /// Parses a value as `setfattr` delivers it (trailing NULs and whitespace ignored); the
@@ -145,6 +156,14 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
                 "`{text}` is not a dictionary id (a number as `squeezefs dict list` shows)"
             )),
         },
+        Prop::Force => match text {
+            "on" | "1" | "yes" | "true" => Ok(Value::Force),
+            "off" | "0" | "no" | "false" => Err(format!(
+                "`{text}`: force is off where the property is not set; remove it instead \
+                 (`squeezefs property set PATH compression_force off` does)"
+            )),
+            _ => Err(format!("`{text}` is not `on`")),
+        },
         // (Untrimmed: the columns an error names are the value's as given.)
         Prop::Rules => match Rules::shared(untrimmed) {
             Ok(r) if r.is_empty() => Err("no rules (to remove them, remove the property)".into()),
@@ -161,6 +180,7 @@ pub fn format(v: &Value) -> String {
         Value::Shift(s) => crate::format_extent_size(s),
         Value::Dict(id) => id.to_string(),
         Value::Rules(ref r) => r.to_string(),
+        Value::Force => "on".into(),
     }
 }
 
@@ -170,6 +190,8 @@ pub struct DirProps {
     pub codec: Option<CodecSpec>,
     pub shift: Option<u8>,
     pub dict: Option<u32>,
+    /// `FORCE` is set.
+    pub force: bool,
     /// `BACKGROUND` set on the directory itself (the pass inherits it down the tree).
     pub background: Option<CodecSpec>,
     pub rules: Option<Arc<Rules>>,
@@ -183,6 +205,7 @@ impl DirProps {
             Prop::Dictionary => self.dict.map(Value::Dict),
             Prop::Background => self.background.map(Value::Codec),
             Prop::Rules => self.rules.clone().map(Value::Rules),
+            Prop::Force => self.force.then_some(Value::Force),
         }
     }
 
@@ -203,6 +226,7 @@ impl DirProps {
         d.codec = s.codec.or(d.codec);
         d.shift = s.shift.or(d.shift);
         d.dict = s.dict.or(d.dict);
+        d.force |= s.force;
         (d, Some(rule.to_string()))
     }
 
@@ -218,6 +242,7 @@ impl DirProps {
             (Prop::Background, None) => self.background = None,
             (Prop::Rules, Some(Value::Rules(r))) => self.rules = Some(r),
             (Prop::Rules, None) => self.rules = None,
+            (Prop::Force, v) => self.force = v == Some(Value::Force),
             _ => {}
         }
     }

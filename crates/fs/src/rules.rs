@@ -6,13 +6,15 @@
 //!
 //! ```text
 //! *.log,*.txt=zstd:9; *.sqlite,*.db=zstd:1,extent_size=16K; *.jpg,*.png,*.zst=none
+//! *.csv=zstd:6,force
 //! ```
 //!
 //! * GLOBS: comma-separated shell globs matched against the file's name (not its path):
 //!   `*`, `?`, `[a-z]`, `{jpg,jpeg}` (`globset`, the matcher ripgrep uses).
 //! * SETTINGS: comma-separated, each at most once: a codec as the `compression` property
 //!   takes it (`none`, `lz4`, `zstd:9`, `zstd-fast:5`, …), `extent_size=SIZE` (4K … 1M, a
-//!   power of two), `dictionary=ID`.
+//!   power of two), `dictionary=ID`, `force` (the file's `compression_force` property:
+//!   every extent compressed, untried by the heuristic, as with `compress-force=`).
 //!
 //! A rule is applied when a file is made: what it sets becomes the file's own properties
 //! (as a directory's `compression` does), over its directory's; a property set on the file
@@ -44,6 +46,8 @@ pub struct Settings {
     /// log2 of the extent size.
     pub shift: Option<u8>,
     pub dict: Option<u32>,
+    /// The force property.
+    pub force: bool,
 }
 
 /// One `GLOBS=SETTINGS`.
@@ -87,15 +91,21 @@ impl fmt::Display for RuleError {
 impl std::error::Error for RuleError {}
 
 const SETTINGS_HELP: &str = "a codec (none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1-19], \
-                             zstd-fast[:1-1000]), extent_size=SIZE or dictionary=ID";
+                             zstd-fast[:1-1000]), force, extent_size=SIZE or dictionary=ID";
 
 /// Splits `s` (starting at byte `base` of the whole text) at each `sep` outside `[…]` and
-/// `{…}`: the pieces with their byte offsets.
+/// `{…}` and not escaped by a `\` (globset's escape on Unix: `\,` is a literal comma): the
+/// pieces with their byte offsets.
 fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let (mut depth_brace, mut in_class, mut start) = (0usize, false, 0usize);
+    let mut escaped = false;
     for (i, c) in s.char_indices() {
+        if std::mem::take(&mut escaped) {
+            continue;
+        }
         match c {
+            '\\' => escaped = true,
             '[' if !in_class => in_class = true,
             ']' if in_class => in_class = false,
             '{' if !in_class => depth_brace += 1,
@@ -115,8 +125,13 @@ fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
 /// separators after it).
 fn unclosed(s: &str) -> Option<(usize, char)> {
     let (mut braces, mut class): (Vec<usize>, Option<usize>) = (Vec::new(), None);
+    let mut escaped = false;
     for (i, c) in s.char_indices() {
+        if std::mem::take(&mut escaped) {
+            continue;
+        }
         match c {
+            '\\' => escaped = true,
             '[' if class.is_none() => class = Some(i),
             ']' if class.is_some() => class = None,
             '{' if class.is_none() => braces.push(i),
@@ -238,6 +253,12 @@ impl Rules {
                             format!("unknown setting `{}`: expected {SETTINGS_HELP}", k.trim()),
                         ))
                     }
+                    None if s == "force" => {
+                        if settings.force {
+                            return Err(twice("force"));
+                        }
+                        settings.force = true;
+                    }
                     None => {
                         if settings.codec.is_some() {
                             return Err(twice("a codec"));
@@ -319,6 +340,9 @@ impl fmt::Display for Settings {
         if let Some(c) = self.codec {
             parts.push(c.to_string());
         }
+        if self.force {
+            parts.push("force".into());
+        }
         if let Some(s) = self.shift {
             parts.push(format!("extent_size={}", crate::format_extent_size(s)));
         }
@@ -369,6 +393,13 @@ mod tests {
         let r = Rules::parse("*.log=lz4; app.*=zstd:3").unwrap();
         assert_eq!(r.matching(b"app.log").unwrap().0, 0);
         assert_eq!(r.matching(b"app.txt").unwrap().0, 1);
+        // A backslash escapes a separator (and a bracket) as globset does.
+        let r = Rules::parse(r"a\,b\=c\;d,x\[1=lz4; \{y=none").unwrap();
+        assert_eq!(r.list[0].globs, [r"a\,b\=c\;d", r"x\[1"]);
+        assert!(r.matching(b"a,b=c;d").is_some() && r.matching(b"x[1").is_some());
+        assert_eq!(r.matching(b"{y").unwrap().0, 1);
+        assert_eq!(Rules::parse(&r.to_string()).unwrap(), r);
+        assert!(Rules::parse(r"x\=lz4").is_err(), "the only `=` is escaped");
         // Braces and classes keep their commas, `=` and `;`.
         let r = Rules::parse("*.{jpg,jpeg},[=;,]x=none ;; ").unwrap();
         assert_eq!(r.list[0].globs, ["*.{jpg,jpeg}", "[=;,]x"]);
@@ -378,11 +409,19 @@ mod tests {
         let r = Rules::parse("big.*=dictionary=7,extent_size=1M,zstd-fast:3").unwrap();
         assert_eq!(r.to_string(), "big.*=zstd-fast:3,extent_size=1M,dictionary=7");
         assert_eq!(Rules::parse(&r.to_string()).unwrap(), r);
+        // `force`, alone or with other settings, is written after the codec.
+        let r = Rules::parse("*.csv=force,zstd:6; *.bin=force").unwrap();
+        assert_eq!(r.to_string(), "*.csv=zstd:6,force; *.bin=force");
+        assert!(r.list.iter().all(|x| x.settings.force));
+        assert_eq!(r.list[1].settings.codec, None);
+        assert!(!Rules::parse(EXAMPLE).unwrap().list[0].settings.force);
     }
 
     #[test]
     fn bad_rules_are_refused_saying_where_and_what_is_expected() {
-        let cases: [(&str, usize, &str); 11] = [
+        let cases: [(&str, usize, &str); 13] = [
+            ("*.log=lz4,force,force", 17, "force is given twice"),
+            ("*.log=forced", 7, "expected a codec"),
             ("*.log", 6, "has no `=`"),
             ("*.log=", 7, "expected a codec"),
             ("*.log=zstd:99", 7, "zstd:99"),

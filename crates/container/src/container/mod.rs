@@ -60,7 +60,7 @@ use state::{Ext, Mode, Packed};
 use crate::encode::decode_payload;
 use crate::format::{
     ExtentHeader, FormatError, DEFAULT_EXTENT_SHIFT, EXTENT_FLAG_DICT, PROP_COMPRESSION, PROP_DICTIONARY,
-    PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_NOCOMPRESS,
+    PROP_EXTENT_SIZE, PROP_FORCE, SB_FLAG_DICT, SB_FLAG_NOCOMPRESS,
 };
 use crate::layout::{current_superblock, read_head, superblock_copies, Head, Tie};
 use crate::pack::record::{newest_superblock_gen, record_wins};
@@ -149,6 +149,7 @@ impl Packed {
             dict: None,
             dict_used: false,
             force: opts.force,
+            force_prop: false,
             compressed_content: None,
             nocompress: false,
             fails: 0,
@@ -287,6 +288,7 @@ impl<S: Storage> Container<S> {
             p.codec_prop = true;
         }
         p.shift_prop = sb.props & PROP_EXTENT_SIZE != 0;
+        p.force_prop = sb.props & PROP_FORCE != 0;
         if sb.props & PROP_DICTIONARY != 0 {
             p.dict = Some(sb.dict_id);
         }
@@ -369,6 +371,7 @@ impl<S: Storage> Container<S> {
             p.codec_prop = true;
         }
         p.shift_prop = l.props & PROP_EXTENT_SIZE != 0;
+        p.force_prop = l.props & PROP_FORCE != 0;
         if l.props & PROP_DICTIONARY != 0 {
             p.dict = Some(l.dict_id);
         }

@@ -227,16 +227,7 @@ impl Packed {
                 }
             },
         };
-        let mut props = 0;
-        if self.codec_prop {
-            props |= crate::format::PROP_COMPRESSION;
-        }
-        if self.shift_prop {
-            props |= crate::format::PROP_EXTENT_SIZE;
-        }
-        if self.dict.is_some() {
-            props |= crate::format::PROP_DICTIONARY;
-        }
+        let (_, props) = self.sb_flags_and_props();
         let rec = Location {
             props,
             codec: self.codec,

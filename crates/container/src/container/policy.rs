@@ -24,7 +24,8 @@ pub const RETRY_EVERY: u32 = 8;
 impl Packed {
     /// What [`crate::encode::encode_extent`] needs to know of the file: its codec (the
     /// file's property, else the mount's, at the adaptive level now if the mount has one),
-    /// `compress-force`, and its dictionary.
+    /// whether it is forced (the mount's `compress-force`, or its own property), and its
+    /// dictionary.
     pub(super) fn policy(&self) -> Policy {
         if let Some(codec) = self.rewrite_codec {
             // Background recompression: extents that compressed before, at a target level.
@@ -44,7 +45,7 @@ impl Packed {
         };
         Policy {
             codec,
-            force: self.force,
+            force: self.forced(),
             dict: self.dict,
             compressed_content: self.compressed_content.is_some(),
         }
@@ -58,7 +59,7 @@ impl Packed {
     /// superblock): opened again later, it is tried only every `RETRY_EVERY`th extent, and
     /// the background pass does not rewrite it.
     pub(super) fn sniff(&mut self, head: &[u8]) {
-        self.compressed_content = if self.force || self.codec_prop {
+        self.compressed_content = if self.forced() || self.codec_prop {
             None
         } else {
             squeezefs_codec::content::already_compressed(head)
@@ -68,6 +69,13 @@ impl Packed {
             self.sb_dirty = true;
             self.stats.flagged(true);
         }
+    }
+
+    /// Whether every extent is compressed, untried by the heuristic, the backoff, the early
+    /// abort and the content type: the mount's `compress-force=`, or the file's own force
+    /// property.
+    pub(super) fn forced(&self) -> bool {
+        self.force || self.force_prop
     }
 
     /// The mount's adaptive level, when it decides this file's (no property of its own).
@@ -80,7 +88,7 @@ impl Packed {
     /// HAMMER2's backoff: once `BACKOFF_AFTER` extents in a row resisted compression, only
     /// every `RETRY_EVERY`th extent write tries; the others are stored raw untouched.
     pub(super) fn backoff_skips(&mut self) -> bool {
-        if self.force || self.fails < BACKOFF_AFTER {
+        if self.forced() || self.fails < BACKOFF_AFTER {
             return false;
         }
         self.backoff_writes = self.backoff_writes.wrapping_add(1);
@@ -101,7 +109,7 @@ impl Packed {
             }
             Some(true) => {
                 self.fails = self.fails.saturating_add(1);
-                if self.fails >= BACKOFF_AFTER && !self.nocompress && !self.force {
+                if self.fails >= BACKOFF_AFTER && !self.nocompress && !self.forced() {
                     self.nocompress = true;
                     self.sb_dirty = true;
                     self.stats.flagged(true);

@@ -1,5 +1,5 @@
 //! A file's settings as the container exposes them: its extent size, and the properties kept
-//! in its superblock (`props`: compression, extent size, dictionary) with the rules for
+//! in its superblock (`props`: compression, extent size, dictionary, force) with the rules for
 //! changing them (an extent size only while the file is empty; a new codec clears the
 //! incompressible flag). The filesystem maps these to `user.squeezefs.*` xattrs. A change is
 //! recorded in the superblock at the next write-out.
@@ -121,6 +121,33 @@ impl<S: Storage> Container<S> {
             return Err(Error::Invalid("dictionary id 0 is not a dictionary".into()));
         }
         p.dict = dict;
+        p.sb_dirty = true;
+        p.changed();
+        Ok(())
+    }
+
+    /// The file's own force property: its extents are compressed as with the mount option
+    /// `compress-force=` (no heuristic, no backoff, no early abort, no content-type check).
+    pub fn force_property(&self) -> bool {
+        matches!(&self.mode, Mode::Packed(p) if p.force_prop)
+    }
+
+    /// Sets or removes the file's force property. Extents written from now on follow it;
+    /// those written keep how they were stored. Recorded in the superblock (format version
+    /// 7) or location record (version 4) at the next write-out.
+    pub fn set_force_property(&mut self, force: bool) -> Result<()> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Err(Error::Invalid(
+                "a plain (unconverted) file has no properties".into(),
+            ));
+        };
+        p.force_prop = force;
+        if force {
+            // What the backoff and the content sniff decided no longer holds.
+            p.fails = 0;
+            p.nocompress = false;
+            p.compressed_content = None;
+        }
         p.sb_dirty = true;
         p.changed();
         Ok(())

@@ -148,7 +148,11 @@ pub(super) struct Packed {
     pub(super) dict: Option<u32>,
     /// `SB_FLAG_DICT`: some payload of the file was written with a dictionary (sticky).
     pub(super) dict_used: bool,
+    /// The mount's `compress-force=`.
     pub(super) force: bool,
+    /// The file's own force property (`PROP_FORCE`): compressed as with `compress-force=`
+    /// whatever the mount says ([`Packed::forced`]).
+    pub(super) force_prop: bool,
     /// What [`Packed::sniff`] found the file's first bytes to be, when an already-compressed
     /// format (`image/jpeg`, …).
     pub(super) compressed_content: Option<&'static str>,

@@ -11,7 +11,7 @@ use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
     sb_offset, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
-    PROP_DICTIONARY, PROP_EXTENT_SIZE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
+    PROP_DICTIONARY, PROP_EXTENT_SIZE, PROP_FORCE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
 use crate::storage::Storage;
 use crate::{Error, Result};
@@ -393,8 +393,9 @@ impl Packed {
         Ok(false)
     }
 
-    /// The superblock's flags (but `INLINE`) and property bits, from the file's state.
-    fn sb_flags_and_props(&self) -> (u32, u8) {
+    /// The superblock's flags (but `INLINE`) and property bits, from the file's state (a
+    /// location record carries the same property bits).
+    pub(super) fn sb_flags_and_props(&self) -> (u32, u8) {
         let mut flags = 0;
         if self.nocompress {
             flags |= SB_FLAG_NOCOMPRESS;
@@ -411,6 +412,9 @@ impl Packed {
         }
         if self.shift_prop {
             props |= PROP_EXTENT_SIZE;
+        }
+        if self.force_prop {
+            props |= PROP_FORCE;
         }
         (flags, props)
     }

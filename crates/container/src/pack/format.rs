@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{
     decode_codec_shift, u16_at, u32_at, u64_at, FormatError, MAX_EXTENT_SHIFT, PROP_COMPRESSION,
-    PROP_DICTIONARY, PROP_EXTENT_SIZE,
+    PROP_DICTIONARY, PROP_EXTENT_SIZE, PROP_FORCE,
 };
 
 /// The format a mount writes when it packs small files: containers as in
@@ -21,7 +21,8 @@ pub const PACKS_FORMAT_VERSION: u16 = 4;
 pub const LOCATION_XATTR: &str = "user.sqzfs";
 /// Bytes of a location record of version 1 or 2.
 pub const LOCATION_LEN: usize = 56;
-/// Bytes of a version 3 record (one that keeps the file's change time).
+/// Bytes of a version 3 record (one that keeps the file's change time), and of a version 4
+/// one that does.
 pub const LOCATION_LEN_V3: usize = 64;
 /// The location record version that carries a dictionary property (`PROP_DICTIONARY`, its
 /// id in bytes 28..32); written only for a file with one and no kept change time, so every
@@ -29,14 +30,22 @@ pub const LOCATION_LEN_V3: usize = 64;
 pub const LOCATION_VERSION: u8 = 2;
 /// The newest location record version this code reads and writes: 64 bytes, the change
 /// time `stat` shows for the file kept in bytes 48..56 (the background pass or a reclaim
-/// moved the record, and so the backing file's ctime). Written only then.
+/// moved the record, and so the backing file's ctime). Written only then, for a file
+/// without the force property.
 pub const LOCATION_VERSION_3: u8 = 3;
+/// The newest location record version this code reads and writes: as version 3, or of 56
+/// bytes when it keeps no change time (the length says which), and its `props` may carry
+/// `PROP_FORCE`. Written only for a file with the force property, so every other record
+/// stays readable by squeezefs before it.
+pub const LOCATION_VERSION_4: u8 = 4;
 /// The first location record version (no dictionary property); still written and read.
 pub const LOCATION_VERSION_1: u8 = 1;
 /// Property bits a version 1 location record may carry.
 pub const LOCATION_PROPS_V1: u8 = PROP_COMPRESSION | PROP_EXTENT_SIZE;
-/// Property bits a version 2 location record may carry.
+/// Property bits a version 2 or 3 location record may carry.
 pub const LOCATION_PROPS: u8 = LOCATION_PROPS_V1 | PROP_DICTIONARY;
+/// Property bits a version 4 location record may carry.
+pub const LOCATION_PROPS_V4: u8 = LOCATION_PROPS | PROP_FORCE;
 
 /// A change time in nanoseconds since the epoch (a version 3 record's `kept_ctime`) as
 /// seconds and nanoseconds.
@@ -189,7 +198,8 @@ impl BlockHeader {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
     /// `PROP_COMPRESSION` / `PROP_EXTENT_SIZE` / `PROP_DICTIONARY`: which of `codec` /
-    /// `extent_shift` / `dict_id` are the file's own properties (as in a superblock).
+    /// `extent_shift` / `dict_id` are the file's own properties (as in a superblock);
+    /// `PROP_FORCE` (version 4): the file's own force property.
     pub props: u8,
     /// The file's codec (its property, or the mount's when last written).
     pub codec: CodecSpec,
@@ -217,11 +227,14 @@ pub struct Location {
 }
 
 impl Location {
-    /// The record's bytes: 64 in version 3 (a kept change time), else 56.
+    /// The record's bytes: 64 with a kept change time (version 3, or 4 with force), else
+    /// 56.
     pub fn encode(&self) -> Vec<u8> {
-        let v3 = self.kept_ctime.is_some();
-        let mut b = vec![0u8; if v3 { LOCATION_LEN_V3 } else { LOCATION_LEN }];
-        b[0] = if v3 {
+        let long = self.kept_ctime.is_some();
+        let mut b = vec![0u8; if long { LOCATION_LEN_V3 } else { LOCATION_LEN }];
+        b[0] = if self.props & PROP_FORCE != 0 {
+            LOCATION_VERSION_4
+        } else if long {
             LOCATION_VERSION_3
         } else if self.props & PROP_DICTIONARY != 0 {
             LOCATION_VERSION
@@ -237,7 +250,7 @@ impl Location {
         b[12..16].copy_from_slice(&self.offset.to_le_bytes());
         b[16..24].copy_from_slice(&self.block.to_le_bytes());
         b[24..28].copy_from_slice(&self.len.to_le_bytes());
-        // 28..32 the dictionary (versions 2 and 3); reserved, 0, in version 1
+        // 28..32 the dictionary (versions 2 … 4); reserved, 0, in version 1
         debug_assert_eq!(self.props & PROP_DICTIONARY != 0, self.dict_id != 0);
         if b[0] != LOCATION_VERSION_1 {
             b[28..32].copy_from_slice(&self.dict_id.to_le_bytes());
@@ -266,13 +279,14 @@ impl Location {
             return Err(FormatError::Field("empty location record"));
         }
         let version = b[0];
-        if !(LOCATION_VERSION_1..=LOCATION_VERSION_3).contains(&version) {
+        if !(LOCATION_VERSION_1..=LOCATION_VERSION_4).contains(&version) {
             return Err(FormatError::Version(version as u16));
         }
-        let len = if version == LOCATION_VERSION_3 {
-            LOCATION_LEN_V3
-        } else {
-            LOCATION_LEN
+        let len = match version {
+            LOCATION_VERSION_3 => LOCATION_LEN_V3,
+            // Either length: the long one keeps a change time.
+            LOCATION_VERSION_4 if b.len() == LOCATION_LEN_V3 => LOCATION_LEN_V3,
+            _ => LOCATION_LEN,
         };
         if b.len() != len {
             return Err(FormatError::Field("location record length"));
@@ -285,13 +299,17 @@ impl Location {
             return Err(FormatError::Flags(flags as u32));
         }
         let props = b[1];
-        let allowed = if version == LOCATION_VERSION_1 {
-            LOCATION_PROPS_V1
-        } else {
-            LOCATION_PROPS
+        let allowed = match version {
+            LOCATION_VERSION_1 => LOCATION_PROPS_V1,
+            LOCATION_VERSION_4 => LOCATION_PROPS_V4,
+            _ => LOCATION_PROPS,
         };
         if props & !allowed != 0 {
             return Err(FormatError::Props(props & !allowed));
+        }
+        // Version 4 is written for the force property and only then (encode's rule).
+        if version == LOCATION_VERSION_4 && props & PROP_FORCE == 0 {
+            return Err(FormatError::Field("version 4 location record without force"));
         }
         // Version 1 leaves bytes 28..32 reserved and unchecked (beyond the record's sum).
         let dict_id = if version == LOCATION_VERSION_1 {
@@ -322,7 +340,7 @@ impl Location {
             generation: u64_at(b, 32),
             content_sum: u64_at(b, 40),
             dict_id,
-            kept_ctime: (version == LOCATION_VERSION_3).then(|| u64_at(b, 48)),
+            kept_ctime: (len == LOCATION_LEN_V3).then(|| u64_at(b, 48)),
         };
         if l.len as u64 > 1u64 << extent_shift {
             return Err(FormatError::Field("packed file longer than its extent"));
@@ -360,6 +378,81 @@ mod tests {
         }
     }
 
+    /// A record resealed as a writer would, to reach the checks behind the checksum.
+    fn seal(mut c: Vec<u8>) -> Vec<u8> {
+        let end = c.len() - 8;
+        let sum = xxh3_64(&c[..end]);
+        c[end..].copy_from_slice(&sum.to_le_bytes());
+        c
+    }
+
+    #[test]
+    fn the_force_property_makes_a_version_4_record_of_either_length() {
+        for (dict, kept) in [
+            (0, None),
+            (0x1234_5678, None),
+            (0, Some(17_640_000_005)),
+            (9, Some(1)),
+        ] {
+            let l = Location {
+                props: PROP_FORCE | PROP_COMPRESSION | if dict != 0 { PROP_DICTIONARY } else { 0 },
+                dict_id: dict,
+                kept_ctime: kept,
+                ..loc()
+            };
+            let b = l.encode();
+            let len = if kept.is_some() {
+                LOCATION_LEN_V3
+            } else {
+                LOCATION_LEN
+            };
+            assert_eq!((b.len(), b[0]), (len, LOCATION_VERSION_4));
+            assert_eq!(Location::decode(&b).unwrap(), l);
+            for i in 0..len * 8 {
+                let mut c = b.clone();
+                c[i / 8] ^= 1 << (i % 8);
+                assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
+            }
+            // What a reader of versions 1 … 3 sees: a property bit it does not know
+            // (refused as newer), never a record without force.
+            for v in [2, 3] {
+                let mut older = b.clone();
+                older[0] = v;
+                let e = Location::decode(&seal(older)).unwrap_err();
+                assert!(
+                    e == FormatError::Props(PROP_FORCE) || matches!(e, FormatError::Field(_)),
+                    "version {v}: {e:?}"
+                );
+            }
+            // Version 4 without force is never written: damage.
+            let mut no_force = b.clone();
+            no_force[1] &= !PROP_FORCE;
+            assert!(matches!(
+                Location::decode(&seal(no_force)),
+                Err(FormatError::Field(_))
+            ));
+            // Neither length but the two.
+            for n in [48, 60, 72] {
+                let mut odd = b.clone();
+                odd.resize(n, 0);
+                assert!(Location::decode(&seal(odd)).is_err(), "{n} bytes");
+            }
+            // Without force, the version the rest needs.
+            let without = Location {
+                props: l.props & !PROP_FORCE,
+                ..l
+            };
+            assert!(without.encode()[0] < LOCATION_VERSION_4);
+        }
+        let v1 = Location {
+            props: PROP_FORCE,
+            ..loc()
+        };
+        let mut b = v1.encode();
+        b[0] = 1;
+        assert_eq!(Location::decode(&seal(b)), Err(FormatError::Props(PROP_FORCE)));
+    }
+
     #[test]
     fn location_round_trips_and_every_bit_flip_is_caught() {
         let b = loc().encode();
@@ -372,8 +465,8 @@ mod tests {
         assert!(Location::decode(&b[..40]).is_err());
         assert_eq!(b[0], 1, "a record without a dictionary stays version 1");
         let mut newer = b;
-        newer[0] = 4;
-        assert_eq!(Location::decode(&newer), Err(FormatError::Version(4)));
+        newer[0] = 5;
+        assert_eq!(Location::decode(&newer), Err(FormatError::Version(5)));
     }
 
     #[test]
@@ -391,13 +484,6 @@ mod tests {
             c[i / 8] ^= 1 << (i % 8);
             assert!(Location::decode(&c).is_err(), "flip of bit {i} accepted");
         }
-        // (Records resealed as a writer would, to reach the checks behind the checksum.)
-        let seal = |mut c: Vec<u8>| {
-            let end = c.len() - 8;
-            let sum = xxh3_64(&c[..end]);
-            c[end..].copy_from_slice(&sum.to_le_bytes());
-            c
-        };
         // Version 1 knows no dictionary: a newer squeezefs's record, not damage.
         let mut v1 = b.clone();
         v1[0] = 1;
@@ -432,12 +518,6 @@ mod tests {
 
     #[test]
     fn a_kept_change_time_makes_a_64_byte_version_3_record() {
-        let seal = |mut c: Vec<u8>| {
-            let end = c.len() - 8;
-            let sum = xxh3_64(&c[..end]);
-            c[end..].copy_from_slice(&sum.to_le_bytes());
-            c
-        };
         for dict in [0, 0x1234_5678] {
             let l = Location {
                 props: PROP_COMPRESSION | if dict != 0 { PROP_DICTIONARY } else { 0 },

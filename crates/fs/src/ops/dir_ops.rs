@@ -157,6 +157,7 @@ impl Core {
                 ct.set_compression_property(dp.codec)?;
                 ct.set_extent_size_property(dp.shift)?;
                 ct.set_dictionary_property(dp.dict)?;
+                ct.set_force_property(dp.force)?;
                 ct.fsync()
             };
             inherit().map_err(|e| {

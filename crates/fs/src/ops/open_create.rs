@@ -114,6 +114,11 @@ impl Core {
                 .set_dictionary_property(dp.dict)
                 .map_err(|e| self.files.error(&inode, "inherit dictionary", e))?;
         }
+        if dp.force {
+            container
+                .set_force_property(true)
+                .map_err(|e| self.files.error(&inode, "inherit force", e))?;
+        }
         self.files.attach_new(&inode, container);
         self.attr_with(ino, &inode, &st)
     }

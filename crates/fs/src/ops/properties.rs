@@ -1,4 +1,4 @@
-//! The `user.squeezefs.*` properties (compression, extent size, dictionary) of files
+//! The `user.squeezefs.*` properties (compression, force, extent size, dictionary) of files
 //! (kept in the container's superblock) and directories (xattrs on the backing directory,
 //! inherited by what is made in it), and `user.squeezefs.rewrite`.
 
@@ -85,6 +85,7 @@ impl Core {
                         .extent_size_property()
                         .map(|b| Value::Shift(b.trailing_zeros() as u8)),
                     Prop::Dictionary => c.dictionary_property().map(Value::Dict),
+                    Prop::Force => c.force_property().then_some(Value::Force),
                 })
             },
             "get property",
@@ -191,6 +192,7 @@ impl Core {
                 (Prop::ExtentSize, _) => c.set_extent_size_property(None),
                 (Prop::Dictionary, Some(Value::Dict(d))) => c.set_dictionary_property(Some(d)),
                 (Prop::Dictionary, _) => c.set_dictionary_property(None),
+                (Prop::Force, v) => c.set_force_property(v.is_some()),
                 (Prop::Background | Prop::Rules, _) => Ok(()), // (above)
             },
             "set property",
