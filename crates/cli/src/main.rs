@@ -124,7 +124,7 @@ enum Cmd {
                       Without --codec and --extent-size, compress applies them: each file whose \
                       name a rule matches (the first of its directory's rules, else of the \
                       mount's rules=, as `property get FILE rules` names it) gets what that rule \
-                      sets, as if it were made now: its codec, extent_size= and dictionary= \
+                      sets, as if it were made now: its codec, force, extent_size= and dictionary= \
                       become the file's own properties (over one it had) and its data is \
                       rewritten with them (a new extent size by copy and rename); files stored \
                       so already are skipped, and files no rule matches are rewritten as \

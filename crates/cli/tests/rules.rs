@@ -290,18 +290,25 @@ fn compress_applies_rules_to_files_written_before_them() {
         "cd {mnt} && mkdir data data/sub && seq 1 200000 > top.txt && cd data && \
          seq 1 200000 > a.log && seq 1 100000 > b.db && seq 1 100000 > x.bin && \
          seq 1 200000 > c.txt && seq 1 1000 > small.log && touch empty.log && \
+         {{ printf '\\037\\213\\010\\000\\000\\000\\000\\000\\000\\003'; seq 1 100000; }} > z.gz && \
          seq 1 200000 > sub/d.log && seq 1 200000 > sub/e.txt && sync && \
-         cp a.log b.db x.bin c.txt small.log {orig}/"
+         cp a.log b.db x.bin c.txt small.log z.gz {orig}/"
     ));
     let data = m.mnt.join("data");
     for f in ["a.log", "b.db", "x.bin", "c.txt"] {
         assert_eq!(stored(&data.join(f)).0, ["zstd:3"], "{f}");
     }
     assert_eq!(stored(&data.join("small.log")).0, ["packed zstd:3"]);
+    assert_eq!(
+        stored(&data.join("z.gz")).0,
+        ["none"],
+        "starts like gzip: raw, untried"
+    );
 
     // `.*` matches the copies compress makes (`.NAME.squeezefs-compress.PID.N`) by their
     // temporary names: the copy of x.bin must end with what its real name gets instead.
-    let rules = "*.log=zstd:9; *.db=zstd:1,extent_size=16K; *.bin=extent_size=16K; .*=none,extent_size=64K";
+    let rules = "*.log=zstd:9; *.db=zstd:1,extent_size=16K; *.bin=extent_size=16K; *.gz=force; \
+                 .*=none,extent_size=64K";
     ok(&format!("{bin} property set {mnt}/data rules '{rules}'"));
     assert_eq!(
         stored(&data.join("a.log")).0,
@@ -328,7 +335,7 @@ fn compress_applies_rules_to_files_written_before_them() {
     let s = run(&format!("{mnt}/data"));
     assert_eq!(
         (s["rule_matched"].as_u64(), s["ruled"].as_u64()),
-        (Some(5), Some(5)),
+        (Some(6), Some(6)),
         "{s}"
     );
     assert_eq!(s["failed"], 0, "{s}");
@@ -346,6 +353,7 @@ fn compress_applies_rules_to_files_written_before_them() {
         "16K extents, and not the copy's `.*` rule: the mount's codec"
     );
     assert_eq!(stored(&data.join("c.txt")).0, ["zstd:3"], "no rule: unchanged");
+    assert_eq!(stored(&data.join("z.gz")).0, ["zstd:3"], "forced: compressed");
     assert_eq!(
         stored(&data.join("sub/d.log")).0,
         ["zstd:3"],
@@ -375,7 +383,12 @@ fn compress_applies_rules_to_files_written_before_them() {
         "zstd:9",
         "an empty file gets the rule too"
     );
-    for f in ["a.log", "b.db", "x.bin", "c.txt", "small.log"] {
+    assert_eq!(
+        prop("z.gz", "compression_force"),
+        "on",
+        "the rule's force is its own now"
+    );
+    for f in ["a.log", "b.db", "x.bin", "c.txt", "small.log", "z.gz"] {
         ok(&format!("cmp {mnt}/data/{f} {orig}/{f}"));
     }
     assert!(
@@ -390,7 +403,7 @@ fn compress_applies_rules_to_files_written_before_them() {
     assert_eq!(s["skipped"], s["files"], "{s}");
     assert_eq!(
         (s["ruled"].as_u64(), s["rule_matched"].as_u64()),
-        (Some(0), Some(5)),
+        (Some(0), Some(6)),
         "{s}"
     );
 

@@ -31,6 +31,8 @@ pub(super) struct Asked {
     pub(super) extent_shift: Option<u8>,
     /// A dictionary (only a rule asks for one).
     pub(super) dict: Option<u32>,
+    /// The force property (only a rule asks for it).
+    pub(super) force: bool,
     pub(super) pack: bool,
 }
 
@@ -120,6 +122,7 @@ impl Job {
                 codec: r.codec,
                 extent_shift: r.shift,
                 dict: r.dict,
+                force: r.force,
                 pack: args.pack,
             },
             None => *args,
@@ -363,6 +366,7 @@ pub(super) fn set_asked(path: &Path, args: &Asked) -> Result<bool, String> {
         (Prop::Compression, args.codec.map(Value::Codec)),
         (Prop::ExtentSize, args.extent_shift.map(Value::Shift)),
         (Prop::Dictionary, args.dict.map(Value::Dict)),
+        (Prop::Force, args.force.then_some(Value::Force)),
     ] {
         if v.is_some() {
             changed |= set_prop(&f, p, v).map_err(|e| err(path, e))?;
@@ -409,6 +413,7 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             let has = c.dictionary_property();
             let dict = args.dict.or(dir_dict.filter(|_| has.is_none()));
             let wants_dict = dict.is_some() && dict != has;
+            let wants_force = args.force && !c.force_property();
             // The logical size: the backing file's (`job.size`) is larger when the current
             // copy of an extent is its second half.
             let logical = c.size().map_err(|e| err(&job.backing, e))?;
@@ -418,8 +423,11 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 Some(l) => l.codec == codec,
                 None => already(&job.backing, codec, job.default_codec),
             };
-            if (args.codec.is_none() || has_codec) && !wants_dict && !wants_pack {
+            if (args.codec.is_none() || has_codec) && !wants_dict && !wants_force && !wants_pack {
                 return Ok(Done::Skipped);
+            }
+            if wants_force {
+                c.set_force_property(true).map_err(|e| err(&job.backing, e))?;
             }
             if wants_dict {
                 c.set_dictionary_property(dict)
@@ -478,6 +486,9 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         if dict.is_some() {
             dst.set_dictionary_property(dict).map_err(|e| e.to_string())?;
         }
+        if args.force || src.force_property() {
+            dst.set_force_property(true).map_err(|e| e.to_string())?;
+        }
         copy_into(&mut src, &mut dst, |n| pb.inc(n)).map_err(|e| e.to_string())?;
         copy_metadata(&src_file, &tf, false)?;
         let md = src_file.metadata().map_err(|e| e.to_string())?;
@@ -503,16 +514,21 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     // The rule's dictionary, else the directory's for a file without one.
     let dict = args.dict.or(dir_dict.filter(|_| file_dict.is_none()));
     let wants_dict = dict.is_some() && dict != file_dict;
+    let file_force = own_value(&job.path, Prop::Force).is_some();
+    let wants_force = args.force && !file_force;
     if let Some(shift) = shape {
         if args.extent_shift.is_none_or(|s| s == shift) {
             let was_packed = is_packed(&job.backing);
             let wants_pack = job.packing(args) && job.size <= 1 << shift && !was_packed;
-            if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_pack {
+            if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_force && !wants_pack {
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
             if wants_dict {
                 set_prop(&f, Prop::Dictionary, dict.map(Value::Dict)).map_err(|e| err(&job.path, e))?;
+            }
+            if wants_force {
+                set_prop(&f, Prop::Force, Some(Value::Force)).map_err(|e| err(&job.path, e))?;
             }
             if args.codec.is_some() {
                 set_prop(&f, Prop::Compression, Some(Value::Codec(codec))).map_err(|e| err(&job.path, e))?;
@@ -560,6 +576,10 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             (
                 Prop::Dictionary,
                 args.dict.or(file_dict).or(job.create.dict).map(Value::Dict),
+            ),
+            (
+                Prop::Force,
+                (args.force || file_force || job.create.force).then_some(Value::Force),
             ),
         ] {
             set_prop(&tf, p, v)?;

@@ -19,7 +19,7 @@
 //! Without `--codec` and `--extent-size` (and unless `--no-rules`), each file whose name a
 //! compression rule matches (`crate::rules`: its directory's `rules`, else the mount's
 //! `rules=`; offline, only directories' rules are known) gets what that rule sets, as if it
-//! were made now: the codec, extent size and dictionary it names become the file's own
+//! were made now: the codec, extent size, dictionary and force it names become the file's own
 //! properties and its data is rewritten with them; a file already stored so is skipped.
 
 mod file;
@@ -169,6 +169,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         codec: args.codec,
         extent_shift: args.extent_shift,
         dict: None,
+        force: false,
         pack: args.pack != Some(false),
     };
     // Rules apply only when nothing is asked explicitly.
