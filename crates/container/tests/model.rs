@@ -1220,6 +1220,7 @@ fn reclaim_op_strategy() -> impl Strategy<Value = Op> {
         2 => (0..16384u64, 0..16384usize).prop_map(|(off, len)| Op::Read { off, len }),
         1 => (0..16384u64).prop_map(Op::SetSize),
         1 => (0..PROP_CODECS.len() as u8 + 1).prop_map(Op::SetCodec),
+        1 => any::<bool>().prop_map(Op::SetForce),
     ]
 }
 

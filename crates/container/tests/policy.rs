@@ -388,6 +388,17 @@ fn a_files_force_property_compresses_every_extent_and_is_kept_on_disk() {
     let sb = current_sb(&disk);
     assert_eq!(sb.props & PROP_FORCE, PROP_FORCE);
     assert_eq!(sb.version(), 7);
+    // Removed within the same open, the next noise is judged by the heuristic: no failure
+    // counted while forced starts a backoff.
+    c.set_force_property(false).unwrap();
+    c.write((2 * BACKOFF_AFTER as usize * E) as u64, &random(E, 77))
+        .unwrap();
+    c.flush().unwrap();
+    let s = o.stats.snapshot();
+    assert_eq!((s.raw_heuristic, s.raw_backoff), (1, 0), "{s:?}");
+    c.set_force_property(true).unwrap();
+    c.fsync().unwrap();
+    assert_eq!(current_sb(&disk).props & PROP_FORCE, PROP_FORCE);
     // Reopened on a mount without force: still forced, and a compressed format is tried.
     let o = opts("zstd:3", false);
     let mut c = Container::open(disk.clone(), &o).unwrap();

@@ -94,8 +94,8 @@ const SETTINGS_HELP: &str = "a codec (none, lz4[:1-12], lzo, zlib[:1-9], zstd[:1
                              zstd-fast[:1-1000]), force, extent_size=SIZE or dictionary=ID";
 
 /// Splits `s` (starting at byte `base` of the whole text) at each `sep` outside `[…]` and
-/// `{…}` and not escaped by a `\` (globset's escape on Unix: `\,` is a literal comma): the
-/// pieces with their byte offsets.
+/// `{…}` and not escaped by a `\` outside `[…]` (globset's escape on Unix: `\,` is a literal
+/// comma; inside a class a `\` is itself): the pieces with their byte offsets.
 fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let (mut depth_brace, mut in_class, mut start) = (0usize, false, 0usize);
@@ -105,7 +105,7 @@ fn split_outside(s: &str, base: usize, sep: char) -> Vec<(usize, &str)> {
             continue;
         }
         match c {
-            '\\' => escaped = true,
+            '\\' if !in_class => escaped = true,
             '[' if !in_class => in_class = true,
             ']' if in_class => in_class = false,
             '{' if !in_class => depth_brace += 1,
@@ -131,7 +131,7 @@ fn unclosed(s: &str) -> Option<(usize, char)> {
             continue;
         }
         match c {
-            '\\' => escaped = true,
+            '\\' if class.is_none() => escaped = true,
             '[' if class.is_none() => class = Some(i),
             ']' if class.is_some() => class = None,
             '{' if class.is_none() => braces.push(i),
@@ -400,6 +400,10 @@ mod tests {
         assert_eq!(r.matching(b"{y").unwrap().0, 1);
         assert_eq!(Rules::parse(&r.to_string()).unwrap(), r);
         assert!(Rules::parse(r"x\=lz4").is_err(), "the only `=` is escaped");
+        // Inside a class a backslash is itself (globset's rule), not an escape.
+        let r = Rules::parse(r"[\]*=none; [a\],b=lz4").unwrap();
+        assert_eq!(r.list[1].globs, [r"[a\]", "b"]);
+        assert!(r.matching(br"\x").is_some() && r.matching(b"a").is_some());
         // Braces and classes keep their commas, `=` and `;`.
         let r = Rules::parse("*.{jpg,jpeg},[=;,]x=none ;; ").unwrap();
         assert_eq!(r.list[0].globs, ["*.{jpg,jpeg}", "[=;,]x"]);

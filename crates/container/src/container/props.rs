@@ -142,9 +142,11 @@ impl<S: Storage> Container<S> {
             ));
         };
         p.force_prop = force;
+        // What the backoff and the content sniff decided (or counted while forced) no
+        // longer holds either way.
+        p.fails = 0;
+        p.backoff_writes = 0;
         if force {
-            // What the backoff and the content sniff decided no longer holds.
-            p.fails = 0;
             p.nocompress = false;
             p.compressed_content = None;
         }

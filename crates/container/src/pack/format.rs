@@ -19,7 +19,8 @@ pub const PACKS_FORMAT_VERSION: u16 = 4;
 /// The xattr holding a packed file's location (on the backing file). Short on purpose: ext4
 /// keeps xattrs inside a 256-byte inode only while name and value fit in ~88 bytes.
 pub const LOCATION_XATTR: &str = "user.sqzfs";
-/// Bytes of a location record of version 1 or 2.
+/// Bytes of a location record of version 1 or 2, and of a version 4 one that keeps no
+/// change time.
 pub const LOCATION_LEN: usize = 56;
 /// Bytes of a version 3 record (one that keeps the file's change time), and of a version 4
 /// one that does.
@@ -28,10 +29,9 @@ pub const LOCATION_LEN_V3: usize = 64;
 /// id in bytes 28..32); written only for a file with one and no kept change time, so every
 /// other record stays version 1, which squeezefs since format 4 reads.
 pub const LOCATION_VERSION: u8 = 2;
-/// The newest location record version this code reads and writes: 64 bytes, the change
-/// time `stat` shows for the file kept in bytes 48..56 (the background pass or a reclaim
-/// moved the record, and so the backing file's ctime). Written only then, for a file
-/// without the force property.
+/// A location record of 64 bytes, the change time `stat` shows for the file kept in bytes
+/// 48..56 (the background pass or a reclaim moved the record, and so the backing file's
+/// ctime). Written only then, for a file without the force property.
 pub const LOCATION_VERSION_3: u8 = 3;
 /// The newest location record version this code reads and writes: as version 3, or of 56
 /// bytes when it keeps no change time (the length says which), and its `props` may carry
