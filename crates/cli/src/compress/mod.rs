@@ -281,8 +281,9 @@ pub fn main(args: Args) -> Result<u8, String> {
                 None
             };
             matched += rule.is_some() as u64;
+            // (Only when this run applies rules: `--codec` and `--extent-size` beat them.)
             let create = if on_mount {
-                lookup.new_file(dir, name, mount_rules.as_ref(), args.rules)
+                lookup.new_file(dir, name, mount_rules.as_ref(), apply_rules)
             } else {
                 Default::default()
             };
