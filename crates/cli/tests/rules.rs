@@ -628,6 +628,15 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         .0,
         "the rule's force is not the copy's"
     );
+    // B: one inode, two names matching two rules: listed once, no rule, a warning.
+    let (s, err) = run(&format!("{mnt}/e/h1 {mnt}/e/h2"));
+    assert_eq!(
+        (s["files"].as_u64(), s["ruled"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert!(err.contains("hard links") && err.contains("not applied"), "{err}");
+    assert_eq!(stored(&m.mnt.join("e/h1")).0, ["zstd:3"]);
     m.unmount();
     common::check_clean(&d.join("backing"), "after the review fixes");
 }

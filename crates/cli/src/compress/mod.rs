@@ -182,6 +182,8 @@ pub fn main(args: Args) -> Result<u8, String> {
     let mut pack_dirs = std::collections::BTreeSet::new();
     // Backing directories handled whole (offline), with their packs.
     let mut whole = Vec::new();
+    // Files already listed, across all PATHs (`compress /mnt/h1 /mnt/h2`: one inode once).
+    let mut seen = std::collections::HashSet::new();
     for p in &args.paths {
         let loc = crate::locate::locate(p)?;
         // Backing files are read directly (also on a mount): those that used a dictionary
@@ -240,7 +242,6 @@ pub fn main(args: Args) -> Result<u8, String> {
         } else {
             vec![(top.clone(), md)]
         };
-        let mut seen = std::collections::HashSet::new();
         for (path, m) in found.into_iter().filter(|(_, m)| m.is_file()) {
             if !seen.insert((m.dev(), m.ino())) {
                 continue; // another name of a file already listed
@@ -273,21 +274,30 @@ pub fn main(args: Args) -> Result<u8, String> {
             // (Its directory as given: a mount's, through the mount; else the backing one.)
             let dir = path.parent().unwrap_or(Path::new("/"));
             let name = path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
-            let rule = if apply_rules {
-                lookup
-                    .rule(dir, name, mount_rules.as_ref())
-                    .map(|a| a.rule.settings)
+            let links = m.nlink();
+            // Rules go by name: a file of several names could match several (and flip
+            // between runs), so one with hard links is treated as matched by none.
+            let by_name = apply_rules && links < 2;
+            if apply_rules && !by_name && lookup.rule(dir, name, mount_rules.as_ref()).is_some() {
+                eprintln!(
+                    "squeezefs compress: {}: has {links} hard links; compression rules (which go by \
+                     name) are not applied to it",
+                    path.display()
+                );
+            }
+            let applies = if by_name {
+                lookup.rule(dir, name, mount_rules.as_ref())
             } else {
                 None
             };
+            let rule = applies.map(|a| a.rule.settings);
             matched += rule.is_some() as u64;
             // (Only when this run applies rules: `--codec` and `--extent-size` beat them.)
             let create = if on_mount {
-                lookup.new_file(dir, name, mount_rules.as_ref(), apply_rules)
+                lookup.new_file(dir, name, mount_rules.as_ref(), by_name)
             } else {
                 Default::default()
             };
-            let links = m.nlink();
             // (An empty backing file may be a packed file: its size is in its record.)
             let size = if m.len() == 0 && !on_mount {
                 file::packed_len(&backing)
