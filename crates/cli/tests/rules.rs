@@ -637,6 +637,20 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
     );
     assert!(err.contains("hard links") && err.contains("not applied"), "{err}");
     assert_eq!(stored(&m.mnt.join("e/h1")).0, ["zstd:3"]);
+    // C: the plain file's copy (whose temporary name `.*` gives 16K extents) gets the
+    // mount's extent size.
+    let (s, _) = run(&format!("{mnt}/p"));
+    assert_eq!(
+        (s["converted"].as_u64(), s["failed"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(
+        stored(&m.mnt.join("p/plain.txt")),
+        (vec!["zstd:3".to_string()], 588_895u64.div_ceil(128 << 10)),
+        "the mount's extent size, not the temporary name's rule's"
+    );
+    assert_eq!(ok(&format!("cat {mnt}/p/plain.txt")), text);
     m.unmount();
     common::check_clean(&d.join("backing"), "after the review fixes");
 }

@@ -105,6 +105,9 @@ pub(super) struct Job {
     /// The codec in force for a file without its own property: the mount's `compress=`
     /// (offline: zstd:3, what a mount uses by default).
     pub(super) default_codec: CodecSpec,
+    /// On a mount: its extent size (its `extent_size=`), what a file without the property
+    /// gets.
+    pub(super) default_shift: Option<u8>,
     pub(super) packs: Packing,
     /// What the rule matching its name sets, when this run applies rules (no `--codec`,
     /// `--extent-size` or `--no-rules`) and one matches.
@@ -582,6 +585,14 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 (args.force || file_force || job.create.force).then_some(Value::Force),
             ),
         ] {
+            if p == Prop::ExtentSize && v.is_none() {
+                // Removing the property keeps the extent size the copy has (its temporary
+                // name's rule may have given it one): the mount's first, then none.
+                let has = sys::xattr_get(&tf, &p.cname(), p.max_len()).is_ok();
+                if let (true, Some(d)) = (has, job.default_shift) {
+                    set_prop(&tf, p, Some(Value::Shift(d)))?;
+                }
+            }
             set_prop(&tf, p, v)?;
         }
         copy_data(&mut src, &mut tf, before.len(), pb)?;

@@ -193,6 +193,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         }
         let on_mount = loc.mount.is_some();
         let mut mount_rules = None;
+        let mut default_shift = None;
         let (default_codec, packs) = match &loc.mount {
             Some(m) => {
                 let doc = crate::statsfile::read(m)?;
@@ -209,6 +210,10 @@ pub fn main(args: Args) -> Result<u8, String> {
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(CodecSpec::DEFAULT);
                 mount_rules = crate::rules::mount_rules(&doc);
+                default_shift = doc["mount"]["extent_size"]
+                    .as_u64()
+                    .filter(|b| b.is_power_of_two())
+                    .map(|b| b.trailing_zeros() as u8);
                 (
                     codec,
                     Packing::Mount(doc["packs"]["packing"].as_bool() == Some(true)),
@@ -311,6 +316,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     size,
                     links,
                     default_codec,
+                    default_shift,
                     packs: packs.clone(),
                     rule,
                     create,
