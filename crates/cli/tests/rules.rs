@@ -637,8 +637,8 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
     );
     assert!(err.contains("hard links") && err.contains("not applied"), "{err}");
     assert_eq!(stored(&m.mnt.join("e/h1")).0, ["zstd:3"]);
-    // C: the plain file's copy (whose temporary name `.*` gives 16K extents) gets the
-    // mount's extent size.
+    // C, D: the plain file's copy (whose temporary name `.*` gives 16K extents) gets the
+    // mount's extent size, and keeps its own background_compression.
     let (s, _) = run(&format!("{mnt}/p"));
     assert_eq!(
         (s["converted"].as_u64(), s["failed"].as_u64()),
@@ -650,7 +650,28 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         (vec!["zstd:3".to_string()], 588_895u64.div_ceil(128 << 10)),
         "the mount's extent size, not the temporary name's rule's"
     );
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.background_compression {mnt}/p/plain.txt"
+        )),
+        "zstd:15"
+    );
     assert_eq!(ok(&format!("cat {mnt}/p/plain.txt")), text);
     m.unmount();
+    // D offline: a copy into another extent size keeps the backing xattr.
+    let plain = format!("{}/backing/p/plain.txt", d.display());
+    let (s, _) = run(&format!("{plain} --extent-size 16K"));
+    assert_eq!(
+        (s["converted"].as_u64(), s["failed"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.background_compression {plain}"
+        )),
+        "zstd:15",
+        "offline"
+    );
     common::check_clean(&d.join("backing"), "after the review fixes");
 }

@@ -212,7 +212,8 @@ fn copy_metadata(from: &File, to: &File, with_times: bool) -> Result<(), String>
     let (f, t) = (from, to);
     if let Ok(list) = sys::xattr_list(f, 64 << 10) {
         for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-            if name.starts_with(b"user.squeezefs.") {
+            // (A file's own background_compression is an xattr of its own: kept.)
+            if name.starts_with(b"user.squeezefs.") && name != props::BACKGROUND.as_bytes() {
                 continue;
             }
             let c = CString::new(name).expect("no NUL");
@@ -595,6 +596,8 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             }
             set_prop(&tf, p, v)?;
         }
+        // The file's own background_compression (not something a new file gets).
+        set_prop(&tf, Prop::Background, own_value(&job.path, Prop::Background))?;
         copy_data(&mut src, &mut tf, before.len(), pb)?;
         copy_metadata(&src, &tf, true)?;
         tf.sync_all().map_err(|e| e.to_string())?;
