@@ -657,6 +657,14 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         "zstd:15"
     );
     assert_eq!(ok(&format!("cat {mnt}/p/plain.txt")), text);
+    // E: a rule's dictionary that is not there is left out with a warning (on the mount,
+    // not a failure), as the daemon does.
+    let (s, err) = run(&format!("{mnt}/e/f.dd"));
+    assert_eq!(s["failed"], 0, "{s}");
+    assert!(
+        err.contains("dictionary 12345") && err.contains("left out"),
+        "{err}"
+    );
     m.unmount();
     // D offline: a copy into another extent size keeps the backing xattr.
     let plain = format!("{}/backing/p/plain.txt", d.display());
@@ -672,6 +680,12 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         )),
         "zstd:15",
         "offline"
+    );
+    let (s, err) = run(&format!("{}/backing/e/f.dd", d.display()));
+    assert_eq!(s["failed"], 0, "{s}");
+    assert!(
+        err.contains("dictionary 12345") && err.contains("left out"),
+        "offline: {err}"
     );
     common::check_clean(&d.join("backing"), "after the review fixes");
 }

@@ -295,14 +295,35 @@ pub fn main(args: Args) -> Result<u8, String> {
             } else {
                 None
             };
-            let rule = applies.map(|a| a.rule.settings);
+            let rule = applies.as_ref().map(|a| {
+                let mut s = a.rule.settings;
+                // A dictionary that cannot be loaded (not in the dictionary directory) is
+                // left out, as the daemon does for a file made now.
+                if let Some(id) = s.dict.filter(|id| squeezefs_codec::dict::get(*id).is_none()) {
+                    eprintln!(
+                        "warning: {}: dictionary {id} of its rule `{}` ({}) is not in the \
+                         dictionary directory; left out (`squeezefs dict list` shows the dictionaries)",
+                        path.display(),
+                        a.rule,
+                        a.source(dir)
+                    );
+                    s.dict = None;
+                }
+                s
+            });
             matched += rule.is_some() as u64;
             // (Only when this run applies rules: `--codec` and `--extent-size` beat them.)
-            let create = if on_mount {
+            let mut create = if on_mount {
                 lookup.new_file(dir, name, mount_rules.as_ref(), by_name)
             } else {
                 Default::default()
             };
+            if create
+                .dict
+                .is_some_and(|id| squeezefs_codec::dict::get(id).is_none())
+            {
+                create.dict = None;
+            }
             // (An empty backing file may be a packed file: its size is in its record.)
             let size = if m.len() == 0 && !on_mount {
                 file::packed_len(&backing)
