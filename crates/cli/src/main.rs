@@ -130,7 +130,14 @@ enum Cmd {
                       so already are skipped, and files no rule matches are rewritten as \
                       without rules. --codec or --extent-size beats the rules; --no-rules \
                       ignores them. Offline (a backing directory) only directories' rules are \
-                      known, not a mount's rules=.",
+                      known, not a mount's rules=.\n\n\
+                      A file whose rewrite fails gets its previous properties back. A run killed \
+                      in the middle of a file may leave that file's new properties (codec, \
+                      dictionary, force) set with its old extents: the next run rewrites it for \
+                      a codec, but nothing makes it rewrite a file only for a dictionary or force \
+                      it has already (not even --codec with the codec it is stored with): remove \
+                      the property (`property set FILE dictionary ''`, `property set FILE \
+                      compression_force off`) and run compress again.",
         after_help = "Examples:\n  squeezefs compress /mnt/logs --codec zstd:12\n  \
         squeezefs property set /mnt/data rules '*.log=zstd:9' && squeezefs compress /mnt/data\n  \
         squeezefs compress /mnt/db --extent-size 1M --codec zstd:3\n  \

@@ -430,29 +430,49 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
             if (args.codec.is_none() || has_codec) && !wants_dict && !wants_force && !wants_pack {
                 return Ok(Done::Skipped);
             }
-            if wants_force {
-                c.set_force_property(true).map_err(|e| err(&job.backing, e))?;
-            }
-            if wants_dict {
-                c.set_dictionary_property(dict)
-                    .map_err(|e| err(&job.backing, e))?;
-            }
-            if args.codec.is_some() {
-                c.set_compression_property(Some(codec))
-                    .map_err(|e| err(&job.backing, e))?;
+            // The file's properties before, put back when its rewrite fails (else a later
+            // run would find them set and skip it, its extents still old).
+            let before = (c.force_property(), has, c.compression_property());
+            let undo = |c: &mut Container<FileStorage>, e: String| {
+                let _ = c.set_force_property(before.0);
+                let _ = c.set_dictionary_property(before.1);
+                let _ = c.set_compression_property(before.2);
+                err(&job.backing, e)
+            };
+            let set = (|| -> Result<(), String> {
+                if wants_force {
+                    c.set_force_property(true).map_err(|e| e.to_string())?;
+                }
+                if wants_dict {
+                    c.set_dictionary_property(dict).map_err(|e| e.to_string())?;
+                }
+                if args.codec.is_some() {
+                    c.set_compression_property(Some(codec))
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = set {
+                return Err(undo(&mut c, e));
             }
             if wants_pack || c.is_packed() {
                 // The whole file (one extent) written again goes to the packs at write-back,
                 // committed with the batch so files share blocks.
-                let f = open_as_owner(&job.backing, false).map_err(|e| err(&job.backing, e))?;
-                let md = f.metadata().map_err(|e| err(&job.backing, e))?;
-                let data = c.read(0, logical as usize).map_err(|e| err(&job.backing, e))?;
-                c.write(0, &data).map_err(|e| err(&job.backing, e))?;
+                let data = (|| -> Result<_, String> {
+                    let f = open_as_owner(&job.backing, false).map_err(|e| e.to_string())?;
+                    let md = f.metadata().map_err(|e| e.to_string())?;
+                    let data = c.read(0, logical as usize).map_err(|e| e.to_string())?;
+                    c.write(0, &data).map_err(|e| e.to_string())?;
+                    Ok((f, md))
+                })();
+                let (f, md) = data.map_err(|e| undo(&mut c, e))?;
                 let staged = Staged::new(c, f, &md).map_err(|e| err(&job.backing, e))?;
                 pb.inc(job.size);
                 return Ok(Done::Staging(Box::new(staged)));
             }
-            c.rewrite(0..u64::MAX).map_err(|e| err(&job.backing, e))?;
+            if let Err(e) = c.rewrite(0..u64::MAX) {
+                return Err(undo(&mut c, e.to_string()));
+            }
             pb.inc(job.size);
             return Ok(Done::Rewritten { packed: false });
         }
@@ -512,7 +532,8 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let shape = layout(&job.backing)?;
     // `--codec`, else the file's own property (new files take their directory's when
     // created), else the mount's.
-    let own = args.codec.or_else(|| own_codec(&job.path));
+    let file_codec = own_codec(&job.path);
+    let own = args.codec.or(file_codec);
     let codec = own.unwrap_or(job.default_codec);
     let (file_dict, dir_dict) = dictionaries(&job.path);
     // The rule's dictionary, else the directory's for a file without one.
@@ -528,24 +549,35 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 return Ok(Done::Skipped);
             }
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
-            if wants_dict {
-                set_prop(&f, Prop::Dictionary, dict.map(Value::Dict)).map_err(|e| err(&job.path, e))?;
-            }
-            if wants_force {
-                set_prop(&f, Prop::Force, Some(Value::Force)).map_err(|e| err(&job.path, e))?;
-            }
-            if args.codec.is_some() {
-                set_prop(&f, Prop::Compression, Some(Value::Codec(codec))).map_err(|e| err(&job.path, e))?;
-            }
-            // In pieces, so the progress bar moves on big files.
-            const STEP: u64 = 64 << 20;
-            let mut off = 0;
-            while off < job.size {
-                let v = format!("{off}:{STEP}");
-                sys::xattr_set(&f, &cstring(props::REWRITE), v.as_bytes(), 0)
-                    .map_err(|e| err(&job.path, format!("rewrite: {e} (the daemon's log says why)")))?;
-                pb.inc(STEP.min(job.size - off));
-                off += STEP;
+            let r = (|| -> Result<(), String> {
+                if wants_dict {
+                    set_prop(&f, Prop::Dictionary, dict.map(Value::Dict))?;
+                }
+                if wants_force {
+                    set_prop(&f, Prop::Force, Some(Value::Force))?;
+                }
+                if args.codec.is_some() {
+                    set_prop(&f, Prop::Compression, Some(Value::Codec(codec)))?;
+                }
+                // In pieces, so the progress bar moves on big files.
+                const STEP: u64 = 64 << 20;
+                let mut off = 0;
+                while off < job.size {
+                    let v = format!("{off}:{STEP}");
+                    sys::xattr_set(&f, &cstring(props::REWRITE), v.as_bytes(), 0)
+                        .map_err(|e| format!("rewrite: {e} (the daemon's log says why)"))?;
+                    pb.inc(STEP.min(job.size - off));
+                    off += STEP;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                // The properties it had are put back (best effort): else a later run would
+                // find them set and skip it, its extents still old.
+                let _ = set_prop(&f, Prop::Dictionary, file_dict.map(Value::Dict));
+                let _ = set_prop(&f, Prop::Force, file_force.then_some(Value::Force));
+                let _ = set_prop(&f, Prop::Compression, file_codec.map(Value::Codec));
+                return Err(err(&job.path, e));
             }
             // A packed file rewritten on a mount that packs stays packed; on one that does
             // not (nopack), it becomes a container of its own.
