@@ -52,14 +52,25 @@ pub struct Lookup {
 
 impl Lookup {
     /// The properties of directory `dir` (a value that does not parse, stored around
-    /// squeezefs, is left out with a warning, as the daemon does; an unreadable directory
-    /// has none).
+    /// squeezefs, is left out with a warning, as the daemon does). A directory that cannot
+    /// be opened has none, and an empty list of rules, with a warning: its files are taken
+    /// as matched by no rule (not by the mount's, which its own rules, unknown, may replace).
     pub fn dir(&mut self, dir: &Path) -> &DirProps {
         self.dirs
             .entry(dir.to_path_buf())
             .or_insert_with(|| match File::open(dir) {
                 Ok(f) => props::read_dir(&f, || dir.display().to_string()),
-                Err(_) => DirProps::default(),
+                Err(e) => {
+                    eprintln!(
+                        "warning: {}: cannot read its properties ({e}): its files are taken as \
+                         matched by no compression rule",
+                        dir.display()
+                    );
+                    DirProps {
+                        rules: Some(Arc::new(Rules::default())),
+                        ..DirProps::default()
+                    }
+                }
             })
     }
 
