@@ -600,9 +600,9 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
     let mnt = m.mnt.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     ok(&format!(
-        "cd {mnt} && mkdir e && seq 1 100000 > e/x.db && seq 1 100000 > e/h1 && ln e/h1 e/h2 && seq 1 1000 > e/f.dd && \
+        "cd {mnt} && mkdir e && seq 1 100000 > e/x.db && seq 1 100000 > e/h1 && ln e/h1 e/h2 && seq 1 1000 > e/f.dd && seq 1 100000 > e/k.z3 && \
          {bin} property set p/plain.txt background_compression zstd:15 && sync && \
-         {bin} property set e rules 'h1=lz4; h2=zstd:9; *.db=lz4,force; *.dd=dictionary=12345' && \
+         {bin} property set e rules 'h1=lz4; h2=zstd:9; *.db=lz4,force; *.dd=dictionary=12345; *.z3=zstd:3' && \
          {bin} property set p rules '.*=extent_size=16K'"
     ));
     let run = |args: &str| -> (serde_json::Value, String) {
@@ -664,6 +664,20 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
     assert!(
         err.contains("dictionary 12345") && err.contains("left out"),
         "{err}"
+    );
+    // G: stored with the rule's codec already: not rewritten, but the codec becomes its
+    // own property, and counted.
+    let (s, _) = run(&format!("{mnt}/e/k.z3"));
+    assert_eq!(
+        (s["rewritten"].as_u64(), s["ruled"].as_u64()),
+        (Some(0), Some(1)),
+        "{s}"
+    );
+    assert_eq!(
+        ok(&format!(
+            "getfattr --only-values -n user.squeezefs.compression {mnt}/e/k.z3"
+        )),
+        "zstd:3"
     );
     m.unmount();
     // D offline: a copy into another extent size keeps the backing xattr.

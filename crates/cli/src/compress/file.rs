@@ -115,6 +115,9 @@ pub(super) struct Job {
     /// On a mount: the properties a file of its name made now gets (its directory's, and
     /// its rule's unless `--no-rules`), for a copy the daemon made under another name.
     pub(super) create: DirProps,
+    /// Set when this run changed one of its properties (what `ruled` counts of a file
+    /// rewritten in place: not one rewritten only to be packed).
+    pub(super) changed: std::sync::atomic::AtomicBool,
 }
 
 impl Job {
@@ -427,9 +430,20 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 Some(l) => l.codec == codec,
                 None => already(&job.backing, codec, job.default_codec),
             };
+            let wants_codec = args.codec.is_some() && c.compression_property() != args.codec;
             if (args.codec.is_none() || has_codec) && !wants_dict && !wants_force && !wants_pack {
-                return Ok(Done::Skipped);
+                if !wants_codec {
+                    return Ok(Done::Skipped);
+                }
+                // Stored with it already: it only becomes the file's own property.
+                c.set_compression_property(args.codec)
+                    .map_err(|e| err(&job.backing, e))?;
+                return Ok(Done::PropsSet);
             }
+            job.changed.store(
+                wants_codec || wants_dict || wants_force,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             // The file's properties before, put back when its rewrite fails (else a later
             // run would find them set and skip it, its extents still old).
             let before = (c.force_property(), has, c.compression_property());
@@ -545,9 +559,20 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         if args.extent_shift.is_none_or(|s| s == shift) {
             let was_packed = is_packed(&job.backing);
             let wants_pack = job.packing(args) && job.size <= 1 << shift && !was_packed;
+            let wants_codec = args.codec.is_some() && file_codec != args.codec;
             if already(&job.backing, codec, job.default_codec) && !wants_dict && !wants_force && !wants_pack {
-                return Ok(Done::Skipped);
+                if !wants_codec {
+                    return Ok(Done::Skipped);
+                }
+                // Stored with it already: it only becomes the file's own property.
+                let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
+                set_prop(&f, Prop::Compression, Some(Value::Codec(codec))).map_err(|e| err(&job.path, e))?;
+                return Ok(Done::PropsSet);
             }
+            job.changed.store(
+                wants_codec || wants_dict || wants_force,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let f = File::open(&job.path).map_err(|e| err(&job.path, e))?;
             let r = (|| -> Result<(), String> {
                 if wants_dict {

@@ -341,6 +341,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     packs: packs.clone(),
                     rule,
                     create,
+                    changed: Default::default(),
                 },
                 on_mount,
             ));
@@ -440,7 +441,12 @@ pub fn main(args: Args) -> Result<u8, String> {
                         Some(false) => s.containers += 1,
                         None => {}
                     }
-                    let got_rule = !matches!(d, Done::Skipped | Done::LeftAlone);
+                    // (Not a file rewritten in place only to be packed.)
+                    let got_rule = match d {
+                        Done::Skipped | Done::LeftAlone => false,
+                        Done::Rewritten { .. } => job.changed.load(std::sync::atomic::Ordering::Relaxed),
+                        _ => true,
+                    };
                     s.ruled += (job.rule.is_some() && got_rule) as u64;
                     match d {
                         Done::Rewritten { .. } => s.rewritten += 1,
