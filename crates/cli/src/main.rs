@@ -125,11 +125,13 @@ enum Cmd {
                       name a rule matches (the first of its directory's rules, else of the \
                       mount's rules=, as `property get FILE rules` names it) gets what that rule \
                       sets, as if it were made now: its codec, force, extent_size= and dictionary= \
-                      become the file's own properties (over one it had) and its data is \
+                      become the file's own properties, replacing any set on the file by hand \
+                      (the summary and --json count those files: replaced_own), and its data is \
                       rewritten with them (a new extent size by copy and rename); files stored \
                       so already are skipped, and files no rule matches are rewritten as \
                       without rules. --codec or --extent-size beats the rules; --no-rules \
-                      ignores them. Offline (a backing directory) only directories' rules are \
+                      ignores them and keeps files' own properties. Files with hard links get \
+                      no rule (their names could match different ones). Offline (a backing directory) only directories' rules are \
                       known, not a mount's rules=.\n\n\
                       A file whose rewrite fails gets its previous properties back. A run killed \
                       in the middle of a file may leave that file's new properties (codec, \

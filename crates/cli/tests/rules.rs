@@ -601,8 +601,9 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     ok(&format!(
         "cd {mnt} && mkdir e && seq 1 100000 > e/x.db && seq 1 100000 > e/h1 && ln e/h1 e/h2 && seq 1 1000 > e/f.dd && seq 1 100000 > e/k.z3 && \
+         touch e/m.own && {bin} property set e/m.own compression zlib:6 && seq 1 100000 > e/m.own && \
          {bin} property set p/plain.txt background_compression zstd:15 && sync && \
-         {bin} property set e rules 'h1=lz4; h2=zstd:9; *.db=lz4,force; *.dd=dictionary=12345; *.z3=zstd:3' && \
+         {bin} property set e rules 'h1=lz4; h2=zstd:9; *.db=lz4,force; *.dd=dictionary=12345; *.z3=zstd:3; *.own=lz4' && \
          {bin} property set p rules '.*=extent_size=16K'"
     ));
     let run = |args: &str| -> (serde_json::Value, String) {
@@ -679,6 +680,14 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         )),
         "zstd:3"
     );
+    // H: a rule's codec replaces one set by hand, and that is counted.
+    let (s, _) = run(&format!("{mnt}/e/m.own {mnt}/e/k.z3"));
+    assert_eq!(
+        (s["ruled"].as_u64(), s["replaced_own"].as_u64()),
+        (Some(1), Some(1)),
+        "{s}"
+    );
+    assert_eq!(stored(&m.mnt.join("e/m.own")).0, ["lz4:1"]);
     m.unmount();
     // D offline: a copy into another extent size keeps the backing xattr.
     let plain = format!("{}/backing/p/plain.txt", d.display());

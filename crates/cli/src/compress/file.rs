@@ -118,6 +118,39 @@ pub(super) struct Job {
     /// Set when this run changed one of its properties (what `ruled` counts of a file
     /// rewritten in place: not one rewritten only to be packed).
     pub(super) changed: std::sync::atomic::AtomicBool,
+    /// Set when its rule replaced a property set on the file itself (`replaced_own`).
+    pub(super) replaced_own: std::sync::atomic::AtomicBool,
+}
+
+impl Job {
+    /// Notes whether this file's rule replaces one of its own properties (`codec`, `dict`,
+    /// `shift`: what it has now) with another value.
+    fn note_own(&self, args: &Asked, codec: Option<CodecSpec>, dict: Option<u32>, shift: Option<u8>) {
+        fn differs<T: PartialEq>(rule: Option<T>, own: Option<T>) -> bool {
+            rule.is_some() && own.is_some() && rule != own
+        }
+        let replaced = self.rule.is_some()
+            && (differs(args.codec, codec) || differs(args.dict, dict) || differs(args.extent_shift, shift));
+        self.replaced_own
+            .store(replaced, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// [`Job::note_own`] for a file on a mount, its own properties read through it.
+    pub(super) fn note_own_mounted(&self, args: &Asked) {
+        if self.rule.is_none() {
+            return;
+        }
+        let codec = own_codec(&self.path);
+        let dict = match own_value(&self.path, Prop::Dictionary) {
+            Some(Value::Dict(d)) => Some(d),
+            _ => None,
+        };
+        let shift = match own_value(&self.path, Prop::ExtentSize) {
+            Some(Value::Shift(s)) => Some(s),
+            _ => None,
+        };
+        self.note_own(args, codec, dict, shift);
+    }
 }
 
 impl Job {
@@ -430,6 +463,8 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
                 Some(l) => l.codec == codec,
                 None => already(&job.backing, codec, job.default_codec),
             };
+            let own_shift = c.extent_size_property().map(|b| b.trailing_zeros() as u8);
+            job.note_own(args, c.compression_property(), has, own_shift);
             let wants_codec = args.codec.is_some() && c.compression_property() != args.codec;
             if (args.codec.is_none() || has_codec) && !wants_dict && !wants_force && !wants_pack {
                 if !wants_codec {
@@ -500,6 +535,12 @@ pub(super) fn offline(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         &opts,
     )
     .map_err(|e| err(&job.backing, e))?;
+    job.note_own(
+        args,
+        src.compression_property(),
+        src.dictionary_property(),
+        src.extent_size_property().map(|b| b.trailing_zeros() as u8),
+    );
     // The copy gets `--codec`, else keeps the file's own property.
     let own = args.codec.or(src.compression_property());
     let opts = Options {
@@ -546,6 +587,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     let shape = layout(&job.backing)?;
     // `--codec`, else the file's own property (new files take their directory's when
     // created), else the mount's.
+    job.note_own_mounted(args);
     let file_codec = own_codec(&job.path);
     let own = args.codec.or(file_codec);
     let codec = own.unwrap_or(job.default_codec);

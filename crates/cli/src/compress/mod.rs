@@ -68,9 +68,12 @@ struct Summary {
     skipped: u64,
     left_alone: u64,
     failed: u64,
-    /// Files that got the settings of the rule matching their name (rewritten, converted,
-    /// or, empty, given its properties).
+    /// Files that got the settings of the rule matching their name (rewritten or converted
+    /// with properties it changed, or only given its properties: empty, or stored so).
     ruled: u64,
+    /// Of those, files that had a property of their own (set by hand) that the rule's
+    /// replaced with another value.
+    replaced_own: u64,
     bytes: u64,
     disk_before: u64,
     disk_after: u64,
@@ -342,6 +345,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     rule,
                     create,
                     changed: Default::default(),
+                    replaced_own: Default::default(),
                 },
                 on_mount,
             ));
@@ -384,6 +388,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     // Nothing to rewrite; on a mount an empty file still gets what is asked
                     // as its properties, so what is written to it later uses them.
                     if *on_mount {
+                        job.note_own_mounted(&asked);
                         file::set_asked(&job.path, &asked).map(|set| {
                             if set {
                                 Done::PropsSet
@@ -448,6 +453,8 @@ pub fn main(args: Args) -> Result<u8, String> {
                         _ => true,
                     };
                     s.ruled += (job.rule.is_some() && got_rule) as u64;
+                    s.replaced_own +=
+                        (got_rule && job.replaced_own.load(std::sync::atomic::Ordering::Relaxed)) as u64;
                     match d {
                         Done::Rewritten { .. } => s.rewritten += 1,
                         Done::Converted { .. } => {
@@ -515,7 +522,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             "files": jobs.len(), "packed": s.packed, "containers": s.containers,
             "rewritten": s.rewritten, "converted": s.converted, "reclaimed_bytes": s.reclaimed,
             "skipped": s.skipped, "left_alone": s.left_alone, "failed": s.failed, "bytes": s.bytes,
-            "rule_matched": matched, "ruled": s.ruled,
+            "rule_matched": matched, "ruled": s.ruled, "replaced_own": s.replaced_own,
             "disk_before": s.disk_before, "disk_after": s.disk_after, "ratio": ratio, "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -546,14 +553,16 @@ pub fn main(args: Args) -> Result<u8, String> {
         }
         if matched > 0 {
             println!(
-                "rules: {} of the {} a compression rule matches by name got its settings now \
-                 (`squeezefs property get FILE rules` names a file's rule; --no-rules ignores them)",
+                "rules: {} of the {} a compression rule matches by name got its settings now, {} \
+                 of them replacing a property set on the file itself (`squeezefs property get FILE \
+                 rules` names a file's rule; --no-rules ignores them and keeps files' own properties)",
                 s.ruled,
                 if matched == 1 {
                     "1 file".to_string()
                 } else {
                     format!("{matched} files")
-                }
+                },
+                s.replaced_own
             );
         }
     }
