@@ -680,6 +680,10 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         )),
         "zstd:3"
     );
+    // G: on the backing directory of a live mount, stats --by rule says the mount's
+    // rules= is not known there.
+    let (good, _, err) = sh(&format!("{bin} stats --by rule {}/backing/e", d.display()));
+    assert!(good && err.contains("rules= is not known"), "{err}");
     // H: a rule's codec replaces one set by hand, and that is counted.
     let (s, _) = run(&format!("{mnt}/e/m.own {mnt}/e/k.z3"));
     assert_eq!(

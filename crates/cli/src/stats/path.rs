@@ -322,6 +322,20 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
         let place = places.len();
         if by_rule {
             places.push(Place::new(&loc));
+            // Read offline while a daemon serves it: the mount's rules= is not known here.
+            let served = || {
+                loc.backing.ancestors().any(|a| {
+                    squeezefs_fs::lock::probe(a).is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock)
+                })
+            };
+            if loc.mount.is_none() && served() {
+                eprintln!(
+                    "note: {} is in the backing directory of a live mount: the mount's rules= is \
+                     not known here (only directories' rules are); run stats --by rule on the mount \
+                     for the rule each file gets",
+                    p.display()
+                );
+            }
         }
         if dict_gain {
             // Reading payloads back needs the dictionaries (also on a mount: this reads
