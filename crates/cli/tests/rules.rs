@@ -554,6 +554,18 @@ fn force_by_rule_directory_and_file_compresses_what_the_sniff_would_skip() {
         gz("fd/sub/z.bin")
     ));
     assert_eq!(stored(&m.mnt.join("fd/sub/z.bin")).0, ["none"]);
+    // A directory's rules set force by name too (a file no rule matches is sniffed).
+    ok(&format!(
+        "cd {mnt} && mkdir dr && {bin} property set dr rules '*.f=force' && {} && {} && sync",
+        gz("dr/a.f"),
+        gz("dr/a.n")
+    ));
+    assert_eq!(
+        stored(&m.mnt.join("dr/a.f")).0,
+        ["zstd:3"],
+        "the directory's rule's force"
+    );
+    assert_eq!(stored(&m.mnt.join("dr/a.n")).0, ["none"]);
     // A small file made in `fd` is packed; its record (version 4) keeps the property.
     let rec = common::getfattr(&b.join("fd/small.txt"), "user.sqzfs").expect("packed");
     assert_eq!(rec[0], 4, "location record version 4");
