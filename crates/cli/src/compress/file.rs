@@ -140,16 +140,12 @@ impl Job {
         if self.rule.is_none() {
             return;
         }
-        let codec = own_codec(&self.path);
-        let dict = match own_value(&self.path, Prop::Dictionary) {
-            Some(Value::Dict(d)) => Some(d),
-            _ => None,
-        };
-        let shift = match own_value(&self.path, Prop::ExtentSize) {
-            Some(Value::Shift(s)) => Some(s),
-            _ => None,
-        };
-        self.note_own(args, codec, dict, shift);
+        self.note_own(
+            args,
+            own_codec(&self.path),
+            own_dict(&self.path),
+            own_shift(&self.path),
+        );
     }
 }
 
@@ -369,6 +365,22 @@ fn own_value(path: &Path, p: Prop) -> Option<Value> {
 fn own_codec(path: &Path) -> Option<CodecSpec> {
     match own_value(path, Prop::Compression)? {
         Value::Codec(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// A file's own extent size (log2), read through the mount.
+fn own_shift(path: &Path) -> Option<u8> {
+    match own_value(path, Prop::ExtentSize)? {
+        Value::Shift(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A file's own dictionary, read through the mount.
+fn own_dict(path: &Path) -> Option<u32> {
+    match own_value(path, Prop::Dictionary)? {
+        Value::Dict(d) => Some(d),
         _ => None,
     }
 }
@@ -663,10 +675,7 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
         // that name, or none the real one): each property is set on it while it is empty
         // (an extent size can be set only then) to what is asked, else the file's own, else
         // what a file of its real name made now gets (its directory's, and its rule's).
-        let own_shift = match own_value(&job.path, Prop::ExtentSize) {
-            Some(Value::Shift(s)) => Some(s),
-            _ => None,
-        };
+        let own_shift = own_shift(&job.path);
         for (p, v) in [
             (Prop::Compression, own.or(job.create.codec).map(Value::Codec)),
             (
