@@ -486,7 +486,7 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     }
     if let Some(pid) = daemon {
         let start = Instant::now();
-        while Path::new(&format!("/proc/{pid}")).exists() {
+        while running(pid) {
             if start.elapsed() > wait {
                 return Err(format!(
                     "unmounted, but the daemon (pid {pid}) is still writing after {} s",
@@ -499,6 +499,19 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     Ok(())
 }
 
+/// Whether process `pid` still runs: it exists and is not a zombie (one that exited and
+/// whose parent has not collected it yet: its files are all written and closed).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any
+        // character: look after the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +521,21 @@ mod tests {
     }
 
     const SUBS: &[&str] = &["mount", "stats"];
+
+    #[test]
+    fn a_zombie_is_not_running() {
+        assert!(running(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let start = Instant::now();
+        while running(child.id()) {
+            assert!(start.elapsed() < Duration::from_secs(10), "`true` never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Exited, not collected yet: a zombie, which `umount` must not wait for.
+        assert!(std::path::Path::new(&format!("/proc/{}", child.id())).exists());
+        child.wait().unwrap();
+        assert!(!running(child.id()));
+    }
 
     #[test]
     fn recognises_the_mount_helper_form() {

@@ -44,18 +44,6 @@ pub fn to_syslog() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether `r` is fuser's warning about a second unmount. When its session ends — after
-/// the unmount that ended it (`fusermount3 -u`, `umount`, or ours on SIGTERM) — fuser
-/// unmounts again, `umount2` fails with EINVAL (not a mount point any more), and fuser logs
-/// "Failed to umount filesystem" as a warning after every clean unmount. Any other failure
-/// of that unmount (EBUSY, EPERM) stays a warning.
-fn is_second_unmount(r: &Record) -> bool {
-    r.level() == Level::Warn && r.target() == "fuser::session" && {
-        let m = r.args().to_string();
-        m.starts_with("Failed to umount filesystem") && m.contains("(os error 22)")
-    }
-}
-
 fn severity(l: Level) -> u8 {
     match l {
         Level::Error => 3,
@@ -71,17 +59,6 @@ impl Log for Logger {
     }
 
     fn log(&self, r: &Record) {
-        if is_second_unmount(r) {
-            // Shown only to whoever asked for fuser's debug output.
-            let msg = format!("{} (the filesystem was unmounted already)", r.args());
-            return self.log(
-                &Record::builder()
-                    .args(format_args!("{msg}"))
-                    .level(Level::Debug)
-                    .target(r.target())
-                    .build(),
-            );
-        }
         if !self.enabled(r.metadata()) {
             return;
         }

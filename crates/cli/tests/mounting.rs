@@ -460,9 +460,8 @@ fn a_mount_without_access_to_dev_fuse_says_so_and_what_to_do() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
-/// An unmount that worked — by `fusermount3 -u` or by SIGTERM — logs nothing above INFO:
-/// fuser's own second unmount attempt ("Failed to umount filesystem: Invalid argument")
-/// is not a warning for the user.
+/// An unmount that worked — by `fusermount3 -u` or by SIGTERM — logs nothing above INFO
+/// (the daemon does not try to unmount again a mount that is gone).
 #[test]
 fn an_unmount_that_worked_logs_nothing_alarming() {
     for by_signal in [false, true] {

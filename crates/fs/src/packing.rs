@@ -19,7 +19,7 @@ pub fn probe(backing: &Path) -> io::Result<Option<String>> {
 /// Why a location record of `len` bytes would cost a block of its own on this backing
 /// filesystem (or cannot be set at all), or `None` when it costs none.
 fn probe_len(backing: &Path, len: usize) -> io::Result<Option<String>> {
-    crate::with_probe_file(backing, "pack", |f| {
+    crate::backing_check::with_probe_file(backing, "pack", |f| {
         let st = FileStorage::new(f);
         match st.set_xattr(LOCATION_XATTR, &vec![0x5a; len]) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EPERM)) => {

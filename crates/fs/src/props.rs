@@ -177,7 +177,7 @@ pub fn parse(prop: Prop, raw: &[u8]) -> Result<Value, String> {
 pub fn format(v: &Value) -> String {
     match *v {
         Value::Codec(c) => c.to_string(),
-        Value::Shift(s) => crate::format_extent_size(s),
+        Value::Shift(s) => crate::sizes::format_extent_size(s),
         Value::Dict(id) => id.to_string(),
         Value::Rules(ref r) => r.to_string(),
         Value::Force => "on".into(),

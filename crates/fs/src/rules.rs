@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use squeezefs_codec::CodecSpec;
 
-use crate::parse_extent_size;
+use crate::sizes::parse_extent_size;
 
 /// Longest `rules` value accepted (a directory's xattr, a mount option), as given and in
 /// its canonical form (which `getfattr` shows and directories store).
@@ -344,7 +344,7 @@ impl fmt::Display for Settings {
             parts.push("force".into());
         }
         if let Some(s) = self.shift {
-            parts.push(format!("extent_size={}", crate::format_extent_size(s)));
+            parts.push(format!("extent_size={}", crate::sizes::format_extent_size(s)));
         }
         if let Some(d) = self.dict {
             parts.push(format!("dictionary={d}"));
