@@ -22,7 +22,13 @@
 //! were made now: the codec, extent size, dictionary and force it names become the file's own
 //! properties and its data is rewritten with them; a file already stored so is skipped.
 
-mod file;
+mod backing;
+mod copy;
+mod err;
+mod job;
+mod mounted;
+mod offline;
+mod props;
 mod stage;
 
 use std::fs::File;
@@ -36,10 +42,12 @@ use serde_json::json;
 use squeezefs_codec::CodecSpec;
 
 use crate::ui::{bytes_bar, human};
-use file::{
-    err, mounted, not_served, offline, offline_packs, rename_over, syncfs, temp_pid, Asked, Done, Job,
-    Packing,
-};
+use backing::{not_served, offline_packs};
+use copy::{rename_over, syncfs, temp_pid};
+use err::err;
+use job::{Asked, Done, Job, Packing};
+use mounted::mounted;
+use offline::offline;
 
 pub struct Args {
     pub paths: Vec<PathBuf>,
@@ -329,7 +337,7 @@ pub fn main(args: Args) -> Result<u8, String> {
             }
             // (An empty backing file may be a packed file: its size is in its record.)
             let size = if m.len() == 0 && !on_mount {
-                file::packed_len(&backing)
+                backing::packed_len(&backing)
             } else {
                 m.len()
             };
@@ -389,7 +397,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     // as its properties, so what is written to it later uses them.
                     if *on_mount {
                         job.note_own_mounted(&asked);
-                        file::set_asked(&job.path, &asked).map(|set| {
+                        mounted::set_asked(&job.path, &asked).map(|set| {
                             if set {
                                 Done::PropsSet
                             } else {
@@ -415,7 +423,7 @@ pub fn main(args: Args) -> Result<u8, String> {
                     .map_or(Ok(()), |st| st.finish())
                     .and_then(|()| rename_over(&tmp, &job.backing))
                     .map(|()| Done::Converted {
-                        packed: file::is_packed(&job.backing),
+                        packed: backing::is_packed(&job.backing),
                     })
                     .map_err(|e| {
                         let _ = std::fs::remove_file(&tmp);

@@ -1,0 +1,227 @@
+//! How an operation reaches a file's container: the shared one in memory
+//! ([`Files::with_container`], [`Files::change_data`]), one opened for the operation alone
+//! and dropped (`stateless`), or one opened now and kept like a lookup's (`with_kept`,
+//! rule 6); and the background pass's access ([`Files::scan`], [`Files::quiet`]).
+
+use std::sync::Arc;
+
+use fuser::Errno;
+use squeezefs_container::{Container, FileStorage, WriteBack};
+
+use super::commit::Ticketed;
+use super::state::{Closed, OpenFile};
+use super::Files;
+use crate::inode::Inode;
+use crate::sys;
+
+impl Files {
+    /// Runs `f` on the file's container: the shared one in memory (rule 2 of
+    /// [`state`](super::state) when nobody has it open), or a temporary one flushed and
+    /// closed afterwards. `f` must not change the file's data (that is
+    /// [`Files::change_data`]): times set explicitly are put back if it writes (rule 7).
+    pub fn with_container<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        self.run(inode, Change::None, f, what)
+    }
+
+    /// [`Files::with_container`] for a change of the file's data (a write, a truncate, an
+    /// fallocate): times set explicitly before it are forgotten (rule 7).
+    pub fn change_data<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        self.run(inode, Change::Data, f, what)
+    }
+
+    pub(super) fn run<T>(
+        &self,
+        inode: &Arc<Inode>,
+        change: Change,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        let changes_data = !matches!(change, Change::None);
+        let mut open = inode.file.open.lock().unwrap();
+        if changes_data {
+            // Rule 11. Returns at once: a writer's WRITE finds no store (none is taken while
+            // a writer exists), and a truncate came through `hold_spills` first.
+            open = self.wait_spills(inode, open);
+        }
+        if let Some(of) = open.as_mut() {
+            if matches!(change, Change::Data) {
+                of.times = of.times.forgotten(of.meta.is_set());
+            } else if matches!(change, Change::KernelWrite) {
+                // The kernel's mtime stays what it was until it sends another (rule 7):
+                // the backing file's, pinned before our write-out can move it.
+                if of.times.mtime.is_none() {
+                    if let Ok(st) = sys::fstat(of.container.storage().file()) {
+                        of.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
+                    }
+                }
+            } else if of.meta_waits() {
+                // Times, owner and mode waiting to go on the backing file go first: an
+                // fsync then makes them durable with the rest (rule 7).
+                self.keep_times(inode, of);
+            }
+            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
+            let mut queue = None;
+            let mut flushed = Ok(());
+            if r.is_ok() && of.handles == 0 && !of.container.commit_pending() {
+                match of.container.write_back() {
+                    Ok(WriteBack::Commit(t)) => {
+                        of.container.drop_cache();
+                        queue = Some(Ticketed::Commit(t));
+                    }
+                    // Replaced copies to remove after a sync: the group commit does it
+                    // (kept containers are not closed while they wait: `Kept::trim`).
+                    Ok(WriteBack::Settle(t)) => queue = Some(Ticketed::Settle(t)),
+                    Ok(WriteBack::Done) => {}
+                    Err(e) => flushed = Err(self.error(inode, "flush", e)),
+                }
+            }
+            self.keep_times(inode, of);
+            drop(open);
+            if let (Some(t), Some(ino)) = (queue, self.inodes.number(inode)) {
+                self.committer.push(ino, inode.clone(), t);
+            }
+            let r = r?;
+            flushed?;
+            return Ok(r);
+        }
+        drop(open);
+        let _private = inode.file.private.read().unwrap();
+        self.stateless(inode, f, what)
+    }
+
+    /// `f` on a container opened for it alone (the file has no state), flushed and dropped
+    /// afterwards; what its superblock says then is remembered for `stat`, even after an
+    /// error (the superblock may keep times by then). The caller holds
+    /// `FileState::private`, shared or exclusive (the background pass also holds the
+    /// file's lock, `open`, which this never takes).
+    fn stateless<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c)
+            .and_then(|r| c.flush().map(|()| r))
+            .map_err(|e| self.error(inode, what, e));
+        *inode.file.size.lock().unwrap() = Closed::of(&c);
+        r
+    }
+
+    /// The background pass's look at a file (`crate::background`): `f` on its container,
+    /// read only, with the pass's exclusion (`FileState::private`) and the file's lock held,
+    /// whether or not the file is in use. A file with no state gets a container for `f`
+    /// alone.
+    pub fn scan<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&Container<FileStorage>) -> T,
+    ) -> Result<T, Errno> {
+        let _private = inode.file.private.write().unwrap();
+        let open = inode.file.open.lock().unwrap();
+        if let Some(of) = open.as_ref() {
+            return Ok(f(&of.container));
+        }
+        // (`open` stays held: no state appears beside this container.)
+        self.stateless(inode, |c| Ok(f(c)), "look")
+    }
+
+    /// The background pass's access to a file (`crate::background`): `f` on its
+    /// container while nobody else can use it, or `None`, doing nothing, when the file is
+    /// in use: open (a writer, a reader, a lazy handle), holding bytes not written out, or
+    /// with a commit or settle queued. No handle can come while `f` runs (attaching takes
+    /// the file's lock), and no container of its own either (`FileState::private`). A file
+    /// with no state gets a container for `f` alone, dropped after it.
+    pub fn quiet<T>(
+        &self,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<Option<T>, Errno> {
+        let _private = inode.file.private.write().unwrap();
+        let mut open = inode.file.open.lock().unwrap();
+        if inode.file.lazy.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Ok(None);
+        }
+        if let Some(of) = open.as_mut() {
+            let c = &of.container;
+            if of.handles > 0 || c.dirty_bytes() > 0 || c.commit_pending() || c.settle_pending() {
+                return Ok(None);
+            }
+            let r = f(&mut of.container).map_err(|e| self.error(inode, what, e));
+            self.keep_times(inode, of);
+            if of.container.needs_reopen() {
+                // A relayout's switch failed half way: only the disk says which layout is
+                // current. Nothing is held (no handle, nothing dirty or queued), so the
+                // state goes and the next use opens the file again. What `stat` remembers
+                // of the closed file goes too: it came from memory, or from before.
+                *inode.file.size.lock().unwrap() = None;
+                *open = None;
+            }
+            return r.map(Some);
+        }
+        // (`open` stays held: no state appears beside this container.)
+        self.stateless(inode, f, what).map(Some)
+    }
+
+    /// `f` on a container opened now for a file with no state; its size is remembered and
+    /// the container kept like a lookup's (rule 6) for the `open` or READ that follows.
+    pub(super) fn with_kept<T>(
+        &self,
+        ino: u64,
+        inode: &Arc<Inode>,
+        f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
+        what: &str,
+    ) -> Result<T, Errno> {
+        // Until the container is a state (or dropped): what it knows of the halves must
+        // not go stale under a background pass.
+        let _private = inode.file.private.read().unwrap();
+        let mut c = self.open_container(inode)?;
+        let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
+        *inode.file.size.lock().unwrap() = Closed::of(&c);
+        self.keep_idle(ino, inode, c);
+        Ok(r)
+    }
+
+    /// Keeps a container opened for a lookup, closing the oldest kept one beyond
+    /// [`IDLE_MAX`](super::IDLE_MAX) (unless it was opened or queued meanwhile: rule 6).
+    fn keep_idle(&self, ino: u64, inode: &Arc<Inode>, c: Container<FileStorage>) {
+        {
+            let mut open = inode.file.open.lock().unwrap();
+            if open.is_some() {
+                return;
+            }
+            *open = Some(OpenFile::new(c, 0, 0));
+        }
+        self.idle
+            .queue
+            .lock()
+            .unwrap()
+            .push_back((ino, Arc::downgrade(inode)));
+        self.idle
+            .trim(self.idle.max.load(std::sync::atomic::Ordering::Relaxed));
+    }
+}
+
+/// What a call on a file's container changes, for its times (rule 7).
+#[derive(Clone, Copy)]
+pub(super) enum Change {
+    /// Nothing: times set and not on the backing file yet go on it first.
+    None,
+    /// The data (a truncate, an fallocate): times set explicitly are forgotten.
+    Data,
+    /// The data, by a WRITE of the kernel's writeback cache: the kernel keeps the file's
+    /// mtime and sends a new one (SETATTR) whenever its own moved, so the times are kept,
+    /// the backing file's mtime pinned when none is set.
+    KernelWrite,
+}

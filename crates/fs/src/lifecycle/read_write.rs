@@ -1,0 +1,85 @@
+//! READ and WRITE through the lifecycle: a write written out at once when asked (rule
+//! 10), a read through the file's state or a container kept for the reads that follow (rule
+//! 9), with the rest of its extent to spill (rule 11), and the end of a reader.
+
+use std::sync::Arc;
+
+use fuser::Errno;
+
+use super::access::Change;
+use super::{Files, Spill};
+use crate::inode::Inode;
+use crate::readahead;
+
+impl Files {
+    /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
+    /// last one included, so that an error reaches this WRITE rather than the write-out at
+    /// the last close, which nobody waits for (rule 10). A file with no handle is written
+    /// back by [`Files::change_data`] anyway (rule 2).
+    pub fn write(&self, inode: &Arc<Inode>, offset: u64, data: &[u8], write_out: bool) -> Result<(), Errno> {
+        let change = if self.read_only {
+            Change::Data
+        } else {
+            Change::KernelWrite
+        };
+        self.run(inode, change, |c| c.write(offset, data), "write")?;
+        if !write_out {
+            return Ok(());
+        }
+        let mut open = inode.file.open.lock().unwrap();
+        let Some(of) = open.as_mut().filter(|of| of.handles > 0) else {
+            return Ok(());
+        };
+        // A superblock this leaves pending is committed after the last close's write-back
+        // (rule 1), which finds it.
+        let written = of.container.write_back().map(|_| ());
+        self.keep_times(inode, of);
+        written.map_err(|e| self.error(inode, "write-out", e))
+    }
+
+    /// A READ on a mount with no OPEN (and so no RELEASE) ended at `end`: at the end of the
+    /// file, its reader is taken as done, as a close would ([`Files::release_lazy`]): the
+    /// extent cache the read-ahead grew goes back to its usual budget.
+    pub fn read_to(&self, inode: &Arc<Inode>, end: u64) {
+        if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+            if of.container.size().is_ok_and(|size| end >= size) {
+                readahead::finish(of);
+            }
+        }
+    }
+
+    /// A read: through the file's state, or, with none (a lazy handle's first READ, rule
+    /// 9), through a container opened now and kept like a lookup's for the READs that
+    /// follow. With the bytes, for a READ that does not continue a sequential stream (whose
+    /// next extents the kernel asks for whole, and the read-ahead decodes ahead), the rest
+    /// of its extent to hand the kernel (rule 11), when `may_spill` (memory) allows.
+    pub fn read(
+        &self,
+        ino: u64,
+        inode: &Arc<Inode>,
+        offset: u64,
+        size: usize,
+        may_spill: impl FnOnce() -> bool,
+    ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
+        let open = inode.file.open.lock().unwrap();
+        let (data, streamed) = if open.is_some() {
+            let open = self.ahead.wait_for(inode, open, offset, size);
+            drop(open);
+            let data = self.with_container(inode, |c| c.read(offset, size), "read")?;
+            (data, true)
+        } else {
+            drop(open);
+            let data = self.with_kept(ino, inode, |c| c.read(offset, size), "read")?;
+            (data, false)
+        };
+        let mut open = inode.file.open.lock().unwrap();
+        let spill = open.as_mut().and_then(|of| {
+            let sequential = of.stream.continues(offset, data.len() as u64);
+            if streamed {
+                self.ahead.after_read(inode, of, offset, data.len());
+            }
+            (!sequential).then(|| self.spill(inode, of, offset, data.len(), may_spill))?
+        });
+        Ok((data, spill))
+    }
+}
