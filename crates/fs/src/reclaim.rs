@@ -219,6 +219,18 @@ impl Reclaimer {
         last
     }
 
+    /// A round asked for (`setxattr user.squeezefs.reclaim` on the root, which `squeezefs
+    /// compress` does at its end on a mount): the packs both lanes append to are retired
+    /// first, so the garbage the files just rewritten left in the pack in use is reclaimed
+    /// now, not once that pack is full or the mount ends. `commit_now` runs first: it
+    /// writes the records of closed files, whose slots keep their pack out of a round.
+    pub fn asked_round(&self, commit_now: impl FnOnce()) -> LastRound {
+        commit_now();
+        self.packs.retire(Lane::Written);
+        self.packs.retire(Lane::Repacked);
+        self.round()
+    }
+
     fn run(&self) -> Result<Option<Reclaimed>, String> {
         self.kept.close_all();
         let only = self.packs.reclaimable().map_err(|e| e.to_string())?;

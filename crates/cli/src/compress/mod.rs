@@ -193,6 +193,8 @@ pub fn main(args: Args) -> Result<u8, String> {
     let mut pack_dirs = std::collections::BTreeSet::new();
     // Backing directories handled whole (offline), with their packs.
     let mut whole = Vec::new();
+    // Mounts that pack: a reclaim round is asked of each at the end.
+    let mut packing_mounts = std::collections::BTreeSet::new();
     // Files already listed, across all PATHs (`compress /mnt/h1 /mnt/h2`: one inode once).
     let mut seen = std::collections::HashSet::new();
     for p in &args.paths {
@@ -246,6 +248,7 @@ pub fn main(args: Args) -> Result<u8, String> {
         };
         if let (Packing::Mount(true), Some(root)) = (&packs, &loc.root) {
             pack_dirs.insert(root.join(squeezefs_container::pack::dir::DIR_NAME));
+            packing_mounts.extend(loc.mount.clone());
         }
         let top = if on_mount {
             p.canonicalize().map_err(|e| err(p, e))?
@@ -498,6 +501,18 @@ pub fn main(args: Args) -> Result<u8, String> {
             Err(e) => {
                 s.failed += 1;
                 pb.suspend(|| eprintln!("squeezefs compress: {}: {e}", root.display()));
+            }
+        }
+    }
+    // On a mount, the daemon reclaims (its pack in use retired first, so the garbage the
+    // rewrites just left there goes now rather than at the unmount).
+    for mnt in &packing_mounts {
+        pb.set_message(format!("reclaiming garbage in {}", mnt.display()));
+        match mounted::reclaim_round(mnt) {
+            Ok(freed) => s.reclaimed += freed,
+            Err(e) => {
+                s.failed += 1;
+                pb.suspend(|| eprintln!("squeezefs compress: {e}"));
             }
         }
     }

@@ -1,6 +1,6 @@
 //! `squeezefs compress` on a mount, through the daemon: one file rewritten in place (the
 //! `user.squeezefs.rewrite` request, in pieces) or copied through the mount and renamed
-//! over it; and the properties an empty file gets.
+//! over it; the properties an empty file gets; and the pack reclaim round asked at the end.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -169,4 +169,19 @@ pub(super) fn mounted(args: &Asked, job: &Job, pb: &indicatif::ProgressBar) -> R
     Ok(Done::Converted {
         packed: is_packed(&job.backing),
     })
+}
+
+/// Asks the daemon of the mount at `mnt` for a pack reclaim round now
+/// (`user.squeezefs.reclaim` on its root), which retires the packs in use first: files
+/// rewritten out of packs left their old bytes as garbage in the pack the mount appends to.
+/// Returns the bytes it freed.
+pub(super) fn reclaim_round(mnt: &Path) -> Result<u64, String> {
+    let root = File::open(mnt).map_err(|e| err(mnt, e))?;
+    let name = cstring(props::RECLAIM);
+    sys::xattr_set(&root, &name, b"1", 0).map_err(|e| err(mnt, format!("pack reclaim round: {e}")))?;
+    let last =
+        sys::xattr_get(&root, &name, 4096).map_err(|e| err(mnt, format!("pack reclaim round: {e}")))?;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&last).map_err(|e| err(mnt, format!("pack reclaim round: {e}")))?;
+    Ok(doc["bytes_freed"].as_u64().unwrap_or(0))
 }

@@ -176,6 +176,12 @@ impl Files {
 
     /// `f` on a container opened now for a file with no state; its size is remembered and
     /// the container kept like a lookup's (rule 6) for the `open` or READ that follows.
+    ///
+    /// The file's lock (`open`) is held from the opening to the keeping: any other call on
+    /// the file meanwhile waits, then finds this container as the file's state. (It was
+    /// taken only to keep the container: a `run` on the file in between found no state
+    /// and opened a second container, whose change — kept times dropped by a chmod — the
+    /// first did not see, and `stat` showed the stale kept change time from then on.)
     pub(super) fn with_kept<T>(
         &self,
         ino: u64,
@@ -185,24 +191,22 @@ impl Files {
     ) -> Result<T, Errno> {
         // Until the container is a state (or dropped): what it knows of the halves must
         // not go stale under a background pass.
-        let _private = inode.file.private.read().unwrap();
+        let private = inode.file.private.read().unwrap();
+        let mut open = inode.file.open.lock().unwrap();
+        if open.is_some() {
+            // A state came since the caller looked: it is the file's container.
+            drop(open);
+            drop(private);
+            return self.with_container(inode, f, what);
+        }
         let mut c = self.open_container(inode)?;
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
+        #[cfg(test)]
+        tests_pause::at(inode);
         *inode.file.size.lock().unwrap() = Closed::of(&c);
-        self.keep_idle(ino, inode, c);
-        Ok(r)
-    }
-
-    /// Keeps a container opened for a lookup, closing the oldest kept one beyond
-    /// [`IDLE_MAX`](super::IDLE_MAX) (unless it was opened or queued meanwhile: rule 6).
-    fn keep_idle(&self, ino: u64, inode: &Arc<Inode>, c: Container<FileStorage>) {
-        {
-            let mut open = inode.file.open.lock().unwrap();
-            if open.is_some() {
-                return;
-            }
-            *open = Some(OpenFile::new(c, 0, 0));
-        }
+        *open = Some(OpenFile::new(c, 0, 0));
+        drop(open);
+        drop(private);
         self.idle
             .queue
             .lock()
@@ -210,6 +214,42 @@ impl Files {
             .push_back((ino, Arc::downgrade(inode)));
         self.idle
             .trim(self.idle.max.load(std::sync::atomic::Ordering::Relaxed));
+        Ok(r)
+    }
+}
+
+/// Tests: a pause in [`Files::with_kept`] between opening its container and keeping it,
+/// for one inode (the window a call of the file from another thread raced into).
+#[cfg(test)]
+pub(super) mod tests_pause {
+    use std::sync::{mpsc, Arc, Mutex};
+
+    use crate::inode::Inode;
+
+    /// The inode (its address) whose `with_kept` pauses, and whom to tell it has.
+    static PAUSE: Mutex<Option<(usize, mpsc::Sender<()>)>> = Mutex::new(None);
+
+    /// From now on `with_kept` of `inode` pauses for `PAUSE_FOR` after opening its
+    /// container, and says so on the returned channel.
+    pub fn arm(inode: &Arc<Inode>) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
+        *PAUSE.lock().unwrap() = Some((Arc::as_ptr(inode) as usize, tx));
+        rx
+    }
+
+    pub const PAUSE_FOR: std::time::Duration = std::time::Duration::from_millis(300);
+
+    pub(in crate::lifecycle) fn at(inode: &Arc<Inode>) {
+        let tx = PAUSE
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|(p, _)| *p == Arc::as_ptr(inode) as usize)
+            .map(|(_, tx)| tx.clone());
+        if let Some(tx) = tx {
+            let _ = tx.send(());
+            std::thread::sleep(PAUSE_FOR);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The containers kept after a lookup (rule 6 of [`state`](super::state)): the queue, its
-//! size, and closing the oldest. Filled by `Files::keep_idle` (`access.rs`).
+//! size, and closing the oldest. Filled by `Files::with_kept` (`access.rs`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};

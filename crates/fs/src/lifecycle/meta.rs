@@ -76,6 +76,8 @@ impl Files {
     /// its own, without root) or that refuses changes (append-only, immutable), or one
     /// whose attributes cannot be read. What is left to wait for is only ever a chown to
     /// the owner the file has (whose effect is the change time) and plain permission bits.
+    /// A deferral hands back the backing file's attributes it read, for the reply
+    /// ([`Deferred::Waits`]).
     pub fn defer_meta(
         &self,
         inode: &Arc<Inode>,
@@ -83,27 +85,27 @@ impl Files {
         owner: (Option<u32>, Option<u32>),
         no_acl: bool,
         as_root: bool,
-    ) -> Result<bool, Errno> {
+    ) -> Result<Deferred, Errno> {
         if !no_acl || mode.is_some_and(|m| m & (libc::S_ISUID | libc::S_ISGID) != 0) {
-            return Ok(false);
+            return Ok(Deferred::No);
         }
         let mut open = inode.file.open.lock().unwrap();
         let Some(of) = open.as_mut().filter(|of| of.writers > 0) else {
-            return Ok(false);
+            return Ok(Deferred::No);
         };
-        let Ok((st_mode, st_uid, st_gid, fixed)) = sys::mode_owner_fixed(of.container.storage().file())
-        else {
-            return Ok(false);
+        let Ok((st, fixed)) = sys::stat_and_fixed(of.container.storage().file()) else {
+            return Ok(Deferred::No);
         };
+        let (st_mode, st_uid, st_gid) = (st.st_mode, st.st_uid, st.st_gid);
         if fixed || !(as_root || st_uid == sys::euid()) {
-            return Ok(false);
+            return Ok(Deferred::No);
         }
         let (now_mode, uid, gid) = of.meta.over_parts(st_mode, st_uid, st_gid);
         let chown = owner.0.is_some() || owner.1.is_some();
         if chown {
             let same = owner.0.is_none_or(|u| u == uid) && owner.1.is_none_or(|g| g == gid);
             if !same || now_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-                return Ok(false);
+                return Ok(Deferred::No);
             }
         }
         // Times kept for `stat` are no longer the file's (its next superblock has none; a
@@ -114,8 +116,10 @@ impl Files {
         if kept.is_some() && of.container.forget_kept_times().is_err() {
             // (A record that cannot be written again now: the change is made at once
             // instead, and `drop_kept_times` says why.)
-            return Ok(false);
+            return Ok(Deferred::No);
         }
+        // Forgetting kept times wrote to the backing file: what was read before is stale.
+        let st = kept.is_none().then_some(st);
         if chown {
             of.meta.owner = Some((uid, gid));
         }
@@ -126,7 +130,7 @@ impl Files {
         if let Some(mtime) = kept.and_then(|k| k.mtime) {
             of.times.mtime = of.times.mtime.or(Some((mtime.0, i64::from(mtime.1))));
         }
-        Ok(true)
+        Ok(Deferred::Waits(st))
     }
 
     /// The owner, mode and times waiting in memory for `inode` go on the backing file now
@@ -143,6 +147,24 @@ impl Files {
     /// (a failure is logged and kept for the next fsync: `commit::lost_meta`).
     pub fn keep_times(&self, inode: &Arc<Inode>, of: &mut OpenFile) {
         keep_times(&self.inodes, inode, of);
+    }
+}
+
+/// What [`Files::defer_meta`] did.
+pub enum Deferred {
+    /// Nothing: the change is to be made on the backing file now.
+    No,
+    /// The change waits in memory. The backing file's attributes as read for the decision
+    /// (`None` when the decision itself wrote to the file): with what waits laid over them
+    /// (`attr_with`), they are what `stat` shows now.
+    Waits(Option<sys::Stat>),
+}
+
+#[cfg(test)]
+impl Deferred {
+    /// Whether the change waits in memory.
+    pub fn waits(&self) -> bool {
+        matches!(self, Deferred::Waits(_))
     }
 }
 

@@ -40,6 +40,7 @@ use crate::readahead::ReadAhead;
 pub use behind::WriteBehind;
 use commit::Committer;
 pub use kept::{Kept, IDLE_MAX};
+pub use meta::Deferred;
 pub use spill::Spill;
 
 /// The lifecycle of every regular file's container (see [`state`] for the rules).

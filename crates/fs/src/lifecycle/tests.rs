@@ -10,7 +10,7 @@ use std::sync::Arc;
 use squeezefs_container::{Container, FileStorage, Options};
 use squeezefs_testdata::text;
 
-use super::{Files, IDLE_MAX};
+use super::{Deferred, Files, IDLE_MAX};
 use crate::inode::{Inode, Inodes};
 use crate::sys;
 
@@ -416,27 +416,49 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
     let md = std::fs::metadata(b.dir.join("f")).unwrap();
     let me = (Some(md.uid()), Some(md.gid()));
     // No writer: done by the caller.
-    assert!(!b.files.defer_meta(&inode, Some(0o600), me, true, false).unwrap());
+    assert!(!b
+        .files
+        .defer_meta(&inode, Some(0o600), me, true, false)
+        .unwrap()
+        .waits());
     b.files.attach(&inode, false, true).unwrap();
     // A possible ACL, setuid/setgid bits, another owner: done by the caller.
     assert!(!b
         .files
         .defer_meta(&inode, Some(0o600), (None, None), false, false)
-        .unwrap());
+        .unwrap()
+        .waits());
     assert!(!b
         .files
         .defer_meta(&inode, Some(0o4755), (None, None), true, false)
-        .unwrap());
+        .unwrap()
+        .waits());
     assert!(!b
         .files
         .defer_meta(&inode, None, (Some(md.uid() + 1), None), true, false)
-        .unwrap());
-    // The owner it has, then a plain mode: they wait.
-    assert!(b.files.defer_meta(&inode, None, me, true, false).unwrap());
+        .unwrap()
+        .waits());
+    // The owner it has, then a plain mode: they wait, and the attributes read for the
+    // decision come back for the reply (no second call on the backing file).
+    match b.files.defer_meta(&inode, None, me, true, false).unwrap() {
+        Deferred::Waits(Some(st)) => {
+            assert_eq!(
+                (st.st_ino, st.st_mode, st.st_uid),
+                (md.ino(), md.mode(), md.uid())
+            );
+            assert_eq!(
+                (st.st_size, st.st_mtime, st.st_mtime_nsec),
+                (md.size() as i64, md.mtime(), md.mtime_nsec())
+            );
+            assert_eq!(st.st_dev, md.dev());
+        }
+        _ => panic!("a chown to the owner it has waits, with the attributes read"),
+    }
     assert!(b
         .files
         .defer_meta(&inode, Some(0o751), (None, None), true, false)
-        .unwrap());
+        .unwrap()
+        .waits());
     let (_, times, meta) = b.files.size_and_times(ino, &inode).unwrap();
     assert_eq!(meta.mode, Some(0o751));
     assert_eq!(meta.owner, Some((md.uid(), md.gid())));
@@ -447,13 +469,18 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
         .change_data(&inode, |c| c.write(0, b"data"), "write")
         .unwrap();
     assert_eq!(mode_on_disk(), 0o751, "our next call on the file put them there");
-    assert!(b.files.defer_meta(&inode, Some(0o640), me, true, false).unwrap());
+    assert!(b
+        .files
+        .defer_meta(&inode, Some(0o640), me, true, false)
+        .unwrap()
+        .waits());
     b.files.apply_meta(&inode);
     assert_eq!(mode_on_disk(), 0o640, "apply_meta puts them there at once");
     assert!(b
         .files
         .defer_meta(&inode, Some(0o600), (None, None), true, false)
-        .unwrap());
+        .unwrap()
+        .waits());
     b.files.release(ino, &inode, true).unwrap();
     assert_eq!(mode_on_disk(), 0o600, "the last close puts them there");
     b.files.commit_now();
@@ -563,7 +590,8 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
     assert!(b
         .files
         .defer_meta(&inode, Some(0o600), (None, None), true, false)
-        .unwrap());
+        .unwrap()
+        .waits());
     std::thread::sleep(std::time::Duration::from_millis(20));
     round(&b);
     assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
@@ -573,5 +601,90 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
     b.files.idle.close_all();
     assert_eq!(shown(&b), None, "the chmod's ctime, not one kept from before it");
     assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
+    assert_eq!(b.on_disk_packed(&packs, "f"), data);
+}
+
+/// `stat` of a closed file opens a container and keeps it (`with_kept`), while a change of
+/// metadata of the same file drops the change time its record keeps: the change must be
+/// made on the container `stat` keeps, never on a second one beside it, or `stat` goes on
+/// showing the dropped time (issue 43, review E of issue 30: the two were both opened
+/// while `with_kept` held only the pass's exclusion).
+#[test]
+fn a_change_racing_a_stat_that_opens_the_file_is_not_lost() {
+    use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
+    use squeezefs_container::pack::record::read_record;
+    use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
+    use squeezefs_container::Storage;
+    let mut b = backing("kept-race");
+    let packs = Arc::new(Packs::new(Box::new(FsPackDir::new(&b.dir, true)), true, 1 << 20).unwrap());
+    packs.set_keep_ctime(true);
+    b.files = Files::new(
+        b.inodes.clone(),
+        Options {
+            packs: Some(packs.clone()),
+            ..Options::default()
+        },
+        false,
+    );
+    let (ino, inode) = b.file("f");
+    let data = text(3000);
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.commit_now();
+    b.files.idle.close_all();
+    let backing = || FileStorage::new(std::fs::File::open(b.dir.join("f")).unwrap());
+    // A reclaim round moves the closed file: its record keeps the change time it showed,
+    // and what `stat` remembered of it is no longer current.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let loc = read_record(&backing()).unwrap().unwrap();
+    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
+    let live = [LiveFile {
+        name: "f".into(),
+        loc,
+        id: backing().identity().unwrap(),
+        target: None,
+    }];
+    let r = reclaim(
+        &packs,
+        &packs.reclaimable().unwrap(),
+        &live,
+        &mut Garbage,
+        |_| {
+            Ok(FileStorage::new(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(b.dir.join("f"))?,
+            ))
+        },
+        |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        Settle::default,
+    )
+    .unwrap();
+    assert_eq!(r.files_moved, 1);
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
+    assert_eq!(state(&inode), None);
+    let shown = |b: &Backing| b.files.size_and_times(ino, &inode).unwrap().1.ctime;
+
+    // `stat` opens the file; while its container is open, a chmod's first step drops the
+    // kept change time.
+    let paused = super::access::tests_pause::arm(&inode);
+    std::thread::scope(|s| {
+        let stat = s.spawn(|| shown(&b));
+        paused
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("stat opened the file");
+        b.files.drop_kept_times(&inode).unwrap();
+        stat.join().unwrap();
+    });
+    assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 56);
+    assert_eq!(shown(&b), None, "the dropped change time is not shown");
+    b.files.idle.close_all();
+    assert_eq!(
+        shown(&b),
+        None,
+        "nor remembered once the kept container is closed"
+    );
     assert_eq!(b.on_disk_packed(&packs, "f"), data);
 }

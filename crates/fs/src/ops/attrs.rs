@@ -13,6 +13,7 @@ use super::Core;
 use super::Who;
 use crate::creds;
 use crate::inode::Inode;
+use crate::lifecycle::Deferred;
 use crate::sys;
 
 /// What `setattr` was asked to change.
@@ -162,12 +163,15 @@ impl Core {
             // of `lifecycle::state`); whatever waits goes first when they cannot.
             let no_acl = inode.no_xattrs.has(NO_ACCESS_ACL);
             let only_meta = a.size.is_none() && a.atime.is_none() && a.mtime.is_none();
-            if only_meta
-                && self
+            if only_meta {
+                match self
                     .files
                     .defer_meta(&inode, a.mode, owner, no_acl, self.as_root)?
-            {
-                return self.attr(ino.0, &inode);
+                {
+                    Deferred::Waits(Some(st)) => return self.attr_with(ino.0, &inode, &st),
+                    Deferred::Waits(None) => return self.attr(ino.0, &inode),
+                    Deferred::No => {}
+                }
             }
             self.files.apply_meta(&inode);
         }

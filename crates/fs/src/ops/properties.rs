@@ -245,14 +245,15 @@ impl Core {
 }
 
 impl Core {
-    /// `setxattr user.squeezefs.reclaim` on the root: a pack reclaim round now (the
-    /// caller waits for it). For root and the daemon's own user.
+    /// `setxattr user.squeezefs.reclaim` on the root: a pack reclaim round now, the packs
+    /// in use retired first (`Reclaimer::asked_round`; the caller waits for it). For root
+    /// and the daemon's own user.
     pub(super) fn reclaim_now(&self, req: &Who) -> Result<(), Errno> {
         if req.uid() != 0 && req.uid() != sys::euid() {
             return Err(Errno::EPERM);
         }
         let r = self.reclaimer.as_ref().ok_or(Errno::ENOTSUP)?;
-        match r.round().error {
+        match r.asked_round(|| self.files.commit_now()).error {
             Some(e) => {
                 warn!("pack reclaim requested on the root failed: {e}");
                 Err(Errno::EIO)

@@ -205,9 +205,10 @@ pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
     cvt(unsafe { libc::chmod(p.as_ptr(), mode) }).map(drop)
 }
 
-/// A file's mode, owner, group and whether it is append-only or immutable (`statx`), as a
-/// chmod or chown that is to wait in memory must know them (`Files::defer_meta`).
-pub fn mode_owner_fixed(file: &std::fs::File) -> io::Result<(u32, u32, u32, bool)> {
+/// A file's attributes and whether it is append-only or immutable, in one `statx`, as a
+/// chmod or chown that is to wait in memory must know them (`Files::defer_meta`), whose
+/// reply is then made from the same attributes (no second call).
+pub fn stat_and_fixed(file: &std::fs::File) -> io::Result<(Stat, bool)> {
     use std::os::fd::AsRawFd;
     let mut stx = std::mem::MaybeUninit::<libc::statx>::uninit();
     // SAFETY: the kernel writes a whole `struct statx` into `stx` on success (checked by
@@ -218,7 +219,7 @@ pub fn mode_owner_fixed(file: &std::fs::File) -> io::Result<(u32, u32, u32, bool
             file.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_MODE | libc::STATX_UID | libc::STATX_GID,
+            libc::STATX_BASIC_STATS,
             stx.as_mut_ptr(),
         )
     })?;
@@ -226,12 +227,30 @@ pub fn mode_owner_fixed(file: &std::fs::File) -> io::Result<(u32, u32, u32, bool
     let stx = unsafe { stx.assume_init() };
     let fixed = (libc::STATX_ATTR_APPEND | libc::STATX_ATTR_IMMUTABLE) as u64;
     let known = stx.stx_attributes_mask & fixed == fixed;
-    Ok((
-        u32::from(stx.stx_mode),
-        stx.stx_uid,
-        stx.stx_gid,
-        !known || stx.stx_attributes & fixed != 0,
-    ))
+    Ok((stat_of(&stx), !known || stx.stx_attributes & fixed != 0))
+}
+
+/// The `struct stat` that `fstat` would have given for the attributes `stx` holds.
+fn stat_of(stx: &libc::statx) -> Stat {
+    // SAFETY: `struct stat` is plain integers: all-zero is a valid value of it.
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    st.st_dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    st.st_ino = stx.stx_ino;
+    st.st_mode = u32::from(stx.stx_mode);
+    st.st_nlink = stx.stx_nlink as _;
+    st.st_uid = stx.stx_uid;
+    st.st_gid = stx.stx_gid;
+    st.st_rdev = libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor);
+    st.st_size = stx.stx_size as i64;
+    st.st_blksize = stx.stx_blksize as _;
+    st.st_blocks = stx.stx_blocks as i64;
+    st.st_atime = stx.stx_atime.tv_sec;
+    st.st_atime_nsec = i64::from(stx.stx_atime.tv_nsec);
+    st.st_mtime = stx.stx_mtime.tv_sec;
+    st.st_mtime_nsec = i64::from(stx.stx_mtime.tv_nsec);
+    st.st_ctime = stx.stx_ctime.tv_sec;
+    st.st_ctime_nsec = i64::from(stx.stx_ctime.tv_nsec);
+    st
 }
 
 /// chmod of a file open for I/O (not an O_PATH fd: that is [`chmod`]).
