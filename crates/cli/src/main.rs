@@ -117,7 +117,10 @@ enum Cmd {
                       is copied into a new container beside it and renamed over it. Interrupting \
                       is safe: each file is left old or new. With --codec the files also get it \
                       as their compression property, so later writes use it too. Files already \
-                      as asked are skipped, so an interrupted run can simply be run again.\n\n\
+                      as asked are skipped, so an interrupted run can simply be run again. \
+                      Small files rewritten out of their packs leave their old bytes there as \
+                      garbage: at the end, compress reclaims it (on a mount, it asks the daemon \
+                      for a round; offline, as `check --repair` does).\n\n\
                       Compression rules (the `rules` property of directories, the mount option \
                       `rules=`) apply to files when they are made, by name; files written before \
                       the rules were set, or renamed since, keep what they were written with. \
