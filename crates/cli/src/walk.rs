@@ -1,17 +1,22 @@
 //! Walking a directory tree without following symlinks (shared by `check`, `stats` and
-//! `property set -r`), leaving out squeezefs's own directories and lock file.
+//! `property set -r`), leaving out squeezefs's own directories and lock file. The caller's
+//! own directories that refuse it (mode 0: a squeezefs without root keeps them) are listed
+//! and their entries stat-ed by the owner-access rule, as the daemon's pack walk does.
 
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
+
+use squeezefs_container::{dir_names_as_owner, symlink_metadata_as_owner};
 
 /// A backing directory's dictionary directory (`.squeezefs-dicts` holding only dictionary
 /// files): not data, so tools that walk a backing tree leave it alone.
 fn is_dict_dir(path: &Path) -> bool {
     path.file_name()
         .is_some_and(|n| n == squeezefs_container::dicts::DIR_NAME)
-        && std::fs::read_dir(path).is_ok_and(|rd| {
-            rd.flatten()
-                .all(|e| e.file_name().to_str().is_some_and(|n| n.contains(".zdict")))
+        && dir_names_as_owner(path).is_ok_and(|names| {
+            names
+                .iter()
+                .all(|n| n.to_str().is_some_and(|n| n.contains(".zdict")))
         })
 }
 
@@ -20,10 +25,9 @@ fn is_dict_dir(path: &Path) -> bool {
 pub fn is_pack_dir(path: &Path) -> bool {
     use squeezefs_container::pack::dir::{parse_name, DIR_NAME, PROBE_PREFIX};
     path.file_name().is_some_and(|n| n == DIR_NAME)
-        && std::fs::read_dir(path).is_ok_and(|rd| {
-            rd.flatten().all(|e| {
-                e.file_name()
-                    .to_str()
+        && dir_names_as_owner(path).is_ok_and(|names| {
+            names.iter().all(|n| {
+                n.to_str()
                     .is_some_and(|n| parse_name(n).is_some() || n.starts_with(PROBE_PREFIX))
             })
         })
@@ -54,11 +58,10 @@ pub fn entries_and_packs(root: &Path) -> Result<(Entries, Vec<PathBuf>), String>
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
-            let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let names = dir_names_as_owner(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for name in names {
+            let path = dir.join(name);
+            let meta = symlink_metadata_as_owner(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             if meta.is_dir() {
                 if is_pack_dir(&path) {
                     packs.push(dir.clone());

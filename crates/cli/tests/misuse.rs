@@ -275,6 +275,30 @@ fn compress_counts_what_it_packed() {
     );
 }
 
+/// Runs the shell `script` as the user `tests`; it must succeed.
+fn sh_as_tests(script: &str) {
+    let out = common::as_tests(&["sh", "-c", script]);
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// On a mount of `d` by the user `tests` (without root), runs `make` in the mount, lets the
+/// daemon write it out and commit it (`sync`, then 2.5 s), runs `then` in the mount, and
+/// unmounts. Returns the mount point.
+fn tree_as_tests(d: &Path, make: &str, then: &str) -> String {
+    common::open_to_others(d);
+    let m = Mount::as_user(d, "", "tests");
+    let mnt = m.mnt.display().to_string();
+    sh_as_tests(&format!("cd {mnt} && {make} && sync"));
+    std::thread::sleep(Duration::from_millis(2500));
+    sh_as_tests(&format!("cd {mnt} && {then}"));
+    m.unmount();
+    mnt
+}
+
 /// A mount without root whose tree holds the user's own mode-0 file and mode-0 directories
 /// (with packed files in them, some deleted: garbage to reclaim) unmounts quietly: the
 /// unmount's pack walk reads them with the owner-access rule the daemon already has, and
@@ -283,26 +307,14 @@ fn compress_counts_what_it_packed() {
 fn a_non_root_unmount_with_mode_0_files_and_directories_logs_nothing_alarming() {
     common::require_root("prepares the user `tests` (CI runs as root)");
     let d = scratch("mode0-unmount");
-    common::open_to_others(&d);
-    let m = Mount::as_user(&d, "", "tests");
-    let sh = |script: &str| {
-        let out = common::as_tests(&["sh", "-c", script]);
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let mnt = m.mnt.display().to_string();
-    sh(&format!(
-        "cd {mnt} && mkdir -p d e/deep && echo hello > d/f && echo x > g && echo y > e/h && \
-         echo z > e/deep/i && for i in 1 2 3 4 5 6 7 8; do echo $i > e/deep/x$i; done"
-    ));
     // Written out and committed, then most of e/deep deleted: its pack is mostly garbage.
-    sh(&format!("cd {mnt} && cat e/deep/i >/dev/null && sync"));
-    std::thread::sleep(Duration::from_millis(2500));
-    sh(&format!("cd {mnt} && rm e/deep/x* && chmod 0 d/f g e/deep e"));
-    m.unmount();
+    let mnt = tree_as_tests(
+        &d,
+        "mkdir -p d e/deep && echo hello > d/f && echo x > g && echo y > e/h && \
+         echo z > e/deep/i && for i in 1 2 3 4 5 6 7 8; do echo $i > e/deep/x$i; done && \
+         cat e/deep/i >/dev/null",
+        "rm e/deep/x* && chmod 0 d/f g e/deep e",
+    );
     let log = fs::read_to_string(d.join("daemon.log")).unwrap();
     let alarming = common::alarming(&log);
     assert!(alarming.is_empty(), "{alarming:?}");
@@ -315,6 +327,63 @@ fn a_non_root_unmount_with_mode_0_files_and_directories_logs_nothing_alarming() 
         assert_eq!(fs::symlink_metadata(b.join(p)).unwrap().mode() & 0o7777, 0, "{p}");
     }
     let m = Mount::as_user(&d, "", "tests");
-    sh(&format!("cd {mnt} && chmod 700 e e/deep && chmod 600 g && test \"$(cat e/h e/deep/i g)\" = \"$(printf 'y\\nz\\nx')\""));
+    sh_as_tests(&format!("cd {mnt} && chmod 700 e e/deep && chmod 600 g && test \"$(cat e/h e/deep/i g)\" = \"$(printf 'y\\nz\\nx')\""));
     m.unmount();
+}
+
+/// `check` and `stats` run by the owner of a tree without root (issue 43) go through its
+/// mode-0 directories (and one it may search but not list) as the pack walk does: owner
+/// access for the one call, then the mode put back. Every file is checked and counted: the
+/// small packed ones, a container of several extents, those of a nested mode-0 directory.
+#[test]
+fn check_and_stats_by_the_owner_enter_mode_0_directories() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("mode0-walk");
+    // `seq 1 50000`: 288,894 bytes, more than two 128 KiB extents.
+    tree_as_tests(
+        &d,
+        "mkdir -p d/sub e && echo hello > d/a && echo world > d/b && echo nested > d/sub/c && \
+         seq 1 50000 > d/big && echo y > e/h && echo x > g",
+        "chmod 0 d/sub d && chmod 100 e",
+    );
+    let b = d.join("backing");
+    let modes = || ["d", "d/sub", "e"].map(|p| fs::symlink_metadata(b.join(p)).unwrap().mode() & 0o7777);
+    assert_eq!(modes(), [0, 0, 0o100], "as chmod left them");
+    let sizes = [6u64, 6, 7, 288_894, 2, 2];
+    let backing = b.display().to_string();
+    let bin = env!("CARGO_BIN_EXE_squeezefs");
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = common::as_tests(args);
+        assert!(
+            out.status.success(),
+            "{args:?} as the owner: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let check = run(&[bin, "check", &backing, "--json"]);
+    assert_eq!(check["files"], sizes.len(), "{check}");
+    assert_eq!(check["damaged_files"], 0, "{check}");
+    assert_eq!(check["leftovers"], 0, "{check}");
+    assert_eq!(check["logical_bytes"], sizes.iter().sum::<u64>(), "{check}");
+    assert_eq!(check["packs"]["damaged_packs"], 0, "{check}");
+    assert!(check["containers"].as_u64() >= Some(1), "the big file: {check}");
+    assert!(check["packed"].as_u64() >= Some(1), "small files: {check}");
+    let kinds = ["containers", "packed", "plain"].map(|k| check[k].as_u64().unwrap());
+    assert_eq!(kinds.iter().sum::<u64>(), sizes.len() as u64, "{check}");
+    assert_eq!(modes(), [0, 0, 0o100], "put back after check");
+    let stats = run(&[bin, "stats", &backing, "--json"]);
+    assert_eq!(stats["errors"], serde_json::json!([]), "{stats}");
+    assert_eq!(stats["files"], sizes.len(), "{stats}");
+    assert_eq!(stats["referenced"], sizes.iter().sum::<u64>(), "{stats}");
+    assert_eq!(stats["packed"], check["packed"], "{stats}");
+    assert_eq!(stats["containers"], check["containers"], "{stats}");
+    assert_eq!(modes(), [0, 0, 0o100], "put back after stats");
+    // The human `check` says the same.
+    let out = common::as_tests(&[bin, "check", &backing]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("no damage"), "{said}");
+    assert_eq!(modes(), [0, 0, 0o100]);
+    fs::remove_dir_all(&d).unwrap();
 }

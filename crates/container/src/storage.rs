@@ -311,8 +311,9 @@ pub fn open_beneath_as_owner(dir: &File, rel: &std::path::Path, flags: i32) -> i
     }
 }
 
-/// [`open_beneath_as_owner`]'s slow path: `rel` one name at a time.
-fn open_by_steps(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
+/// [`open_beneath_as_owner`]'s slow path: `rel` one name at a time (also
+/// `owner_path`'s, below the nearest directory of a path that opens).
+pub(crate) fn open_by_steps(dir: &File, rel: &std::path::Path, flags: i32) -> io::Result<File> {
     use std::path::Component;
     let refused = || io::Error::from_raw_os_error(libc::EACCES);
     let names: Vec<&std::ffi::OsStr> = rel
@@ -347,28 +348,10 @@ fn lookup_as_owner(dir: &File, name: &std::ffi::OsStr, flags: i32) -> io::Result
     }
 }
 
-/// Opens the file at `path` for reading (and writing with `write`), as [`open_beneath_as_owner`]
-/// does when its mode refuses its owner.
-pub fn open_as_owner(path: &std::path::Path, write: bool) -> io::Result<File> {
-    match std::fs::OpenOptions::new().read(true).write(write).open(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            use std::os::unix::fs::OpenOptionsExt;
-            let found = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH)
-                .open(path)?;
-            let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
-            reopen_as_owner(&found, flags)?.ok_or(e)
-        }
-        r => r,
-    }
-}
-
-/// Reopens the regular file `found` (an `O_PATH` fd) with `flags` under
+/// Reopens the file or directory `found` (an `O_PATH` fd) with `flags` under
 /// [`with_owner_access`]; `None` when that has nothing to add.
-fn reopen_as_owner(found: &File, flags: i32) -> io::Result<Option<File>> {
+pub(crate) fn reopen_as_owner(found: &File, flags: i32) -> io::Result<Option<File>> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
     let m = found.metadata()?;
     let acc = flags & libc::O_ACCMODE;
     // A file: read and write; a directory (only ever opened to be read): read and search.
@@ -381,12 +364,19 @@ fn reopen_as_owner(found: &File, flags: i32) -> io::Result<Option<File>> {
     };
     let proc = format!("/proc/self/fd/{}", found.as_raw_fd());
     as_owner_of(found, need, || {
-        std::fs::OpenOptions::new()
-            .read(acc != libc::O_WRONLY)
-            .write(acc != libc::O_RDONLY)
-            .custom_flags(flags & !libc::O_ACCMODE)
-            .open(&proc)
+        open_with_flags(std::path::Path::new(&proc), flags)
     })
+}
+
+/// `open(2)` of `path` with `flags`, their access mode included (`O_CLOEXEC` added).
+pub(crate) fn open_with_flags(path: &std::path::Path, flags: i32) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let acc = flags & libc::O_ACCMODE;
+    std::fs::OpenOptions::new()
+        .read(acc != libc::O_WRONLY)
+        .write(acc != libc::O_RDONLY)
+        .custom_flags(flags & !libc::O_ACCMODE)
+        .open(path)
 }
 
 /// The Linux calls `FileStorage` needs that std does not wrap: punching a hole
