@@ -26,9 +26,21 @@ impl Strace {
             .stderr(Stdio::null())
             .spawn()
             .expect("strace (scripts/test-deps installs it)");
-        // Attached once strace has written something for a call, or after a fixed wait
-        // (strace has no signal of being attached with -qq).
-        std::thread::sleep(Duration::from_millis(700));
+        // Attached once every thread of the process names strace as its tracer.
+        let tracer = child.id().to_string();
+        let start = Instant::now();
+        let attached = || {
+            fs::read_dir(format!("/proc/{pid}/task")).unwrap().all(|t| {
+                let status = fs::read_to_string(t.unwrap().path().join("status")).unwrap_or_default();
+                status
+                    .lines()
+                    .any(|l| l.strip_prefix("TracerPid:").is_some_and(|v| v.trim() == tracer))
+            })
+        };
+        while !attached() {
+            assert!(start.elapsed() < Duration::from_secs(30), "strace did not attach");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Strace(child)
     }
 
