@@ -487,17 +487,10 @@ fn owner_and_mode_wait_only_where_waiting_cannot_change_the_outcome() {
     assert_eq!(b.on_disk("f"), b"data");
 }
 
-/// A reclaim moves a closed packed file (its record replaced, which moves the backing
-/// file's ctime): `stat` goes on showing the change time it showed, also where what it
-/// remembered of the closed file predates the move; a change of metadata then drops the
-/// kept time (a 56-byte record again) and shows the backing file's.
-#[test]
-fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
-    use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
-    use squeezefs_container::pack::record::read_record;
-    use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
-    use squeezefs_container::Storage;
-    let mut b = backing("reclaim-ctime");
+/// Gives `b` packs that keep change times in 64-byte records (as a mount on a backing
+/// filesystem that has room for them), its `Files` using them.
+fn with_packs(b: &mut Backing) -> Arc<squeezefs_container::pack::Packs> {
+    use squeezefs_container::pack::{FsPackDir, Packs};
     let packs = Arc::new(Packs::new(Box::new(FsPackDir::new(&b.dir, true)), true, 1 << 20).unwrap());
     packs.set_keep_ctime(true);
     b.files = Files::new(
@@ -508,6 +501,52 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
         },
         false,
     );
+    packs
+}
+
+/// A reclaim round moving the closed packed file `name` of `b` (every pack retired first,
+/// as the background pass does): its record is replaced, keeping the change time it showed.
+fn reclaim_moves(b: &Backing, packs: &Arc<squeezefs_container::pack::Packs>, name: &str) {
+    use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
+    use squeezefs_container::pack::record::read_record;
+    use squeezefs_container::Storage;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(b.dir.join(name))
+    };
+    let loc = read_record(&FileStorage::new(open().unwrap())).unwrap().unwrap();
+    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
+    let live = [LiveFile {
+        name: name.into(),
+        loc,
+        id: FileStorage::new(open().unwrap()).identity().unwrap(),
+        target: None,
+    }];
+    let r = reclaim(
+        packs,
+        &packs.reclaimable().unwrap(),
+        &live,
+        &mut Garbage,
+        |_| Ok(FileStorage::new(open()?)),
+        |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
+        Settle::default,
+    )
+    .unwrap();
+    assert_eq!(r.files_moved, 1);
+}
+
+/// A reclaim moves a closed packed file (its record replaced, which moves the backing
+/// file's ctime): `stat` goes on showing the change time it showed, also where what it
+/// remembered of the closed file predates the move; a change of metadata then drops the
+/// kept time (a 56-byte record again) and shows the backing file's.
+#[test]
+fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
+    use squeezefs_container::pack::LOCATION_XATTR;
+    use squeezefs_container::Storage;
+    let mut b = backing("reclaim-ctime");
+    let packs = with_packs(&mut b);
     let (ino, inode) = b.file("f");
     let data = text(3000);
     b.files
@@ -529,34 +568,7 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
     assert_eq!(shown(&b), None);
     // A reclaim round moving the file (every pack retired first, as the background pass
     // does).
-    let round = |b: &Backing| {
-        let loc = read_record(&backing()).unwrap().unwrap();
-        packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
-        let live = [LiveFile {
-            name: "f".into(),
-            loc,
-            id: backing().identity().unwrap(),
-            target: None,
-        }];
-        let r = reclaim(
-            &packs,
-            &packs.reclaimable().unwrap(),
-            &live,
-            &mut Garbage,
-            |_| {
-                Ok(FileStorage::new(
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(b.dir.join("f"))?,
-                ))
-            },
-            |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
-            Settle::default,
-        )
-        .unwrap();
-        assert_eq!(r.files_moved, 1);
-    };
+    let round = |b: &Backing| reclaim_moves(b, &packs, "f");
     let before = ctime(&backing());
     std::thread::sleep(std::time::Duration::from_millis(20));
     // The round (its pack is retired first, as the background pass does).
@@ -611,21 +623,10 @@ fn a_closed_packed_file_moved_by_a_reclaim_shows_the_change_time_it_showed() {
 /// while `with_kept` held only the pass's exclusion).
 #[test]
 fn a_change_racing_a_stat_that_opens_the_file_is_not_lost() {
-    use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
-    use squeezefs_container::pack::record::read_record;
-    use squeezefs_container::pack::{FsPackDir, Packs, LOCATION_XATTR};
+    use squeezefs_container::pack::LOCATION_XATTR;
     use squeezefs_container::Storage;
     let mut b = backing("kept-race");
-    let packs = Arc::new(Packs::new(Box::new(FsPackDir::new(&b.dir, true)), true, 1 << 20).unwrap());
-    packs.set_keep_ctime(true);
-    b.files = Files::new(
-        b.inodes.clone(),
-        Options {
-            packs: Some(packs.clone()),
-            ..Options::default()
-        },
-        false,
-    );
+    let packs = with_packs(&mut b);
     let (ino, inode) = b.file("f");
     let data = text(3000);
     b.files
@@ -637,32 +638,7 @@ fn a_change_racing_a_stat_that_opens_the_file_is_not_lost() {
     // A reclaim round moves the closed file: its record keeps the change time it showed,
     // and what `stat` remembered of it is no longer current.
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let loc = read_record(&backing()).unwrap().unwrap();
-    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
-    let live = [LiveFile {
-        name: "f".into(),
-        loc,
-        id: backing().identity().unwrap(),
-        target: None,
-    }];
-    let r = reclaim(
-        &packs,
-        &packs.reclaimable().unwrap(),
-        &live,
-        &mut Garbage,
-        |_| {
-            Ok(FileStorage::new(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(b.dir.join("f"))?,
-            ))
-        },
-        |ds: &[FileStorage]| ds.iter().try_for_each(|d| Ok(d.sync_all()?)),
-        Settle::default,
-    )
-    .unwrap();
-    assert_eq!(r.files_moved, 1);
+    reclaim_moves(&b, &packs, "f");
     assert_eq!(backing().get_xattr(LOCATION_XATTR).unwrap().unwrap().len(), 64);
     assert_eq!(state(&inode), None);
     let shown = |b: &Backing| b.files.size_and_times(ino, &inode).unwrap().1.ctime;
