@@ -108,7 +108,7 @@ fn mount_t_fuse_squeezefs_and_fstab_lines_work_and_umount_waits_for_the_daemon()
     let pid = daemon_pid(&backing).expect("a detached daemon");
     umount(&mnt);
     assert!(
-        !Path::new(&format!("/proc/{pid}")).exists(),
+        !common::running(pid),
         "umount returns after the daemon has exited"
     );
     // What it wrote is complete and clean at rest.
@@ -336,7 +336,7 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
     assert!(st.success(), "mount right after umount");
     // The old daemon had released the backing directory: it only has its exit left.
     let start = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() {
+    while common::running(pid) {
         assert!(start.elapsed() < Duration::from_secs(10), "the old daemon exits");
         std::thread::sleep(Duration::from_millis(20));
     }

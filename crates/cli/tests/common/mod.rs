@@ -214,6 +214,15 @@ impl Drop for Mount {
     }
 }
 
+/// Whether process `pid` still runs: it exists and has not exited (a zombie, not yet
+/// collected by its parent — init, for a detached daemon — has exited).
+pub fn running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+    })
+}
+
 /// Tries to mount the scratch directory's backing directory a second time, at `DIR/mnt2`,
 /// while it is mounted: returns what `squeezefs mount` said (it must refuse).
 pub fn mount_again_elsewhere(dir: &Path) -> String {
