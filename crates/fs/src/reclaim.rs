@@ -161,8 +161,15 @@ impl Reclaimer {
     }
 
     /// Files packed or removed so far.
+    /// Changes that may have made pack garbage: removals and renames, files packed, and
+    /// records set or removed by commits — which come after a file's append, so a round
+    /// that ran between the two is followed by another once the commit made the file's
+    /// old bytes garbage.
     fn activity(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed) + self.packs.counters.files_packed.load(Ordering::Relaxed)
+        let c = &self.packs.counters;
+        self.changes.load(Ordering::Relaxed)
+            + c.files_packed.load(Ordering::Relaxed)
+            + c.records_changed.load(Ordering::Relaxed)
     }
 
     /// A file was removed (its pack bytes may be garbage now).

@@ -21,6 +21,7 @@
 //! * A record is one `setxattr`: atomic. Losing an unsynced one in a crash brings back the
 //!   file's previous state (still complete on disk), never a mix.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::state::{Ext, Packed, PendingLoc};
@@ -248,6 +249,7 @@ impl Packed {
             st.set_xattr(LOCATION_XATTR, &rec.encode())?;
             self.loc_moves = packs.moves();
             self.loc_epoch = self.epoch;
+            packs.counters.records_changed.fetch_add(1, Ordering::Relaxed);
         }
         // The slot kept the pack from reclaim until now; while the bytes are not loaded
         // the pin does.
@@ -318,6 +320,9 @@ impl Packed {
             let packs = self.packs.clone();
             let _records = packs.as_ref().map(|p| p.records().read().unwrap());
             st.remove_xattr(LOCATION_XATTR)?;
+            if let Some(p) = &packs {
+                p.counters.records_changed.fetch_add(1, Ordering::Relaxed);
+            }
             self.loc_stale = false;
             self.loc = None;
             self.loc_durable = false;

@@ -152,6 +152,10 @@ pub struct PackCounters {
     pub blocks_read: AtomicU64,
     pub cache_hits: AtomicU64,
     pub bytes_reclaimed: AtomicU64,
+    /// Location records set or removed by files' own commits (not by reclaim's moves):
+    /// when the bytes a file replaced become garbage a reclaim round can see. (Appends
+    /// come before: a round between a file's append and its commit sees no garbage yet.)
+    pub records_changed: AtomicU64,
 }
 
 /// What a [`Packs::seal_all`] wrote: the length of every pack with writes not yet known
