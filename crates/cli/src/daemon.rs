@@ -499,15 +499,21 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     Ok(())
 }
 
-/// Whether process `pid` still runs: it exists and is not a zombie (one that exited and
-/// whose parent has not collected it yet: its files are all written and closed).
+/// Whether process `pid` still runs: it exists and has not exited. A zombie (exited,
+/// not collected by its parent yet) has closed all its files — once its other threads are
+/// gone too: its main thread is a zombie as soon as it ends, while the others may still
+/// be exiting (and holding the files they share), so it is running while
+/// `/proc/PID/task` lists more than it.
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which is in parentheses and may hold any
         // character: look after the last ')'.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Ok(stat) => {
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+            !zombie || std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1)
+        }
         Err(_) => false,
     }
 }

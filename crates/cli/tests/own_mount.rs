@@ -202,9 +202,11 @@ fn remount_race(who: As, dir: &Path, run: usize) {
         "squeezefs umount: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // (Exited: collecting it may still take the kernel a moment, so `running`, not
+    // `try_wait`.)
     let mut b = b;
     assert!(
-        b.try_wait().unwrap().is_some(),
+        !running(b.id()),
         "{who:?} run {run}: squeezefs umount returned before B's daemon exited"
     );
     assert!(

@@ -215,11 +215,14 @@ impl Drop for Mount {
 }
 
 /// Whether process `pid` still runs: it exists and has not exited (a zombie, not yet
-/// collected by its parent — init, for a detached daemon — has exited).
+/// collected by its parent — init, for a detached daemon — has exited once its other
+/// threads are gone: its main thread is a zombie while they may still be exiting).
 pub fn running(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+        !zombie || fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1)
     })
 }
 
