@@ -486,7 +486,7 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     }
     if let Some(pid) = daemon {
         let start = Instant::now();
-        while running(pid) {
+        while squeezefs_fs::lock::running(pid) {
             if start.elapsed() > wait {
                 return Err(format!(
                     "unmounted, but the daemon (pid {pid}) is still writing after {} s",
@@ -499,25 +499,6 @@ pub fn umount(mountpoint: &Path, lazy: bool, wait: Duration) -> Result<(), Strin
     Ok(())
 }
 
-/// Whether process `pid` still runs: it exists and has not exited. A zombie (exited,
-/// not collected by its parent yet) has closed all its files — once its other threads are
-/// gone too: its main thread is a zombie as soon as it ends, while the others may still
-/// be exiting (and holding the files they share), so it is running while
-/// `/proc/PID/task` lists more than it.
-fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold any
-        // character: look after the last ')'.
-        Ok(stat) => {
-            let zombie = stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
-            !zombie || std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1)
-        }
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,21 +508,6 @@ mod tests {
     }
 
     const SUBS: &[&str] = &["mount", "stats"];
-
-    #[test]
-    fn a_zombie_is_not_running() {
-        assert!(running(std::process::id()));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let start = Instant::now();
-        while running(child.id()) {
-            assert!(start.elapsed() < Duration::from_secs(10), "`true` never ended");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // Exited, not collected yet: a zombie, which `umount` must not wait for.
-        assert!(std::path::Path::new(&format!("/proc/{}", child.id())).exists());
-        child.wait().unwrap();
-        assert!(!running(child.id()));
-    }
 
     #[test]
     fn recognises_the_mount_helper_form() {

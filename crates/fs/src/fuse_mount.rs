@@ -284,8 +284,7 @@ pub fn flag_of(word: &str) -> Option<libc::c_ulong> {
         "noatime" => libc::MS_NOATIME,
         "sync" => libc::MS_SYNCHRONOUS,
         "dirsync" => libc::MS_DIRSYNC,
-        "ro" => libc::MS_RDONLY,
-        "dev" | "suid" | "exec" | "atime" | "async" | "rw" => 0,
+        "dev" | "suid" | "exec" | "atime" | "async" => 0,
         _ => return None,
     })
 }

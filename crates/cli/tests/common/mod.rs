@@ -214,17 +214,9 @@ impl Drop for Mount {
     }
 }
 
-/// Whether process `pid` still runs: it exists and has not exited (a zombie, not yet
-/// collected by its parent — init, for a detached daemon — has exited once its other
-/// threads are gone: its main thread is a zombie while they may still be exiting).
-pub fn running(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
-        !zombie || fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|t| t.count() > 1)
-    })
-}
+/// Whether a process still runs (exited: a zombie with no thread left), as `squeezefs umount` decides.
+#[allow(unused_imports)]
+pub use squeezefs_fs::lock::running;
 
 /// Tries to mount the scratch directory's backing directory a second time, at `DIR/mnt2`,
 /// while it is mounted: returns what `squeezefs mount` said (it must refuse).
