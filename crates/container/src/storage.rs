@@ -83,6 +83,8 @@ pub struct FileStorage {
     /// Set by every call that moves the file's mtime (a write, a punch, a length change;
     /// not an xattr, which moves only its ctime), cleared by [`FileStorage::take_modified`].
     modified: AtomicBool,
+    /// Its (device, inode), once asked: an open file's never changes.
+    identity: std::sync::OnceLock<(u64, u64)>,
 }
 
 impl FileStorage {
@@ -90,7 +92,16 @@ impl FileStorage {
         FileStorage {
             file,
             modified: AtomicBool::new(false),
+            identity: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A file whose (device, inode) the caller knows already (spares a `stat` when it is
+    /// asked).
+    pub fn with_identity(file: File, id: (u64, u64)) -> FileStorage {
+        let s = FileStorage::new(file);
+        let _ = s.identity.set(id);
+        s
     }
 
     pub fn file(&self) -> &File {
@@ -195,8 +206,11 @@ impl FileStorage {
 impl Storage for FileStorage {
     fn identity(&self) -> io::Result<Option<(u64, u64)>> {
         use std::os::unix::fs::MetadataExt;
+        if let Some(&id) = self.identity.get() {
+            return Ok(Some(id));
+        }
         let m = self.file.metadata()?;
-        Ok(Some((m.dev(), m.ino())))
+        Ok(Some(*self.identity.get_or_init(|| (m.dev(), m.ino()))))
     }
 
     fn change_time(&self) -> io::Result<Option<u64>> {

@@ -126,7 +126,7 @@ impl Packed {
     pub(super) fn record_ctime<S: Storage>(&self, st: &S) -> Option<(i64, u32)> {
         let loc = self.current_loc()?;
         let packs = self.packs.as_ref()?;
-        if packs.moves() == self.loc_moves {
+        if unmoved(packs, st, self.loc_moves).is_some() {
             return loc.kept_ctime_parts();
         }
         let _records = packs.records().read().unwrap();
@@ -146,7 +146,7 @@ impl Packed {
         let packs = self.packs()?.clone();
         let _records = packs.records().read().unwrap();
         let moves = packs.moves();
-        let on_disk = if moves == self.loc_moves {
+        let on_disk = if unmoved(&packs, st, self.loc_moves).is_some() {
             Some(loc)
         } else {
             read_location(st)?.filter(|l| same_file(l, &loc))
@@ -345,4 +345,12 @@ impl Packed {
     pub(super) fn copies_unsettled(&self) -> bool {
         self.sb_other_dirty || self.exts.values().any(|e| e.disk.is_some_and(|d| d.other_dirty))
     }
+}
+
+/// [`Packs::unmoved_since`] for the backing file `st` (its identity unknown: moved).
+fn unmoved<S: Storage>(packs: &Packs, st: &S, since: u64) -> Option<u64> {
+    if packs.moves() == since {
+        return Some(since);
+    }
+    packs.unmoved_since(st.identity().ok()??, since)
 }

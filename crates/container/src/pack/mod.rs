@@ -37,6 +37,7 @@ pub mod audit;
 pub mod cache;
 pub mod dir;
 pub mod format;
+pub mod moves;
 pub mod reclaim;
 pub mod record;
 pub mod tree;
@@ -184,6 +185,9 @@ pub struct Packs {
     keep_ctime: std::sync::atomic::AtomicBool,
     /// Moves of records by reclaim so far ([`Packs::moves`]).
     moves: AtomicU64,
+    /// Which files the last batches moved ([`Packs::moved_since`]). Taken alone; `moves`
+    /// is raised under it.
+    moved: Mutex<moves::MoveLog>,
     pub counters: PackCounters,
 }
 
@@ -280,6 +284,7 @@ impl Packs {
             records: RwLock::new(()),
             keep_ctime: std::sync::atomic::AtomicBool::new(false),
             moves: AtomicU64::new(0),
+            moved: Mutex::new(moves::MoveLog::default()),
             pins: Mutex::new(HashMap::new()),
             counters: PackCounters::default(),
         })
@@ -311,9 +316,34 @@ impl Packs {
         self.moves.load(Ordering::Acquire)
     }
 
-    /// See [`Packs::moves`]; called by reclaim under the exclusive records lock.
-    fn moving(&self) {
-        self.moves.fetch_add(1, Ordering::AcqRel);
+    /// See [`Packs::moves`]; called by reclaim under the exclusive records lock before
+    /// a batch. Returns the batch's number, for [`Packs::moved`].
+    fn moving(&self) -> u64 {
+        let mut log = self.moved.lock().unwrap();
+        let n = self.moves.fetch_add(1, Ordering::AcqRel) + 1;
+        log.begin(n);
+        n
+    }
+
+    /// Batch `n` of reclaim, still under the exclusive records lock, replaced the records
+    /// of the files `ids` (`None`: of a file it could not identify).
+    fn moved(&self, n: u64, ids: Option<std::collections::HashSet<moves::FileId>>) {
+        self.moved.lock().unwrap().finish(n, ids);
+    }
+
+    /// Whether reclaim may have replaced the record of backing file `id` (device, inode)
+    /// since [`Packs::moves`] was `since`: `None` when it may have, else the count it is
+    /// known unmoved up to (what was read of its record at `since` is still true then).
+    /// Only when the count moved on does this take a lock.
+    pub fn unmoved_since(&self, id: moves::FileId, since: u64) -> Option<u64> {
+        let now = self.moves();
+        if now == since {
+            return Some(now);
+        }
+        // `moves` is raised under the log's lock, with its batch begun: every batch up
+        // to `now` is in the log (or forgotten, which answers "moved").
+        let log = self.moved.lock().unwrap();
+        (!log.moved(id, since, now)).then_some(now)
     }
 
     /// The packs no new record can name except one written by reclaim itself, and no

@@ -207,22 +207,23 @@ fn still_there<S: Storage>(st: &S, f: &LiveFile, victims: &BTreeSet<u32>) -> Res
 /// Opens `f`'s backing file and checks that it is still the file the caller saw, with the
 /// record the caller saw: `Ok(None)` when its record changed to one outside `victims` (it
 /// needs its old pack no more), an error when it cannot be moved (its pack stays).
+/// Also returns the file's (device, inode), when known.
 fn open_checked<S: Storage>(
     open: &impl Fn(&LiveFile) -> Result<S>,
     f: &LiveFile,
     victims: &BTreeSet<u32>,
-) -> Result<Option<S>> {
+) -> Result<Option<(S, Option<super::moves::FileId>)>> {
     let st = open(f)?;
     // The name must still lead to the file the caller saw: if it is another file now, the
     // walked one may live on under another link (its pack stays).
-    match (f.id, st.identity()) {
+    let id = match (f.id, st.identity()) {
         (Some(want), Ok(Some(got))) if want != got => {
             return Err(Error::Invalid("its name leads to another file now".into()))
         }
         (_, Err(e)) => return Err(e.into()),
-        _ => {}
-    }
-    Ok(still_there(&st, f, victims)?.then_some(st))
+        (want, Ok(got)) => got.or(want),
+    };
+    Ok(still_there(&st, f, victims)?.then_some((st, id)))
 }
 
 /// Files whose records one `sync_records` makes durable (their backing files are open
@@ -408,7 +409,7 @@ pub fn reclaim<S: Storage>(
             let mut opened = Vec::with_capacity(chunk.len());
             for (f, p, _slot) in chunk {
                 match open_checked(&open, f, victims) {
-                    Ok(Some(st)) => opened.push((*f, st, *p)),
+                    Ok(Some((st, id))) => opened.push((*f, st, id, *p)),
                     Ok(None) => {}
                     Err(e) => {
                         keep.insert(f.loc.pack);
@@ -420,8 +421,11 @@ pub fn reclaim<S: Storage>(
             let mut moved = Vec::with_capacity(opened.len());
             {
                 let _records = packs.records().write().unwrap();
-                packs.moving();
-                for (f, st, p) in opened {
+                // Which files this batch moves, for those who read a record before it
+                // (`Packs::unmoved_since`); unknown if it stops half-way.
+                let batch = packs.moving();
+                let mut ids = Some(HashSet::with_capacity(opened.len()));
+                for (f, st, id, p) in opened {
                     match still_there(&st, f, victims) {
                         Ok(true) => {}
                         Ok(false) => continue,
@@ -448,9 +452,16 @@ pub fn reclaim<S: Storage>(
                         ..f.loc
                     };
                     st.set_xattr(LOCATION_XATTR, &new.encode())?;
+                    match (id, ids.as_mut()) {
+                        (Some(id), Some(ids)) => {
+                            ids.insert(id);
+                        }
+                        _ => ids = None,
+                    }
                     done.push(st);
                     moved.push(f);
                 }
+                packs.moved(batch, ids);
             }
             sync_records(&done)?;
             out.files_moved += done.len() as u64;

@@ -98,10 +98,16 @@ impl Files {
     }
 
     /// What `stat` remembers of a closed file, unless a reclaim may have replaced its
-    /// location record since ([`Closed::current`]).
-    fn closed(&self, inode: &Inode) -> Option<Closed> {
-        let moves = self.opts.packs.as_ref().map(|p| p.moves());
-        Closed::current(*inode.file.size.lock().unwrap(), moves)
+    /// location record since ([`Closed::moves`]): a round that moved other files leaves
+    /// it true, and it is marked true up to the count now.
+    pub(super) fn closed(&self, inode: &Inode) -> Option<Closed> {
+        let mut slot = inode.file.size.lock().unwrap();
+        let c = slot.as_mut()?;
+        if let Some(since) = c.moves {
+            let now = self.opts.packs.as_ref()?.unmoved_since(inode.key, since)?;
+            c.moves = Some(now);
+        }
+        Some(*c)
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container

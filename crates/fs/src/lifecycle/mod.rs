@@ -166,7 +166,8 @@ impl Files {
                     _ => Err(e),
                 })
         }?;
-        Container::open(FileStorage::new(file), &self.opts).map_err(|e| self.error(inode, "open", e))
+        Container::open(FileStorage::with_identity(file, inode.key), &self.opts)
+            .map_err(|e| self.error(inode, "open", e))
     }
 
     /// Counts a RELEASE from the moment its request is dispatched until it is answered.

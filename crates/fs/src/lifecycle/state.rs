@@ -353,7 +353,8 @@ pub struct Closed {
     pub kept: Option<StatTimes>,
     /// For a packed file, [`squeezefs_container::pack::Packs::moves`] before `kept` was
     /// read: once that moved on, a reclaim may have replaced the record (and what it
-    /// keeps), and this is stale ([`Closed::current`]).
+    /// keeps), and this is stale if it moved this file
+    /// ([`squeezefs_container::pack::Packs::unmoved_since`]).
     pub moves: Option<u64>,
 }
 
@@ -380,12 +381,6 @@ impl Closed {
             kept: c.kept_times(),
             moves,
         })
-    }
-
-    /// `closed`, unless reclaim may have replaced the file's record since it was read
-    /// (`None`: ask the container again). `moves_now`: the mount's packs' count.
-    pub fn current(closed: Option<Closed>, moves_now: Option<u64>) -> Option<Closed> {
-        closed.filter(|c| c.moves.is_none() || c.moves == moves_now)
     }
 }
 

@@ -507,6 +507,13 @@ fn with_packs(b: &mut Backing) -> Arc<squeezefs_container::pack::Packs> {
 /// A reclaim round moving the closed packed file `name` of `b` (every pack retired first,
 /// as the background pass does): its record is replaced, keeping the change time it showed.
 fn reclaim_moves(b: &Backing, packs: &Arc<squeezefs_container::pack::Packs>, name: &str) {
+    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
+    reclaim_moves_retired(b, packs, name);
+}
+
+/// A reclaim round of the packs retired so far (those holding `name` among them), moving
+/// the closed packed file `name` only.
+fn reclaim_moves_retired(b: &Backing, packs: &Arc<squeezefs_container::pack::Packs>, name: &str) {
     use squeezefs_container::pack::reclaim::{reclaim, Garbage, LiveFile, Settle};
     use squeezefs_container::pack::record::read_record;
     use squeezefs_container::Storage;
@@ -517,7 +524,6 @@ fn reclaim_moves(b: &Backing, packs: &Arc<squeezefs_container::pack::Packs>, nam
             .open(b.dir.join(name))
     };
     let loc = read_record(&FileStorage::new(open().unwrap())).unwrap().unwrap();
-    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
     let live = [LiveFile {
         name: name.into(),
         loc,
@@ -663,4 +669,61 @@ fn a_change_racing_a_stat_that_opens_the_file_is_not_lost() {
         "nor remembered once the kept container is closed"
     );
     assert_eq!(b.on_disk_packed(&packs, "f"), data);
+}
+
+/// A reclaim round moves one closed packed file: what `stat` remembers of another, which
+/// the round left where it was, stays true and is used (no container opened for its next
+/// `stat`), and so does an open container's record of it; the moved file's is read again
+/// (issue 43: every remembered state of a packed file was dropped by any move).
+#[test]
+fn a_reclaim_round_forgets_only_what_it_moved() {
+    let mut b = backing("reclaim-others");
+    let packs = with_packs(&mut b);
+    let written = |b: &Backing, name: &str, data: &[u8]| {
+        let (ino, inode) = b.file(name);
+        b.files
+            .with_container(&inode, |c| c.write(0, data), "write")
+            .unwrap();
+        b.files.commit_now();
+        b.files.size_and_times(ino, &inode).unwrap();
+        b.files.idle.close_all();
+        (ino, inode)
+    };
+    // `f` in a pack retired before `g` and `h` go to the next one, which stays in use:
+    // the round moves `f` alone.
+    let (_, f) = written(&b, "f", &text(3000));
+    packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
+    let (g_ino, g) = written(&b, "g", &text(2000));
+    let (h_ino, h) = written(&b, "h", &text(1000));
+    // `h` open, its container's record read before the round.
+    b.files.attach(&h, false, false).unwrap();
+    b.files
+        .with_container(&h, |c| c.read(0, 10).map(|_| ()), "read")
+        .unwrap();
+    assert!(b.files.closed(&f).is_some() && b.files.closed(&g).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let moves = packs.moves();
+    reclaim_moves_retired(&b, &packs, "f");
+    assert!(packs.moves() > moves);
+    assert!(
+        b.files.closed(&f).is_none(),
+        "the moved file's record is read again"
+    );
+    assert!(
+        b.files.closed(&g).is_some(),
+        "what stat remembers of a file the round did not move stays"
+    );
+    assert_eq!(b.files.closed(&g).unwrap().moves, Some(packs.moves()));
+    // Its `stat` opens no container (none is kept after it).
+    let (size, t, _) = b.files.size_and_times(g_ino, &g).unwrap();
+    assert_eq!((size, t.ctime), (2000, None));
+    assert_eq!(state(&g), None);
+    // The open file's record is not read again either, and says the same.
+    assert_eq!(b.files.size_and_times(h_ino, &h).unwrap().0, 1000);
+    assert!(
+        packs.unmoved_since(h.key, moves).is_some(),
+        "the log knows the round left h"
+    );
+    assert!(packs.unmoved_since(f.key, moves).is_none());
+    b.files.release(h_ino, &h, false).unwrap();
 }
