@@ -123,7 +123,7 @@ impl Drop for Job {
             of.stream.in_flight.retain(|&(id, _, _)| id != self.id);
         }
         drop(open);
-        self.inode.file.fetched.notify_all();
+        self.inode.file.changed.notify_all();
     }
 }
 
@@ -248,7 +248,7 @@ impl ReadAhead {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
-            open = inode.file.fetched.wait_timeout(open, left).unwrap().0;
+            open = inode.file.changed.wait_timeout(open, left).unwrap().0;
         }
         open
     }

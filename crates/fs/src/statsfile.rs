@@ -41,13 +41,14 @@ pub fn attr(uid: u32, gid: u32) -> FileAttr {
 }
 
 /// The `packs` object: whether this mount packs new files, the counters of its packs
-/// (reads count even when it does not pack: files packed before are read from them) and the
-/// size of their block cache. Without packs (never on a mount), all zero.
+/// (reads count even when it does not pack: files packed before are read from them) and
+/// their block cache (`cache_size`, the most it keeps; `cache_bytes`, what it holds now).
+/// Without packs (never on a mount), all zero.
 fn packs(packs: Option<&Packs>) -> Value {
     let none = PackCounters::default();
-    let (packing, c, cache_size) = match packs {
-        Some(p) => (p.writable(), &p.counters, p.cache_capacity()),
-        None => (false, &none, 0),
+    let (packing, c, cache_size, cache_bytes) = match packs {
+        Some(p) => (p.writable(), &p.counters, p.cache_capacity(), p.cache_bytes()),
+        None => (false, &none, 0, 0),
     };
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     json!({
@@ -60,6 +61,7 @@ fn packs(packs: Option<&Packs>) -> Value {
         "cache_hits": get(&c.cache_hits),
         "bytes_reclaimed": get(&c.bytes_reclaimed),
         "cache_size": cache_size,
+        "cache_bytes": cache_bytes,
     })
 }
 
@@ -248,6 +250,8 @@ mod tests {
         for key in ["blocks_read", "cache_hits", "bytes_reclaimed"] {
             assert_eq!(p[key], 0, "{key}: {p}");
         }
+        // The block just written is in the cache (what the next reads want).
+        assert_eq!(p["cache_bytes"], 5000, "{p}");
 
         // Read-only packs: not packing, the same fields.
         let ro = Options {
@@ -264,6 +268,6 @@ mod tests {
         );
         let p = doc(&Options::default())["packs"].clone();
         assert_eq!(p["packing"], false, "{p}");
-        assert_eq!(p.as_object().unwrap().len(), 9, "{p}");
+        assert_eq!(p.as_object().unwrap().len(), 10, "{p}");
     }
 }

@@ -226,11 +226,12 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
 fn packs(p: &Value) -> Vec<String> {
     let (read, hits) = (n(p, &["blocks_read"]), n(p, &["cache_hits"]));
     let reads = format!(
-        "                  {read} blocks read, {hits} cache hits ({}), cache {}; {} reclaimed",
+        "                  {read} blocks read, {hits} cache hits ({}), cache {} of {}; {} reclaimed",
         match read + hits {
             0 => "no reads yet".to_string(),
             all => format!("{:.0} % hit rate", hits as f64 * 100.0 / all as f64),
         },
+        human(n(p, &["cache_bytes"])),
         human(n(p, &["cache_size"])),
         human(n(p, &["bytes_reclaimed"]))
     );
@@ -298,7 +299,7 @@ mod tests {
         let p = json!({
             "packing": true, "files_packed": 12, "blocks_written": 2, "bytes_in": 40960,
             "bytes_stored": 10240, "blocks_read": 1, "cache_hits": 3, "bytes_reclaimed": 0,
-            "cache_size": 32 << 20,
+            "cache_size": 32 << 20, "cache_bytes": 1 << 20,
         });
         let table = render(&json!({ "packs": p }), Path::new("/m"));
         assert!(
@@ -308,7 +309,9 @@ mod tests {
             "{table}"
         );
         assert!(
-            table.contains("1 blocks read, 3 cache hits (75 % hit rate), cache 32.0 MiB; 0 B reclaimed"),
+            table.contains(
+                "1 blocks read, 3 cache hits (75 % hit rate), cache 1.0 MiB of 32.0 MiB; 0 B reclaimed"
+            ),
             "{table}"
         );
         // Not packing: said so; reads of packs written before still shown.

@@ -771,6 +771,11 @@ impl Packs {
     pub fn cache_capacity(&self) -> usize {
         self.cache.lock().unwrap().capacity()
     }
+
+    /// The decompressed bytes the block cache holds now.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.lock().unwrap().bytes()
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ impl Files {
             return Ok((s, of.times.over_kept(of.container.kept_times()), of.meta));
         }
         if let Some(c) = self.closed(inode) {
-            return Ok((c.size, Times::default().over_kept(c.kept), Meta::default()));
+            return Ok((c.size(), Times::default().over_kept(c.kept()), Meta::default()));
         }
         let (s, kept) = self.with_kept(ino, inode, |c| Ok((c.size()?, c.kept_times())), "size")?;
         Ok((s, Times::default().over_kept(kept), Meta::default()))
@@ -48,7 +48,7 @@ impl Files {
             let _private = inode.file.private.read().unwrap();
             match inode.file.open.lock().unwrap().as_ref() {
                 Some(of) => Some(of.container.kept_times().is_some()),
-                None => self.closed(inode).map(|c| c.kept.is_some()),
+                None => self.closed(inode).map(|c| c.kept().is_some()),
             }
         };
         if known == Some(false) {
@@ -103,11 +103,11 @@ impl Files {
     pub(super) fn closed(&self, inode: &Inode) -> Option<Closed> {
         let mut slot = inode.file.size.lock().unwrap();
         let c = slot.as_mut()?;
-        if let Some(since) = c.moves {
+        if let Some(since) = c.moves() {
             let now = self.opts.packs.as_ref()?.unmoved_since(inode.key, since)?;
-            c.moves = Some(now);
+            c.set_moves(now);
         }
-        Some(*c)
+        Some(c.clone())
     }
 
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
@@ -117,7 +117,7 @@ impl Files {
             return Ok(of.container.packed_stored());
         }
         if let Some(c) = self.closed(inode) {
-            return Ok(c.stored);
+            return Ok(c.stored());
         }
         self.with_kept(ino, inode, |c| Ok(c.packed_stored()), "stored size")
     }

@@ -17,7 +17,6 @@
 //! write-back left waits for the next change or fsync), and a file that goes to a pack at
 //! its write-back (at most one extent: writing it behind would pack it once per period).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use log::warn;
@@ -59,7 +58,7 @@ impl WriteBehind {
                 Err(e) => {
                     // Nobody waits for this: the error waits for the file's next fsync
                     // (rule 10), logged once however often it is tried again.
-                    if inode.file.unreported.load(Ordering::Relaxed) == 0 {
+                    if !inode.file.has_unreported() {
                         warn!("{}: write-behind: {e}", self.inodes.describe(&inode));
                     }
                     inode.file.lost_write(e.errno());

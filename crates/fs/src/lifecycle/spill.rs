@@ -78,7 +78,7 @@ impl Drop for Spill {
             .file
             .spilling
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        self.inode.file.spilled.notify_all();
+        self.inode.file.changed.notify_all();
     }
 }
 
@@ -98,10 +98,7 @@ impl Files {
     ) -> Option<Spill> {
         if of.writers > 0
             || inode.file.holds.load(std::sync::atomic::Ordering::Acquire) > 0
-            || inode
-                .file
-                .cache_suspect
-                .load(std::sync::atomic::Ordering::Relaxed)
+            || inode.file.cache_suspect()
         {
             return None;
         }
@@ -156,7 +153,7 @@ impl Files {
         mut open: MutexGuard<'a, Option<Box<OpenFile>>>,
     ) -> MutexGuard<'a, Option<Box<OpenFile>>> {
         while inode.file.spilling.load(std::sync::atomic::Ordering::Acquire) > 0 {
-            open = inode.file.spilled.wait(open).unwrap();
+            open = inode.file.changed.wait(open).unwrap();
         }
         open
     }

@@ -77,7 +77,7 @@
 //!     WRITEs the kernel sends for its dirty pages before it returns (every full extent is
 //!     compressed and written there); what it no longer reports is a failure to write the
 //!     last, partial extent, or of the group commit. Those are logged with the file's name,
-//!     kept ([`FileState::unreported`]) and returned by the file's next `fsync` — as a
+//!     kept ([`FileState::take_unreported`]) and returned by the file's next `fsync` — as a
 //!     kernel filesystem reports a failed writeback of its page cache. So that a full
 //!     backing filesystem still fails the `close` (or the `write`) of the file that did
 //!     not fit, a WRITE writes its extents out at once, partial one included, while the
@@ -121,6 +121,7 @@
 //! their read, and a READ waiting for one releases `open` while it waits.
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, Weak};
 
 use squeezefs_container::StatTimes;
@@ -311,26 +312,26 @@ pub struct FileState {
     pub open: Mutex<Option<Box<OpenFile>>>,
     /// What a closed container said of itself, remembered (we are the only writer).
     pub size: Mutex<Option<Closed>>,
-    /// An error of ours may have left the kernel's page cache holding bytes the file does
-    /// not (data accepted by a WRITE whose write-out or commit then failed): the next open
-    /// lets the kernel drop the cache instead of keeping it (FOPEN_KEEP_CACHE, rule 8).
-    pub cache_suspect: std::sync::atomic::AtomicBool,
     /// Read-only handles opened without a container (rule 9): they hold no state, only
     /// the inode's fd (the fd cache keeps it while any exists).
     pub lazy: std::sync::atomic::AtomicU32,
-    /// An error no caller has been told of (rule 10): a write-out at the last close or a
-    /// group commit failed after `close` had returned. The next `fsync` reports it (errno;
-    /// 0 for none) and forgets it.
-    pub unreported: std::sync::atomic::AtomicI32,
-    /// Notified (with `open`'s lock) when an extent loaded ahead is cached or given up: a
-    /// READ that wants it waits for it rather than loading it a second time
-    /// (`readahead.rs`).
-    pub fetched: std::sync::Condvar,
+    /// Two things an error of ours leaves, in one word ([`FileState::lost_write`]):
+    /// * the errno no caller has been told of (rule 10; the low bits, 0 for none): a
+    ///   write-out at the last close or a group commit failed after `close` had returned.
+    ///   The next `fsync` reports it and forgets it ([`FileState::take_unreported`]);
+    /// * [`SUSPECT`]: the kernel's page cache may hold bytes the file does not (data
+    ///   accepted by a WRITE whose write-out or commit then failed): the next open lets the
+    ///   kernel drop the cache instead of keeping it (FOPEN_KEEP_CACHE, rule 8).
+    errors: std::sync::atomic::AtomicU32,
+    /// Notified (with `open`'s lock) when an extent loaded ahead is cached or given up (a
+    /// READ that wants it waits for it rather than loading it a second time:
+    /// `readahead.rs`), and when a store into the page cache ends (`spilling`). One for
+    /// both (each waiter checks what it waits for): every remembered file has one.
+    pub changed: std::sync::Condvar,
     /// Stores of this file's bytes into the kernel's page cache under way (rule 11): a
-    /// change of its data and a new writer wait (on `spilled`, with `open`'s lock) until
+    /// change of its data and a new writer wait (on `changed`, with `open`'s lock) until
     /// none is left.
     pub spilling: std::sync::atomic::AtomicU32,
-    pub spilled: std::sync::Condvar,
     /// Requests about to change the data or open a writer (`Files::hold_spills`): while
     /// any holds, no store starts (rule 11).
     pub holds: std::sync::atomic::AtomicU32,
@@ -342,20 +343,21 @@ pub struct FileState {
 }
 
 /// A closed file's logical size, and what it takes in its pack if it is packed, kept for
-/// `stat` once its container is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `stat` once its container is gone. Every remembered regular file has one, so it is
+/// kept small (32 bytes, `None` included): the rare kept times boxed, the stored size in
+/// 32 bits (a file's share of a pack block; a state that does not fit is not remembered).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Closed {
-    pub size: u64,
-    /// See [`Container::packed_stored`].
-    pub stored: Option<u64>,
+    size: u64,
+    /// See [`Closed::moves`] (meaningful when `packed`).
+    moves: u64,
     /// The times its superblock or location record keeps for `stat`
     /// ([`Container::kept_times`]).
-    pub kept: Option<StatTimes>,
-    /// For a packed file, [`squeezefs_container::pack::Packs::moves`] before `kept` was
-    /// read: once that moved on, a reclaim may have replaced the record (and what it
-    /// keeps), and this is stale if it moved this file
-    /// ([`squeezefs_container::pack::Packs::unmoved_since`]).
-    pub moves: Option<u64>,
+    kept: Option<Box<StatTimes>>,
+    /// See [`Container::packed_stored`]; `u32::MAX`: none.
+    stored: u32,
+    /// A packed file (`moves` is set).
+    packed: bool,
 }
 
 impl Times {
@@ -375,42 +377,89 @@ impl Closed {
     /// What `c` says now (`None` when its size cannot be read: asked again next time).
     pub fn of<S: squeezefs_container::Storage>(c: &Container<S>) -> Option<Closed> {
         let moves = c.packs_moves();
+        let stored = match c.packed_stored() {
+            Some(n) => u32::try_from(n).ok().filter(|&n| n != u32::MAX)?,
+            None => u32::MAX,
+        };
         Some(Closed {
             size: c.size().ok()?,
-            stored: c.packed_stored(),
-            kept: c.kept_times(),
-            moves,
+            moves: moves.unwrap_or(0),
+            kept: c.kept_times().map(Box::new),
+            stored,
+            packed: moves.is_some(),
         })
     }
+
+    /// The file's logical size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// See [`Container::packed_stored`].
+    pub fn stored(&self) -> Option<u64> {
+        (self.stored != u32::MAX).then_some(u64::from(self.stored))
+    }
+
+    /// See [`Container::kept_times`].
+    pub fn kept(&self) -> Option<StatTimes> {
+        self.kept.as_deref().copied()
+    }
+
+    /// For a packed file, [`squeezefs_container::pack::Packs::moves`] before `kept` was
+    /// read: once that moved on, a reclaim may have replaced the record (and what it
+    /// keeps), and this is stale if it moved this file
+    /// ([`squeezefs_container::pack::Packs::unmoved_since`]).
+    pub fn moves(&self) -> Option<u64> {
+        self.packed.then_some(self.moves)
+    }
+
+    /// Known true up to reclaim's count `n` ([`Closed::moves`]).
+    pub fn set_moves(&mut self, n: u64) {
+        self.moves = n;
+    }
 }
+
+/// The bit of `FileState::errors` saying the kernel's cached pages are not trusted.
+const SUSPECT: u32 = 1 << 31;
 
 impl FileState {
     /// Notes that the kernel's cached pages of this file may be wrong (rule 8).
     pub fn suspect_cache(&self) {
-        self.cache_suspect
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.errors.fetch_or(SUSPECT, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel's cached pages of this file may be wrong (rule 8).
+    pub fn cache_suspect(&self) -> bool {
+        self.errors.load(Ordering::Relaxed) & SUSPECT != 0
     }
 
     /// A write-out or commit failed where no caller waits for its answer (rule 10): kept
     /// for the next `fsync`, and the kernel's cached pages are no longer trusted (rule 8).
     pub fn lost_write(&self, errno: i32) {
-        self.suspect_cache();
-        self.unreported.store(errno, std::sync::atomic::Ordering::Relaxed);
+        // (An errno is a small positive number; a nonsense one is kept as EIO.)
+        let e = u32::try_from(errno)
+            .ok()
+            .filter(|&e| e != 0 && e < SUSPECT)
+            .unwrap_or(libc::EIO as u32);
+        self.errors.store(SUSPECT | e, Ordering::Relaxed);
+    }
+
+    /// Whether an error waits for the next `fsync` ([`FileState::take_unreported`]).
+    pub fn has_unreported(&self) -> bool {
+        self.errors.load(Ordering::Relaxed) & !SUSPECT != 0
     }
 
     /// The error [`FileState::lost_write`] kept, once.
     pub fn take_unreported(&self) -> Option<i32> {
-        match self.unreported.swap(0, std::sync::atomic::Ordering::Relaxed) {
+        match self.errors.fetch_and(SUSPECT, Ordering::Relaxed) & !SUSPECT {
             0 => None,
-            e => Some(e),
+            e => Some(e as i32),
         }
     }
 
     /// Whether an open may keep the kernel's cached pages (and forgets the suspicion: the
     /// open that answers no drops them).
     pub fn keep_cache(&self) -> bool {
-        !self
-            .cache_suspect
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        self.errors.fetch_and(!SUSPECT, Ordering::Relaxed) & SUSPECT == 0
     }
 }

@@ -95,7 +95,7 @@ fn last_close_queues_the_file_until_the_group_commit() {
     // Rule 3: committed and settled, then dropped (nobody has it open); size remembered.
     assert_eq!(state(&inode), None);
     assert_eq!(
-        inode.file.size.lock().unwrap().map(|c| c.size),
+        inode.file.size.lock().unwrap().as_ref().map(|c| c.size()),
         Some(data.len() as u64)
     );
     assert_eq!(b.on_disk("f"), data);
@@ -713,7 +713,7 @@ fn a_reclaim_round_forgets_only_what_it_moved() {
         b.files.closed(&g).is_some(),
         "what stat remembers of a file the round did not move stays"
     );
-    assert_eq!(b.files.closed(&g).unwrap().moves, Some(packs.moves()));
+    assert_eq!(b.files.closed(&g).unwrap().moves(), Some(packs.moves()));
     // Its `stat` opens no container (none is kept after it).
     let (size, t, _) = b.files.size_and_times(g_ino, &g).unwrap();
     assert_eq!((size, t.ctime), (2000, None));

@@ -93,8 +93,8 @@ impl Core {
     /// Notes that entries of directory `dir` were made, removed or renamed (open listings
     /// of it are stale from now on).
     pub(super) fn dir_changed(&self, dir: INodeNo) {
-        if let Ok(d) = self.inode(dir) {
-            d.dir_gen.fetch_add(1, Ordering::AcqRel);
+        if let Some(d) = self.inode(dir).ok().as_ref().and_then(|d| d.dir.as_ref()) {
+            d.gen.fetch_add(1, Ordering::AcqRel);
         }
     }
 

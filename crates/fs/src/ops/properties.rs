@@ -27,10 +27,10 @@ impl Core {
 
     /// A directory's properties (read once, then cached: we are the only writer).
     pub(super) fn dir_props(&self, dir: &Arc<Inode>) -> DirProps {
-        if !dir.is_dir {
+        let Some(state) = dir.dir.as_ref() else {
             return DirProps::default();
-        }
-        let mut cache = dir.dir_props.lock().unwrap();
+        };
+        let mut cache = state.props.lock().unwrap();
         if let Some(d) = cache.as_ref() {
             return d.clone();
         }
@@ -172,12 +172,12 @@ impl Core {
                 Errno::from(e)
             });
         }
-        if inode.is_dir {
+        if let Some(state) = inode.dir.as_ref() {
             props::write_xattr(self.fd(inode)?, p, v.clone(), 0).map_err(|e| {
                 warn!("{}: cannot store {}: {e}", self.describe(inode), p.xattr());
                 Errno::from(e)
             })?;
-            let mut cache = inode.dir_props.lock().unwrap();
+            let mut cache = state.props.lock().unwrap();
             let mut d = cache.take().unwrap_or_default();
             d.set(v, p);
             *cache = Some(d);

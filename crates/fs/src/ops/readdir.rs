@@ -98,7 +98,7 @@ impl Core {
         let mut dirs = self.dirs.lock().unwrap();
         let h = dirs.get_mut(&fh).ok_or(Errno::EBADF)?;
         let inode = self.inode(ino)?;
-        let gen = inode.dir_gen.load(Ordering::Acquire);
+        let gen = inode.dir_gen();
         let stale = offset == 0 && (h.used || gen != h.gen);
         let first = !h.used;
         h.used = true;

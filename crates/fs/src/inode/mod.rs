@@ -6,7 +6,7 @@
 //! `ls -i`, `find -inum` and `du`'s hard-link detection agree through the mount and with the
 //! backing directory. The backing root is FUSE's inode 1; the few backing inodes whose
 //! number cannot be used as is (on another filesystem mounted inside BACKING, number 1 or
-//! numbers from [`REMAP_BASE`] up) get numbers from [`REMAP_BASE`] up instead.
+//! numbers from [`table::REMAP_BASE`] up) get numbers from [`table::REMAP_BASE`] up instead.
 //!
 //! Each inode is reached through an `O_PATH` fd, and its fd is only cached: at most
 //! [`FD_CACHE`] such fds are held (a quarter of the open-file limit when that is smaller),
@@ -31,15 +31,21 @@
 //! An inode on another filesystem mounted inside the backing directory (handles do not
 //! reach it) is reopened by name too, or keeps its fd in handle mode.
 
-use std::collections::{HashMap, VecDeque};
+mod node;
+mod table;
+
+use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use crate::lifecycle::state::FileState;
+use node::Handle;
+pub use node::Inode;
+use table::Table;
+
 use crate::sys;
 
 /// Most `O_PATH` fds kept open for inodes that can be reopened (by handle or by name;
@@ -53,137 +59,6 @@ pub struct PathFd(Arc<OwnedFd>);
 impl AsFd for PathFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
-    }
-}
-
-/// Extended attributes known to be absent from an inode's backing entry (bits named in
-/// `ops::xattr`), with a generation that every change of its xattrs through the mount
-/// moves: an absence learnt by a query that began before a change is never remembered
-/// after it (a setfacl racing a create or an `ls -l` cannot leave a stale "none").
-#[derive(Default)]
-pub struct Absent(AtomicU64);
-
-impl Absent {
-    /// Whether `bit` is known absent.
-    pub fn has(&self, bit: u8) -> bool {
-        self.0.load(Ordering::Acquire) & u64::from(bit) != 0
-    }
-
-    /// The generation to hand [`Absent::learn`], taken before the backing entry is asked.
-    pub fn generation(&self) -> u64 {
-        self.0.load(Ordering::Acquire) >> 8
-    }
-
-    /// Remembers `bit` absent, as a query begun at `generation` found it, unless the
-    /// xattrs changed since.
-    pub fn learn(&self, bit: u8, generation: u64) {
-        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-            (v >> 8 == generation).then_some(v | u64::from(bit))
-        });
-    }
-
-    /// After a change of the entry's xattrs: every absence is forgotten, the generation
-    /// moves.
-    pub fn changed(&self) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(((v >> 8) + 1) << 8));
-    }
-}
-
-pub struct Inode {
-    /// The kernel's handle, when the fd can be dropped and reopened from it.
-    handle: Option<Box<[u8]>>,
-    /// Path mode: its parent and the name it was last seen under, to reopen it by name
-    /// (`None`: no way back by name — the root, or a name that went).
-    loc: Mutex<Option<(Arc<Inode>, CString)>>,
-    /// Path mode: its file handle, not to open by (that needs CAP_DAC_READ_SEARCH) but to
-    /// tell it from a new file given its backing inode number once it is gone.
-    ident: Option<Box<[u8]>>,
-    fd: Mutex<Option<Arc<OwnedFd>>>,
-    pub key: (u64, u64),
-    pub is_dir: bool,
-    pub is_reg: bool,
-    /// Its backing inode number went to a new file, which has an inode of its own: lookups
-    /// no longer find this one (kept until FORGET). Changed under the table's write lock.
-    replaced: AtomicBool,
-    pub lookups: Mutex<u64>,
-    /// A regular file's container state (see `lifecycle::state` for the rules).
-    pub file: FileState,
-    /// Known to have no `security.capability` xattr (the kernel asks before every write).
-    pub no_caps: AtomicBool,
-    /// Other xattrs the kernel or `ls -l` keep asking for, known to be absent (bits of
-    /// `ops::xattr`: the access and default ACLs, the SELinux label): answered from memory.
-    pub no_xattrs: Absent,
-    /// A directory's compression properties, once read (we are the only writer).
-    pub dir_props: Mutex<Option<crate::props::DirProps>>,
-    /// A directory's count of entries made, removed or renamed through the mount: a
-    /// listing taken at an older count is stale (see `DirHandle`).
-    pub dir_gen: AtomicU64,
-}
-
-/// First number given to a backing inode whose own number cannot be its FUSE number. Far
-/// above what ext4, xfs, btrfs or tmpfs hand out (the statistics file is `u64::MAX - 1`).
-pub const REMAP_BASE: u64 = 1 << 63;
-
-#[derive(Default)]
-struct Table {
-    by_ino: HashMap<u64, Arc<Inode>>,
-    /// The number of each backing file (device, inode) whose inode is not found in
-    /// `by_ino` under its own `st_ino` on the root's device: the root, remapped numbers.
-    /// Most inodes are numbered as themselves and have no entry here (a second map of
-    /// every inode cost some 50 B each).
-    remapped: HashMap<(u64, u64), u64>,
-    /// The backing root's (device, inode): FUSE's inode 1.
-    root: (u64, u64),
-    /// Next number from [`REMAP_BASE`] up.
-    next: u64,
-}
-
-impl Table {
-    /// The FUSE number of a backing inode first seen now: its own `st_ino` when that is
-    /// on the backing root's filesystem and free to use, else the next remapped number.
-    fn number_for(&mut self, key: (u64, u64)) -> u64 {
-        let (dev, ino) = key;
-        if dev == self.root.0 && ino > 1 && ino < REMAP_BASE && !self.by_ino.contains_key(&ino) {
-            return ino;
-        }
-        while self.by_ino.contains_key(&self.next) {
-            self.next += 1;
-        }
-        self.next += 1;
-        self.next - 1
-    }
-
-    /// The number of the known inode of backing file `key` (not one [`Inode::replaced`]).
-    fn number_of(&self, key: (u64, u64)) -> Option<u64> {
-        if let Some(&n) = self.remapped.get(&key) {
-            return Some(n);
-        }
-        let own = self.by_ino.get(&key.1)?;
-        (key.0 == self.root.0 && own.key == key && !own.replaced.load(Ordering::Relaxed)).then_some(key.1)
-    }
-
-    /// Records `key`'s new inode, numbered `ino` ([`Table::number_for`]).
-    fn add(&mut self, key: (u64, u64), ino: u64, inode: Arc<Inode>) {
-        if key != (self.root.0, ino) {
-            self.remapped.insert(key, ino);
-        }
-        self.by_ino.insert(ino, inode);
-    }
-
-    /// The known inode of backing file `key`.
-    fn inode_of(&self, key: (u64, u64)) -> Option<Arc<Inode>> {
-        self.number_of(key).and_then(|n| self.by_ino.get(&n)).cloned()
-    }
-
-    /// The number `readdir` reports for entry `d_ino` of a directory on device `dev`: the
-    /// number a lookup gives (or gave) it.
-    fn entry_number(&self, dev: u64, d_ino: u64) -> u64 {
-        if (dev, d_ino) == self.root {
-            return 1;
-        }
-        self.number_of((dev, d_ino)).unwrap_or(d_ino)
     }
 }
 
@@ -221,28 +96,16 @@ impl Inodes {
             .and_then(|(id, h)| sys::open_handle(&root_dir, &h).map(|_| id))
             .ok();
         let root = Arc::new(root);
-        let root_inode = Arc::new(Inode {
-            handle: None,
-            loc: Mutex::new(None),
-            ident: None,
-            fd: Mutex::new(Some(root.clone())),
+        let root_inode = Arc::new(Inode::new(
             key,
-            is_dir: true,
-            is_reg: false,
-            replaced: AtomicBool::new(false),
-            lookups: Mutex::new(u64::MAX / 2),
-            file: FileState::default(),
-            no_caps: AtomicBool::new(false),
-            no_xattrs: Default::default(),
-            dir_props: Mutex::new(None),
-            dir_gen: AtomicU64::new(0),
-        });
-        let mut t = Table {
-            root: key,
-            next: REMAP_BASE,
-            ..Table::default()
-        };
-        t.add(key, 1, root_inode);
+            libc::S_IFDIR,
+            Some(root.clone()),
+            None,
+            None,
+            false,
+            u64::MAX / 2,
+        ));
+        let t = Table::new(key, root_inode);
         Inodes {
             t: RwLock::new(t),
             root_dir,
@@ -269,11 +132,11 @@ impl Inodes {
     pub fn number(&self, inode: &Arc<Inode>) -> Option<u64> {
         let t = self.t.read().unwrap();
         t.number_of(inode.key)
-            .filter(|i| t.by_ino.get(i).is_some_and(|x| Arc::ptr_eq(x, inode)))
+            .filter(|&i| t.get(i).is_some_and(|x| Arc::ptr_eq(x, inode)))
     }
 
     pub fn get(&self, ino: u64) -> Option<Arc<Inode>> {
-        self.t.read().unwrap().by_ino.get(&ino).cloned()
+        self.t.read().unwrap().get(ino).cloned()
     }
 
     /// The inode's `O_PATH` fd, reopened from its handle or by name if it was closed.
@@ -281,12 +144,12 @@ impl Inodes {
         if let Some(fd) = inode.fd.lock().unwrap().as_ref() {
             return Ok(PathFd(fd.clone()));
         }
-        if let Some(handle) = &inode.handle {
+        if let Some(handle) = inode.open_handle() {
             let mut slot = inode.fd.lock().unwrap();
             if let Some(fd) = slot.as_ref() {
                 return Ok(PathFd(fd.clone()));
             }
-            let fd = Arc::new(sys::open_handle(&self.root_dir, handle)?);
+            let fd = Arc::new(sys::open_handle(&self.root_dir, &handle)?);
             *slot = Some(fd.clone());
             drop(slot);
             self.remember(inode);
@@ -303,7 +166,7 @@ impl Inodes {
             return Ok(fd.clone());
         }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
-        let (parent, name) = inode.loc.lock().unwrap().clone().ok_or_else(stale)?;
+        let (parent, name) = inode.place().ok_or_else(stale)?;
         // The parent as the table knows it now: if the kernel forgot it and looked it up
         // again, renames went to the new object.
         let parent = self.current(&parent);
@@ -338,14 +201,14 @@ impl Inodes {
 
     /// Whether the inode's fd may be closed by the cache: it has a way back.
     fn reopenable(&self, inode: &Inode) -> bool {
-        inode.handle.is_some() || (self.mount_id.is_none() && inode.loc.lock().unwrap().is_some())
+        inode.by_handle || (self.mount_id.is_none() && inode.loc.lock().unwrap().is_some())
     }
 
     /// Opens the inode's file for I/O with `flags`: by handle where possible (no path walk
     /// through `/proc/self/fd`), else by reopening its `O_PATH` fd.
     pub fn reopen(&self, inode: &Arc<Inode>, flags: i32) -> io::Result<std::fs::File> {
-        if let (Some(h), Some(_)) = (&inode.handle, self.mount_id) {
-            if let Ok(fd) = sys::open_handle_with(&self.root_dir, h, flags) {
+        if let (Some(h), Some(_)) = (inode.open_handle(), self.mount_id) {
+            if let Ok(fd) = sys::open_handle_with(&self.root_dir, &h, flags) {
                 return Ok(std::fs::File::from(fd));
             }
         }
@@ -406,21 +269,21 @@ impl Inodes {
         let key = (st.st_dev, st.st_ino);
         let mut t = self.t.write().unwrap();
         if let Some(ino) = t.number_of(key) {
-            let inode = t.by_ino[&ino].clone();
+            let inode = t.get(ino).expect("a numbered inode is in the table").clone();
             if !Self::still_the_same(&inode, &fd, st) {
                 // The backing file this inode stood for is gone and its number went to a
                 // new file (ext4 and xfs reuse numbers at once). The kernel may still hold
                 // the old inode (until FORGET): it keeps its number; the new file gets
                 // one of its own below.
                 inode.replaced.store(true, Ordering::Relaxed);
-                t.remapped.remove(&key);
+                t.unmap(key);
                 return self.insert_new(t, fd, st, at);
             }
-            *inode.lookups.lock().unwrap() += 1;
+            inode.lookups.fetch_add(1, Ordering::Relaxed);
             drop(t);
             // A pinned inode (its recorded name went) named again: its fd may be cached.
             let named_again = match at {
-                Some(at) => inode.loc.lock().unwrap().replace(at).is_none(),
+                Some(at) => inode.loc.lock().unwrap().replace(Box::new(at)).is_none(),
                 None => false,
             };
             // Lock order: `loc` before `fd` (`reopenable` takes `loc`).
@@ -461,11 +324,8 @@ impl Inodes {
         if inode.is_dir != (fmt == libc::S_IFDIR) || inode.is_reg != (fmt == libc::S_IFREG) {
             return false;
         }
-        match (
-            inode.handle.as_ref().or(inode.ident.as_ref()),
-            sys::file_handle(fd),
-        ) {
-            (Some(old), Ok((_, new))) => *old == new,
+        match (&inode.handle, sys::file_handle(fd)) {
+            (Some(old), Ok((_, new))) => *old.bytes() == *new,
             (Some(_), Err(_)) => lenient,
             (None, _) => true,
         }
@@ -484,31 +344,24 @@ impl Inodes {
             Some(root_mount) => sys::file_handle(&fd)
                 .ok()
                 .filter(|(m, _)| *m == root_mount)
-                .map(|(_, h)| h),
+                .map(|(_, h)| Handle::new(&h)),
             None => None,
         };
-        let cached = handle.is_some() || at.is_some();
-        let ident = match (&handle, &at) {
-            (None, Some(_)) => sys::file_handle(&fd).ok().map(|(_, h)| h),
-            _ => None,
+        let by_handle = handle.is_some();
+        let cached = by_handle || at.is_some();
+        let handle = match (handle, &at) {
+            (None, Some(_)) => sys::file_handle(&fd).ok().map(|(_, h)| Handle::new(&h)),
+            (h, _) => h,
         };
-        let fmt = st.st_mode & libc::S_IFMT;
-        let inode = Arc::new(Inode {
-            handle,
-            loc: Mutex::new(at),
-            ident,
-            fd: Mutex::new(Some(Arc::new(fd))),
+        let inode = Arc::new(Inode::new(
             key,
-            is_dir: fmt == libc::S_IFDIR,
-            is_reg: fmt == libc::S_IFREG,
-            replaced: AtomicBool::new(false),
-            lookups: Mutex::new(1),
-            file: FileState::default(),
-            no_caps: AtomicBool::new(false),
-            no_xattrs: Default::default(),
-            dir_props: Mutex::new(None),
-            dir_gen: AtomicU64::new(0),
-        });
+            st.st_mode & libc::S_IFMT,
+            Some(Arc::new(fd)),
+            at,
+            handle,
+            by_handle,
+            1,
+        ));
         let ino = t.number_for(key);
         t.add(key, ino, inode.clone());
         drop(t);
@@ -524,17 +377,14 @@ impl Inodes {
             return;
         }
         let mut t = self.t.write().unwrap();
-        let Some(inode) = t.by_ino.get(&ino).cloned() else {
+        let Some(inode) = t.get(ino).cloned() else {
             return;
         };
-        let mut l = inode.lookups.lock().unwrap();
-        *l = l.saturating_sub(n);
-        if *l == 0 && inode.file.open.lock().unwrap().is_none() {
-            drop(l);
-            t.by_ino.remove(&ino);
-            if t.remapped.get(&inode.key) == Some(&ino) {
-                t.remapped.remove(&inode.key);
-            }
+        // (Changed under the table's write lock only.)
+        let l = inode.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        inode.lookups.store(l, Ordering::Relaxed);
+        if l == 0 && inode.file.open.lock().unwrap().is_none() {
+            t.remove(ino, inode.key);
             // Its fd closes when the last operation using it ends.
             *inode.fd.lock().unwrap() = None;
             self.forgotten.fetch_add(1, Ordering::Relaxed);
@@ -552,19 +402,9 @@ impl Inodes {
         if forgotten == 0 {
             return 0;
         }
-        fn sparse<K, V>(m: &HashMap<K, V>) -> bool {
-            m.len() < m.capacity() / 4
-        }
-        let shrink = {
-            let t = self.t.read().unwrap();
-            sparse(&t.by_ino) || sparse(&t.remapped)
-        };
+        let shrink = self.t.read().unwrap().sparse();
         if shrink {
-            let mut t = self.t.write().unwrap();
-            let n = t.by_ino.len() * 2;
-            t.by_ino.shrink_to(n);
-            let n = t.remapped.len() * 2;
-            t.remapped.shrink_to(n);
+            self.t.write().unwrap().shrink();
         }
         let mut q = self.cached.lock().unwrap();
         q.retain(|w| w.strong_count() > 0);
@@ -604,7 +444,7 @@ impl Inodes {
         let mut loc = inode.loc.lock().unwrap();
         if loc
             .as_ref()
-            .is_some_and(|(p, n)| p.key == parent.key && n.as_c_str() == name)
+            .is_some_and(|pn| pn.0.key == parent.key && pn.1.as_c_str() == name)
         {
             let mut slot = inode.fd.lock().unwrap();
             if slot.is_none() {
@@ -621,7 +461,7 @@ impl Inodes {
                 .loc
                 .lock()
                 .unwrap()
-                .replace((parent.clone(), name.to_owned()))
+                .replace(Box::new((parent.clone(), name.to_owned())))
                 .is_none();
             if pinned && inode.fd.lock().unwrap().is_some() {
                 self.remember(&inode);
@@ -651,7 +491,7 @@ impl Inodes {
 
     /// Every known inode (for flushing at unmount).
     pub fn all(&self) -> Vec<Arc<Inode>> {
-        self.t.read().unwrap().by_ino.values().cloned().collect()
+        self.t.read().unwrap().all().cloned().collect()
     }
 }
 
@@ -675,24 +515,6 @@ mod tests {
     use std::ffi::CString;
 
     use super::*;
-
-    /// An absence learnt by a query that began before a change of the xattrs is not
-    /// remembered; one learnt after it is, and the next change forgets it.
-    #[test]
-    fn an_absence_learnt_before_a_change_is_not_remembered() {
-        let a = Absent::default();
-        let g = a.generation();
-        // The query ran, then a setxattr changed the entry before the answer was kept.
-        a.changed();
-        a.learn(2, g);
-        assert!(!a.has(2));
-        let g = a.generation();
-        a.learn(2, g);
-        a.learn(1, g);
-        assert!(a.has(2) && a.has(1) && !a.has(4));
-        a.changed();
-        assert!(!a.has(2) && !a.has(1));
-    }
 
     /// A file's backing inode number reused by a new file, after the daemon closed the old
     /// one's cached fd: the new file gets an inode of its own, never the old one's (stress-ng
