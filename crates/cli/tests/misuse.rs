@@ -387,3 +387,66 @@ fn check_and_stats_by_the_owner_enter_mode_0_directories() {
     assert_eq!(modes(), [0, 0, 0o100]);
     fs::remove_dir_all(&d).unwrap();
 }
+
+/// A daemon without root reading and `stat`ing its user's read-only files (mode 0444: git
+/// objects, `cp -p`) moves neither their change time on the backing nor the one `stat`
+/// shows (issue 43: the file was opened for writing at once, which took a chmod and back,
+/// so a fresh mount's first look moved the ctime of every such file; the background pass
+/// test saw it as a flake). It is opened for writing when something is written: after
+/// the owner makes it writable again, a write and a truncate land.
+#[test]
+fn reading_a_read_only_file_moves_no_change_time() {
+    common::require_root("prepares the user `tests` (CI runs as root)");
+    let d = scratch("ro-ctime");
+    let files = ["big.txt", "small.txt"];
+    let mnt = tree_as_tests(
+        &d,
+        "seq 1 100000 > big.txt && echo small > small.txt",
+        "chmod 444 big.txt small.txt",
+    );
+    let b = d.join("backing");
+    let on_backing = || files.map(|p| common::ctime(&fs::symlink_metadata(b.join(p)).unwrap()));
+    let shown = || {
+        let out = common::as_tests(&[
+            "sh",
+            "-c",
+            &format!("cd {mnt} && stat -c %.9Z {}", files.join(" ")),
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = on_backing();
+    std::thread::sleep(Duration::from_millis(50));
+    // A fresh mount (nothing remembered): stat, read, stat.
+    let m = Mount::as_user(&d, "", "tests");
+    let first = shown();
+    sh_as_tests(&format!("cd {mnt} && cat {} >/dev/null", files.join(" ")));
+    assert_eq!(on_backing(), before, "a stat and a read moved the backing ctime");
+    m.unmount();
+    assert_eq!(on_backing(), before, "the unmount moved the backing ctime");
+    // Another fresh mount shows what the first showed.
+    let m = Mount::as_user(&d, "", "tests");
+    assert_eq!(shown(), first);
+    let expect: Vec<String> = before.iter().map(|(s, n)| format!("{s}.{n:09}")).collect();
+    assert_eq!(
+        first.lines().collect::<Vec<_>>(),
+        expect,
+        "stat shows the backing's ctime"
+    );
+    // Made writable again by its owner (its state, opened read-only by the stat, stays),
+    // then written: the writes land.
+    sh_as_tests(&format!(
+        "cd {mnt} && cat big.txt >/dev/null && chmod 644 big.txt small.txt && \
+         echo more >> big.txt && truncate -s 3 small.txt && sync"
+    ));
+    m.unmount();
+    let m = Mount::as_user(&d, "", "tests");
+    let out = common::as_tests(&[
+        "sh",
+        "-c",
+        &format!("cd {mnt} && tail -n 2 big.txt && cat small.txt"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "100000\nmore\nsma");
+    m.unmount();
+    common::check_clean(&b, "after the writes");
+}

@@ -85,6 +85,11 @@ pub struct FileStorage {
     modified: AtomicBool,
     /// Its (device, inode), once asked: an open file's never changes.
     identity: std::sync::OnceLock<(u64, u64)>,
+    /// A file opened read-only because its mode keeps its owner from writing (a daemon
+    /// without root; [`FileStorage::writable_later`]): opened for writing at the first
+    /// write, with owner write added for the open if need be. `None`: `file` is the one
+    /// written to.
+    writer: Option<std::sync::OnceLock<File>>,
 }
 
 impl FileStorage {
@@ -93,15 +98,46 @@ impl FileStorage {
             file,
             modified: AtomicBool::new(false),
             identity: std::sync::OnceLock::new(),
+            writer: None,
         }
+    }
+
+    /// A file opened read-only because its mode refused writing to its owner (mode 0444:
+    /// git objects, `cp -p`): it is opened for writing only when something is written,
+    /// with [`with_owner_access`] if its mode still refuses. Opening it for writing at
+    /// once would take a chmod and back, moving its ctime, for a `stat` or a read.
+    pub fn writable_later(mut self) -> FileStorage {
+        self.writer = Some(std::sync::OnceLock::new());
+        self
+    }
+
+    /// The file to write to: `file`, or (see [`FileStorage::writable_later`]) the file
+    /// opened again for writing.
+    fn writer(&self) -> io::Result<&File> {
+        use std::os::fd::AsRawFd;
+        let Some(w) = &self.writer else {
+            return Ok(&self.file);
+        };
+        if let Some(f) = w.get() {
+            return Ok(f);
+        }
+        let proc = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let f = match open_with_flags(std::path::Path::new(&proc), libc::O_RDWR) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                reopen_as_owner(&self.file, libc::O_RDWR)?.ok_or(e)?
+            }
+            r => r?,
+        };
+        // (Two writers at once: one of the two files is kept.)
+        let _ = w.set(f);
+        Ok(w.get().expect("set just now"))
     }
 
     /// A file whose (device, inode) the caller knows already (spares a `stat` when it is
     /// asked).
-    pub fn with_identity(file: File, id: (u64, u64)) -> FileStorage {
-        let s = FileStorage::new(file);
-        let _ = s.identity.set(id);
-        s
+    pub fn with_identity(self, id: (u64, u64)) -> FileStorage {
+        let _ = self.identity.set(id);
+        self
     }
 
     pub fn file(&self) -> &File {
@@ -229,19 +265,21 @@ impl Storage for FileStorage {
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        let w = self.writer()?;
         self.modifies();
-        self.file.write_all_at(buf, off)
+        w.write_all_at(buf, off)
     }
 
     fn punch(&self, off: u64, len: u64) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
-        self.modifies();
         let (Ok(o), Ok(l)) = (i64::try_from(off), i64::try_from(len)) else {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         };
-        sys::punch_hole(self.file.as_fd(), o, l)
+        let w = self.writer()?;
+        self.modifies();
+        sys::punch_hole(w.as_fd(), o, l)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -249,8 +287,9 @@ impl Storage for FileStorage {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        let w = self.writer()?;
         self.modifies();
-        self.file.set_len(len)
+        w.set_len(len)
     }
 
     fn len(&self) -> io::Result<u64> {

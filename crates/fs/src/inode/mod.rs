@@ -207,6 +207,12 @@ impl Inodes {
     /// Opens the inode's file for I/O with `flags`: by handle where possible (no path walk
     /// through `/proc/self/fd`), else by reopening its `O_PATH` fd.
     pub fn reopen(&self, inode: &Arc<Inode>, flags: i32) -> io::Result<std::fs::File> {
+        self.reopen_with(inode, flags, true)
+    }
+
+    /// [`Inodes::reopen`], `as_owner`: with owner access added for the open if the mode
+    /// refuses it (a chmod and back, which moves the file's ctime); else refused.
+    pub fn reopen_with(&self, inode: &Arc<Inode>, flags: i32, as_owner: bool) -> io::Result<std::fs::File> {
         if let (Some(h), Some(_)) = (inode.open_handle(), self.mount_id) {
             if let Ok(fd) = sys::open_handle_with(&self.root_dir, &h, flags) {
                 return Ok(std::fs::File::from(fd));
@@ -214,7 +220,9 @@ impl Inodes {
         }
         let fd = self.fd(inode)?;
         match sys::reopen(&fd, flags) {
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => Self::reopen_as_owner(&fd, flags).ok_or(e),
+            Err(e) if as_owner && e.raw_os_error() == Some(libc::EACCES) => {
+                Self::reopen_as_owner(&fd, flags).ok_or(e)
+            }
             r => r,
         }
     }

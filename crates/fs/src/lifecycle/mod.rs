@@ -153,20 +153,27 @@ impl Files {
     }
 
     /// Opens the file's container (read-write unless the mount or the file forbids it).
+    ///
+    /// A file whose mode keeps a daemon without root from writing (0444: git objects,
+    /// `cp -p`) is opened read-only, and for writing only when something is written
+    /// ([`FileStorage::writable_later`]): opening it for writing takes a chmod and back,
+    /// and a `stat` or a read must not move its ctime.
     pub fn open_container(&self, inode: &Arc<Inode>) -> Result<Container<FileStorage>, Errno> {
-        let file = if self.read_only {
-            self.inodes.reopen(inode, libc::O_RDONLY)
+        let storage = if self.read_only {
+            FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?)
         } else {
-            self.inodes
-                .reopen(inode, libc::O_RDWR)
-                .or_else(|e| match e.raw_os_error() {
-                    Some(libc::EACCES) | Some(libc::EROFS) | Some(libc::EPERM) => {
-                        self.inodes.reopen(inode, libc::O_RDONLY)
-                    }
-                    _ => Err(e),
-                })
-        }?;
-        Container::open(FileStorage::with_identity(file, inode.key), &self.opts)
+            match self.inodes.reopen_with(inode, libc::O_RDWR, false) {
+                Ok(f) => FileStorage::new(f),
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?).writable_later()
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EPERM)) => {
+                    FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        Container::open(storage.with_identity(inode.key), &self.opts)
             .map_err(|e| self.error(inode, "open", e))
     }
 
