@@ -14,21 +14,25 @@ pub mod dicts;
 pub mod encode;
 pub mod format;
 mod layout;
+mod open_at;
 mod owner_path;
 pub mod pack;
 pub mod predict;
 pub mod sim;
 pub mod stats;
 mod storage;
+#[allow(unsafe_code)]
+mod sys;
 pub mod usage;
 
 pub use container::{
     AheadPlan, Container, DirtyBudget, Fetched, Options, Recompressed, Relayout, RelayoutStep, StatTimes,
     Ticket, WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
 };
+pub use open_at::with_owner_access;
 pub use owner_path::{dir_names_as_owner, open_as_owner, symlink_metadata_as_owner};
 pub use stats::Stats;
-pub use storage::{keeping_times, read_full, with_owner_access, FileStorage, Storage};
+pub use storage::{keeping_times, read_full, FileStorage, Storage};
 
 use std::io;
 

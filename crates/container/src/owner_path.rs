@@ -3,7 +3,7 @@
 //! or listed even when its mode, or that of a directory on the way, refuses its owner and
 //! the caller is that owner (a squeezefs without root keeps the user's mode-0 files and
 //! directories as they are). The daemon's pack walk goes beneath a root fd instead
-//! (`storage::open_beneath_as_owner`); below the nearest directory of the path that opens,
+//! (`open_at::open_beneath_as_owner`); below the nearest directory of the path that opens,
 //! this follows the path the same way, one name at a time.
 
 use std::ffi::OsString;
@@ -11,7 +11,7 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::path::Path;
 
-use crate::storage::{list_dir_as_owner, open_by_steps, open_with_flags, reopen_as_owner};
+use crate::open_at::{list_dir_as_owner, open_by_steps, open_with_flags, reopen_as_owner};
 
 fn refused(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EACCES)

@@ -16,7 +16,8 @@ use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
 use super::reclaim::{reclaim, victims, Garbage, LiveFile, Mover, Reclaimed, Settle};
 use super::record::{record_state, RecordState};
 use super::Packs;
-use crate::storage::{list_dir_as_owner, open_beneath_as_owner, FileStorage};
+use crate::open_at::{list_dir_as_owner, open_beneath_as_owner};
+use crate::storage::FileStorage;
 use squeezefs_codec::CodecSpec;
 
 /// The records of a backing directory, as a walk found them.

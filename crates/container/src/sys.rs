@@ -1,0 +1,167 @@
+//! The Linux calls `FileStorage` and `open_at` need that std does not wrap: punching a hole
+//! (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
+//! location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
+//! and `openat2(2)` for pack reclaim (std has neither).
+//!
+//! The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
+//! the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
+//! it would add a second version of nix beside fuser's (0.31) for two system calls. The
+//! `xattr` crate would cover the last three, for three calls the fs crate already makes the
+//! same way (`squeezefs_fs::sys`).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Largest xattr value read (the kernel's limit is 64 KiB; squeezefs reads only its own
+/// small records, so anything longer is refused by the caller's decoder anyway).
+const XATTR_MAX: usize = 64 << 10;
+
+fn c_name(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// The value of xattr `name`, `None` when the file has none of that name.
+pub(crate) fn get_xattr(fd: BorrowedFd<'_>, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let n = c_name(name)?;
+    let mut buf = vec![0u8; 256];
+    loop {
+        // SAFETY: `n` is a NUL-terminated string that outlives the call, and `buf` is a
+        // live, writable allocation of exactly `buf.len()` bytes, which is the size
+        // passed: the kernel writes at most that many bytes into it. The fd is kept open
+        // by `BorrowedFd`. Failures come back through errno, read at once below.
+        let r = unsafe { libc::fgetxattr(fd.as_raw_fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r >= 0 {
+            buf.truncate(r as usize);
+            return Ok(Some(buf));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENODATA) => return Ok(None),
+            // Backing filesystems without user xattrs have no records.
+            Some(libc::EOPNOTSUPP) => return Ok(None),
+            Some(libc::ERANGE) if buf.len() < XATTR_MAX => buf.resize(XATTR_MAX, 0),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+pub(crate) fn open_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &std::path::Path,
+    flags: i32,
+) -> io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let p =
+        CString::new(rel.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // (`openat2` refuses `O_PATH` with any flag but these.)
+    let extra = if flags & libc::O_PATH != 0 {
+        libc::O_CLOEXEC
+    } else {
+        libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK
+    };
+    let how = OpenHow {
+        flags: (flags | extra) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `p` is NUL-terminated and outlives the call; `how` is a live, initialised
+    // `open_how` of the size passed; the fd is kept open by `BorrowedFd`. The kernel
+    // returns a new fd we own, or -1 with errno.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `r` is a new fd returned to us by the kernel, owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(r as i32) })
+}
+
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain integer argument; the fd is kept open by `BorrowedFd`.
+    if unsafe { libc::syncfs(fd.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(crate) fn set_xattr(fd: BorrowedFd<'_>, name: &str, value: &[u8]) -> io::Result<()> {
+    let n = c_name(name)?;
+    // SAFETY: `n` is NUL-terminated and `value` is a live slice of `value.len()` bytes,
+    // the length passed; the kernel only reads them during the call. The fd is kept
+    // open by `BorrowedFd`; failures come back through errno.
+    let r = unsafe { libc::fsetxattr(fd.as_raw_fd(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub(crate) fn remove_xattr(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    let n = c_name(name)?;
+    // SAFETY: `n` is NUL-terminated and outlives the call; the fd is kept open by
+    // `BorrowedFd`; failures come back through errno.
+    let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), n.as_ptr()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Deallocates `[off, off+len)` without changing the file's length.
+pub(crate) fn punch_hole(fd: BorrowedFd<'_>, off: i64, len: i64) -> io::Result<()> {
+    // SAFETY: fallocate(2) takes no pointers, only integers and a file descriptor, and
+    // `BorrowedFd` guarantees that descriptor is open for the whole call. It cannot
+    // touch this process's memory; every failure is reported through errno, read at
+    // once below.
+    let r = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The first offset ≥ `off` holding data (`ENXIO`: only holes from `off` on).
+pub(crate) fn seek_data(fd: BorrowedFd<'_>, off: i64) -> io::Result<i64> {
+    // SAFETY: lseek(2) takes no pointers, only integers and a file descriptor that
+    // `BorrowedFd` keeps open for the whole call; failures come back through errno, read
+    // at once below. It moves the descriptor's file offset, which nothing here relies
+    // on: `FileStorage` does all its I/O with explicit offsets (pread/pwrite).
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), off, libc::SEEK_DATA) };
+    if r >= 0 {
+        Ok(r)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
