@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use squeezefs_container::{AheadPlan, FileStorage};
@@ -238,10 +238,10 @@ impl ReadAhead {
     pub fn wait_for<'a>(
         &self,
         inode: &'a Inode,
-        mut open: MutexGuard<'a, Option<Box<OpenFile>>>,
+        mut open: crate::lifecycle::state::OpenGuard<'a>,
         off: u64,
         len: usize,
-    ) -> MutexGuard<'a, Option<Box<OpenFile>>> {
+    ) -> crate::lifecycle::state::OpenGuard<'a> {
         let end = off.saturating_add(len as u64);
         let deadline = Instant::now() + WAIT_MAX;
         while open.as_ref().is_some_and(|of| of.stream.in_flight(off, end)) {

@@ -26,7 +26,8 @@
 //!   the inode keeps its fd outside the cache's budget until a lookup names it again or it
 //!   is forgotten (an unlinked file still open, a link whose other name the kernel holds).
 //!
-//! Lock order: the namespace lock, then the table, then an inode's `loc`, then its `fd`.
+//! Lock order: the namespace lock, then the table, then an inode's `fd` (its fd and, in path
+//! mode, its place).
 //!
 //! An inode on another filesystem mounted inside the backing directory (handles do not
 //! reach it) is reopened by name too, or keeps its fd in handle mode.
@@ -103,7 +104,7 @@ impl Inodes {
             None,
             None,
             false,
-            u64::MAX / 2,
+            u32::MAX,
         ));
         let t = Table::new(key, root_inode);
         Inodes {
@@ -141,16 +142,16 @@ impl Inodes {
 
     /// The inode's `O_PATH` fd, reopened from its handle or by name if it was closed.
     pub fn fd(&self, inode: &Arc<Inode>) -> io::Result<PathFd> {
-        if let Some(fd) = inode.fd.lock().unwrap().as_ref() {
+        if let Some(fd) = inode.fd.lock().unwrap().fd.as_ref() {
             return Ok(PathFd(fd.clone()));
         }
         if let Some(handle) = inode.open_handle() {
             let mut slot = inode.fd.lock().unwrap();
-            if let Some(fd) = slot.as_ref() {
+            if let Some(fd) = slot.fd.as_ref() {
                 return Ok(PathFd(fd.clone()));
             }
             let fd = Arc::new(sys::open_handle(&self.root_dir, &handle)?);
-            *slot = Some(fd.clone());
+            slot.fd = Some(fd.clone());
             drop(slot);
             self.remember(inode);
             return Ok(PathFd(fd));
@@ -162,7 +163,7 @@ impl Inodes {
     /// Path mode: the inode's fd, reopened in its parent's (reopened likewise) under the
     /// name it was last seen under, if it was closed. The caller holds `names`.
     fn reopen_by_name(&self, inode: &Arc<Inode>) -> io::Result<Arc<OwnedFd>> {
-        if let Some(fd) = inode.fd.lock().unwrap().as_ref() {
+        if let Some(fd) = inode.fd.lock().unwrap().fd.as_ref() {
             return Ok(fd.clone());
         }
         let stale = || io::Error::from_raw_os_error(libc::ESTALE);
@@ -179,11 +180,11 @@ impl Inodes {
             return Err(stale());
         }
         let mut slot = inode.fd.lock().unwrap();
-        if let Some(fd) = slot.as_ref() {
+        if let Some(fd) = slot.fd.as_ref() {
             return Ok(fd.clone());
         }
         let fd = Arc::new(fd);
-        *slot = Some(fd.clone());
+        slot.fd = Some(fd.clone());
         drop(slot);
         self.remember(inode);
         Ok(fd)
@@ -201,7 +202,12 @@ impl Inodes {
 
     /// Whether the inode's fd may be closed by the cache: it has a way back.
     fn reopenable(&self, inode: &Inode) -> bool {
-        inode.by_handle || (self.mount_id.is_none() && inode.loc.lock().unwrap().is_some())
+        self.reopenable_with(inode, &inode.fd.lock().unwrap())
+    }
+
+    /// [`Inodes::reopenable`] with the inode's `fd` lock held (`s`).
+    fn reopenable_with(&self, inode: &Inode, s: &node::FdPlace) -> bool {
+        inode.by_handle || (self.mount_id.is_none() && s.place.is_some())
     }
 
     /// Opens the inode's file for I/O with `flags`: by handle where possible (no path walk
@@ -252,14 +258,17 @@ impl Inodes {
             spins -= 1;
             let Some(w) = q.pop_front() else { break };
             let Some(old) = w.upgrade() else { continue };
-            let busy = old.file.open.try_lock().map_or(true, |o| o.is_some())
-                || old.file.lazy.load(Ordering::Relaxed) > 0
+            let busy = old
+                .file
+                .open
+                .try_lock()
+                .map_or(true, |o| o.is_some() || o.lazy > 0)
                 || !self.reopenable(&old);
             if busy {
                 q.push_back(w);
                 continue;
             }
-            *old.fd.lock().unwrap() = None;
+            old.fd.lock().unwrap().fd = None;
         }
     }
 
@@ -287,19 +296,19 @@ impl Inodes {
                 t.unmap(key);
                 return self.insert_new(t, fd, st, at);
             }
-            inode.lookups.fetch_add(1, Ordering::Relaxed);
+            // (Under the table's write lock; stays at the maximum: `Inode::lookups`.)
+            let l = inode.lookups.load(Ordering::Relaxed);
+            inode.lookups.store(l.saturating_add(1), Ordering::Relaxed);
             drop(t);
+            let mut slot = inode.fd.lock().unwrap();
             // A pinned inode (its recorded name went) named again: its fd may be cached.
             let named_again = match at {
-                Some(at) => inode.loc.lock().unwrap().replace(Box::new(at)).is_none(),
+                Some(at) => slot.place.replace(Box::new(at)).is_none(),
                 None => false,
             };
-            // Lock order: `loc` before `fd` (`reopenable` takes `loc`).
-            let reopenable = self.reopenable(&inode);
-            let mut slot = inode.fd.lock().unwrap();
-            let refill = slot.is_none() && reopenable;
+            let refill = slot.fd.is_none() && self.reopenable_with(&inode, &slot);
             if refill {
-                *slot = Some(Arc::new(fd));
+                slot.fd = Some(Arc::new(fd));
             }
             drop(slot);
             if refill || named_again {
@@ -316,9 +325,9 @@ impl Inodes {
     /// number may now name another file: the type, then the file handle (which carries the
     /// inode's generation) tell.
     fn still_the_same(inode: &Inode, fd: &OwnedFd, st: &libc::stat) -> bool {
-        if inode.fd.lock().unwrap().is_some() {
+        if inode.fd.lock().unwrap().fd.is_some() {
             let fmt = st.st_mode & libc::S_IFMT;
-            return inode.is_dir == (fmt == libc::S_IFDIR) && inode.is_reg == (fmt == libc::S_IFREG);
+            return inode.is_dir() == (fmt == libc::S_IFDIR) && inode.is_reg == (fmt == libc::S_IFREG);
         }
         Self::same_object(inode, fd, st, true)
     }
@@ -329,7 +338,7 @@ impl Inodes {
     /// file tells). `lenient`: a handle that cannot be read now counts as the same.
     fn same_object(inode: &Inode, fd: &OwnedFd, st: &libc::stat, lenient: bool) -> bool {
         let fmt = st.st_mode & libc::S_IFMT;
-        if inode.is_dir != (fmt == libc::S_IFDIR) || inode.is_reg != (fmt == libc::S_IFREG) {
+        if inode.is_dir() != (fmt == libc::S_IFDIR) || inode.is_reg != (fmt == libc::S_IFREG) {
             return false;
         }
         match (&inode.handle, sys::file_handle(fd)) {
@@ -389,12 +398,15 @@ impl Inodes {
             return;
         };
         // (Changed under the table's write lock only.)
-        let l = inode.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        let l = match inode.lookups.load(Ordering::Relaxed) {
+            u32::MAX => u32::MAX,
+            l => l.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX)),
+        };
         inode.lookups.store(l, Ordering::Relaxed);
         if l == 0 && inode.file.open.lock().unwrap().is_none() {
             t.remove(ino, inode.key);
             // Its fd closes when the last operation using it ends.
-            *inode.fd.lock().unwrap() = None;
+            inode.fd.lock().unwrap().fd = None;
             self.forgotten.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -449,29 +461,30 @@ impl Inodes {
     /// link, or none: an unlinked file still open), until a lookup names it again.
     pub fn going(&self, named: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
         let Some((inode, fd)) = named else { return };
-        let mut loc = inode.loc.lock().unwrap();
-        if loc
+        let mut slot = inode.fd.lock().unwrap();
+        if slot
+            .place
             .as_ref()
             .is_some_and(|pn| pn.0.key == parent.key && pn.1.as_c_str() == name)
         {
-            let mut slot = inode.fd.lock().unwrap();
-            if slot.is_none() {
-                *slot = Some(Arc::new(fd));
+            if slot.fd.is_none() {
+                slot.fd = Some(Arc::new(fd));
             }
-            *loc = None;
+            slot.place = None;
         }
     }
 
     /// Path mode: `moved` (from [`Inodes::named`] before a rename) is now `name` in `parent`.
     pub fn renamed(&self, moved: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
         if let Some((inode, _)) = moved {
-            let pinned = inode
-                .loc
-                .lock()
-                .unwrap()
+            let mut slot = inode.fd.lock().unwrap();
+            let pinned = slot
+                .place
                 .replace(Box::new((parent.clone(), name.to_owned())))
                 .is_none();
-            if pinned && inode.fd.lock().unwrap().is_some() {
+            let cached = slot.fd.is_some();
+            drop(slot);
+            if pinned && cached {
                 self.remember(&inode);
             }
         }
@@ -519,57 +532,4 @@ impl Inodes {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::ffi::CString;
-
-    use super::*;
-
-    /// A file's backing inode number reused by a new file, after the daemon closed the old
-    /// one's cached fd: the new file gets an inode of its own, never the old one's (stress-ng
-    /// found `truncate` answered EISDIR when a new file was served as an old directory).
-    #[test]
-    fn a_reused_backing_inode_number_is_a_new_inode() {
-        let dir = std::env::temp_dir().join(format!("squeezefs-inode-reuse-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (inodes, _) = Inodes::open(&dir).unwrap();
-        assert!(
-            inodes.uses_handles(),
-            "this test needs root (file handles: CAP_DAC_READ_SEARCH); CI runs as root"
-        );
-        let dirfd = inodes.fd(&inodes.get(1).unwrap()).unwrap();
-        let make = |name: &str| {
-            let c = CString::new(name).unwrap();
-            drop(sys::create_rw(&dirfd, &c, 0o644).unwrap());
-            let fd = sys::open_path(&dirfd, &c).unwrap();
-            let st = sys::fstat(&fd).unwrap();
-            (fd, st)
-        };
-        let (fd, st) = make("old");
-        let root = inodes.get(1).unwrap();
-        let (old_ino, old) = inodes.insert(fd, &st, &root, c"old");
-        // The fd cache closed its fd; the file goes.
-        *old.fd.lock().unwrap() = None;
-        std::fs::remove_file(dir.join("old")).unwrap();
-        // New files until one gets the old backing number (ext4 reuses it at once).
-        let mut reused = None;
-        for i in 0..1000 {
-            let (fd, st2) = make(&format!("new{i}"));
-            if st2.st_ino == st.st_ino {
-                reused = Some((fd, st2));
-                break;
-            }
-        }
-        let (fd, st2) = reused.expect("the backing filesystem never reused the inode number");
-        let (ino, inode) = inodes.insert(fd, &st2, &root, c"new");
-        assert_ne!(ino, old_ino, "a new file must not be served as the removed one");
-        assert!(!Arc::ptr_eq(&inode, &old));
-        // The old inode stays for the kernel's references until FORGET, then goes alone.
-        assert!(inodes.get(old_ino).is_some());
-        inodes.forget(old_ino, 1);
-        assert!(inodes.get(old_ino).is_none());
-        assert!(Arc::ptr_eq(&inodes.get(ino).unwrap(), &inode));
-        assert_eq!(inodes.entry_number(st2.st_dev, st2.st_ino), ino);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::lifecycle::state::FileState;
@@ -110,23 +110,32 @@ pub struct DirState {
 /// Path mode: an inode's parent and its name there.
 pub(super) type Place = (Arc<Inode>, CString);
 
-pub struct Inode {
-    pub key: (u64, u64),
-    pub(super) fd: Mutex<Option<Arc<OwnedFd>>>,
+/// What an inode's `fd` lock guards.
+#[derive(Default)]
+pub(super) struct FdPlace {
+    /// Its `O_PATH` fd, while the fd cache keeps it.
+    pub(super) fd: Option<Arc<OwnedFd>>,
     /// Path mode: its parent and the name it was last seen under, to reopen it by name
     /// (`None`: no way back by name — the root, or a name that went). Boxed: handle mode
     /// never has one.
-    pub(super) loc: Mutex<Option<Box<Place>>>,
+    pub(super) place: Option<Box<Place>>,
+}
+
+pub struct Inode {
+    pub key: (u64, u64),
+    /// Its `O_PATH` fd while cached, and its place in path mode: one lock for both.
+    pub(super) fd: Mutex<FdPlace>,
     /// Its file handle: to reopen it by when `by_handle` (root: CAP_DAC_READ_SEARCH), else
     /// (path mode) only to tell it from a new file given its backing inode number once it
     /// is gone.
     pub(super) handle: Option<Handle>,
-    /// The kernel's lookup references (changed under the table's write lock).
-    pub(super) lookups: AtomicU64,
+    /// The kernel's lookup references (changed under the table's write lock). At
+    /// `u32::MAX` it stays there and the inode is never forgotten (4 billion lookups of
+    /// one inode without a FORGET: a leak, never an inode dropped while the kernel holds it).
+    pub(super) lookups: AtomicU32,
     /// Other xattrs the kernel or `ls -l` keep asking for, known to be absent (bits of
     /// `ops::xattr`: the access and default ACLs, the SELinux label): answered from memory.
     pub no_xattrs: Absent,
-    pub is_dir: bool,
     pub is_reg: bool,
     /// `handle` reopens the inode.
     pub(super) by_handle: bool,
@@ -151,18 +160,19 @@ impl Inode {
         loc: Option<(Arc<Inode>, CString)>,
         handle: Option<Handle>,
         by_handle: bool,
-        lookups: u64,
+        lookups: u32,
     ) -> Inode {
         let is_dir = fmt == libc::S_IFDIR;
         Inode {
             key,
-            fd: Mutex::new(fd),
-            loc: Mutex::new(loc.map(Box::new)),
+            fd: Mutex::new(FdPlace {
+                fd,
+                place: loc.map(Box::new),
+            }),
             by_handle: by_handle && handle.is_some(),
             handle,
-            lookups: AtomicU64::new(lookups),
+            lookups: AtomicU32::new(lookups),
             no_xattrs: Absent::default(),
-            is_dir,
             is_reg: fmt == libc::S_IFREG,
             replaced: AtomicBool::new(false),
             no_caps: AtomicBool::new(false),
@@ -178,7 +188,12 @@ impl Inode {
 
     /// Its recorded place (path mode).
     pub(super) fn place(&self) -> Option<(Arc<Inode>, CString)> {
-        self.loc.lock().unwrap().as_deref().cloned()
+        self.fd.lock().unwrap().place.as_deref().cloned()
+    }
+
+    /// A directory (it has a directory's fields).
+    pub fn is_dir(&self) -> bool {
+        self.dir.is_some()
     }
 
     /// A directory's count of changes of its entries (0 for anything else).
@@ -191,9 +206,6 @@ impl Inode {
 mod tests {
     use super::*;
 
-    /// What a remembered inode costs is mostly this struct (`scripts/bench-memory`; issue
-    /// 43 asked for at most 200 bytes an inode at a million files, its allocation, file
-    /// handle and table bucket included).
     /// An absence learnt by a query that began before a change of the xattrs is not
     /// remembered; one learnt after it is, and the next change forgets it.
     #[test]
@@ -231,6 +243,9 @@ mod tests {
         assert!(matches!(Handle::new(&[0x4d; 24]), Handle::Boxed(_)));
     }
 
+    /// What a remembered inode costs is mostly this struct (`scripts/bench-memory`; issue
+    /// 43 asked for at most 200 bytes an inode at a million files, its allocation, file
+    /// handle and table bucket included).
     #[test]
     fn an_inode_stays_small() {
         assert_eq!(std::mem::size_of::<Option<Handle>>(), 16);
@@ -240,6 +255,9 @@ mod tests {
             "Inode: {n} bytes, FileState: {}",
             std::mem::size_of::<FileState>()
         );
-        assert!(n <= 256, "an Inode takes {n} bytes");
+        // An `Arc<Inode>` of 152 bytes is a 176-byte malloc chunk (16 of counts, 8 of
+        // header); 8 more bytes would make it 192.
+        assert!(n <= 152, "an Inode takes {n} bytes");
+        assert!(std::mem::size_of::<FileState>() <= 72);
     }
 }

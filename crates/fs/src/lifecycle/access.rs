@@ -95,31 +95,35 @@ impl Files {
             return Ok(r);
         }
         drop(open);
-        let _private = inode.file.private.read().unwrap();
-        self.stateless(inode, f, what)
+        let _private = inode.file.share();
+        let (r, closed) = self.stateless(inode, f, what);
+        inode.file.open.lock().unwrap().closed = closed;
+        r
     }
 
     /// `f` on a container opened for it alone (the file has no state), flushed and dropped
-    /// afterwards; what its superblock says then is remembered for `stat`, even after an
-    /// error (the superblock may keep times by then). The caller holds
-    /// `FileState::private`, shared or exclusive (the background pass also holds the
-    /// file's lock, `open`, which this never takes).
+    /// afterwards; with what its superblock says then, for the caller to remember for
+    /// `stat`, even after an error (the superblock may keep times by then). The caller
+    /// holds [`FileState::share`](super::state::FileState::share) or `exclusive` (the
+    /// background pass also holds the file's lock, `open`, which this never takes).
     fn stateless<T>(
         &self,
         inode: &Arc<Inode>,
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
-    ) -> Result<T, Errno> {
-        let mut c = self.open_container(inode)?;
+    ) -> (Result<T, Errno>, Option<Closed>) {
+        let mut c = match self.open_container(inode) {
+            Ok(c) => c,
+            Err(e) => return (Err(e), None),
+        };
         let r = f(&mut c)
             .and_then(|r| c.flush().map(|()| r))
             .map_err(|e| self.error(inode, what, e));
-        *inode.file.size.lock().unwrap() = Closed::of(&c);
-        r
+        (r, Closed::of(&c))
     }
 
     /// The background pass's look at a file (`crate::background`): `f` on its container,
-    /// read only, with the pass's exclusion (`FileState::private`) and the file's lock held,
+    /// read only, with the pass's exclusion (`FileState::share`) and the file's lock held,
     /// whether or not the file is in use. A file with no state gets a container for `f`
     /// alone.
     pub fn scan<T>(
@@ -127,20 +131,22 @@ impl Files {
         inode: &Arc<Inode>,
         f: impl FnOnce(&Container<FileStorage>) -> T,
     ) -> Result<T, Errno> {
-        let _private = inode.file.private.write().unwrap();
-        let open = inode.file.open.lock().unwrap();
+        let _private = inode.file.exclusive();
+        let mut open = inode.file.open.lock().unwrap();
         if let Some(of) = open.as_ref() {
             return Ok(f(&of.container));
         }
         // (`open` stays held: no state appears beside this container.)
-        self.stateless(inode, |c| Ok(f(c)), "look")
+        let (r, closed) = self.stateless(inode, |c| Ok(f(c)), "look");
+        open.closed = closed;
+        r
     }
 
     /// The background pass's access to a file (`crate::background`): `f` on its
     /// container while nobody else can use it, or `None`, doing nothing, when the file is
     /// in use: open (a writer, a reader, a lazy handle), holding bytes not written out, or
     /// with a commit or settle queued. No handle can come while `f` runs (attaching takes
-    /// the file's lock), and no container of its own either (`FileState::private`). A file
+    /// the file's lock), and no container of its own either (`FileState::share`). A file
     /// with no state gets a container for `f` alone, dropped after it.
     pub fn quiet<T>(
         &self,
@@ -148,9 +154,9 @@ impl Files {
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
     ) -> Result<Option<T>, Errno> {
-        let _private = inode.file.private.write().unwrap();
+        let _private = inode.file.exclusive();
         let mut open = inode.file.open.lock().unwrap();
-        if inode.file.lazy.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        if open.lazy > 0 {
             return Ok(None);
         }
         if let Some(of) = open.as_mut() {
@@ -165,13 +171,15 @@ impl Files {
                 // current. Nothing is held (no handle, nothing dirty or queued), so the
                 // state goes and the next use opens the file again. What `stat` remembers
                 // of the closed file goes too: it came from memory, or from before.
-                *inode.file.size.lock().unwrap() = None;
-                *open = None;
+                open.closed = None;
+                **open = None;
             }
             return r.map(Some);
         }
         // (`open` stays held: no state appears beside this container.)
-        self.stateless(inode, f, what).map(Some)
+        let (r, closed) = self.stateless(inode, f, what);
+        open.closed = closed;
+        r.map(Some)
     }
 
     /// `f` on a container opened now for a file with no state; its size is remembered and
@@ -191,7 +199,7 @@ impl Files {
     ) -> Result<T, Errno> {
         // Until the container is a state (or dropped): what it knows of the halves must
         // not go stale under a background pass.
-        let private = inode.file.private.read().unwrap();
+        let private = inode.file.share();
         let mut open = inode.file.open.lock().unwrap();
         if open.is_some() {
             // A state came since the caller looked: it is the file's container.
@@ -203,8 +211,8 @@ impl Files {
         let r = f(&mut c).map_err(|e| self.error(inode, what, e))?;
         #[cfg(test)]
         tests_pause::at(inode);
-        *inode.file.size.lock().unwrap() = Closed::of(&c);
-        *open = Some(OpenFile::new(c, 0, 0));
+        open.closed = Closed::of(&c);
+        **open = Some(OpenFile::new(c, 0, 0));
         drop(open);
         drop(private);
         self.idle

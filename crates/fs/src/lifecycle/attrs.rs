@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fuser::Errno;
 
-use super::state::{Closed, Meta, Times};
+use super::state::{Closed, FileSlot, Meta, Times};
 use super::Files;
 use crate::inode::Inode;
 use crate::sys;
@@ -21,13 +21,15 @@ impl Files {
     /// The change and modification times are those the superblock keeps when it keeps
     /// some (background recompression moved the backing file's, `SB_FLAG_TIMES`).
     pub fn size_and_times(&self, ino: u64, inode: &Arc<Inode>) -> Result<(u64, Times, Meta), Errno> {
-        if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
+        let mut slot = inode.file.open.lock().unwrap();
+        if let Some(of) = slot.as_ref() {
             let s = of.container.size().map_err(|e| self.error(inode, "size", e))?;
             return Ok((s, of.times.over_kept(of.container.kept_times()), of.meta));
         }
-        if let Some(c) = self.closed(inode) {
+        if let Some(c) = self.closed_in(inode, &mut slot) {
             return Ok((c.size(), Times::default().over_kept(c.kept()), Meta::default()));
         }
+        drop(slot);
         let (s, kept) = self.with_kept(ino, inode, |c| Ok((c.size()?, c.kept_times())), "size")?;
         Ok((s, Times::default().over_kept(kept), Meta::default()))
     }
@@ -41,14 +43,15 @@ impl Files {
         if !inode.is_reg {
             return Ok(());
         }
-        // Looked at with the pass kept out (`FileState::private`): a chunk under way has
+        // Looked at with the pass kept out (`FileState::share`): a chunk under way has
         // put what it kept in the state or the remembered `Closed` by then. (The pass
         // starts no chunk after the change that brings us here: `Pass::still`.)
         let known = {
-            let _private = inode.file.private.read().unwrap();
-            match inode.file.open.lock().unwrap().as_ref() {
+            let _private = inode.file.share();
+            let mut slot = inode.file.open.lock().unwrap();
+            match slot.as_ref() {
                 Some(of) => Some(of.container.kept_times().is_some()),
-                None => self.closed(inode).map(|c| c.kept().is_some()),
+                None => self.closed_in(inode, &mut slot).map(|c| c.kept().is_some()),
             }
         };
         if known == Some(false) {
@@ -100,9 +103,14 @@ impl Files {
     /// What `stat` remembers of a closed file, unless a reclaim may have replaced its
     /// location record since ([`Closed::moves`]): a round that moved other files leaves
     /// it true, and it is marked true up to the count now.
+    #[cfg(test)]
     pub(super) fn closed(&self, inode: &Inode) -> Option<Closed> {
-        let mut slot = inode.file.size.lock().unwrap();
-        let c = slot.as_mut()?;
+        self.closed_in(inode, &mut inode.file.open.lock().unwrap())
+    }
+
+    /// [`Files::closed`] with the file's lock held (`slot`).
+    fn closed_in(&self, inode: &Inode, slot: &mut FileSlot) -> Option<Closed> {
+        let c = slot.closed.as_mut()?;
         if let Some(since) = c.moves() {
             let now = self.opts.packs.as_ref()?.unmoved_since(inode.key, since)?;
             c.set_moves(now);
@@ -113,12 +121,14 @@ impl Files {
     /// What a packed file takes on disk (`Container::packed_stored`), from its container
     /// in memory or what its closed one said; `None` when it is not packed.
     pub fn packed_stored(&self, ino: u64, inode: &Arc<Inode>) -> Result<Option<u64>, Errno> {
-        if let Some(of) = inode.file.open.lock().unwrap().as_ref() {
+        let mut slot = inode.file.open.lock().unwrap();
+        if let Some(of) = slot.as_ref() {
             return Ok(of.container.packed_stored());
         }
-        if let Some(c) = self.closed(inode) {
+        if let Some(c) = self.closed_in(inode, &mut slot) {
             return Ok(c.stored());
         }
+        drop(slot);
         self.with_kept(ino, inode, |c| Ok(c.packed_stored()), "stored size")
     }
 

@@ -8,7 +8,7 @@
 //! files wait (each holds an open fd).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{error, warn};
@@ -237,7 +237,7 @@ impl Committer {
                     )
                 }
             }
-            drop_if_closed(inodes, ino, &inode, open);
+            drop_if_closed(inodes, ino, open);
         }
         if !to_settle.is_empty() {
             let second = inodes.syncfs();
@@ -258,7 +258,7 @@ impl Committer {
                 }
                 // Whatever waits goes on the file before its state may go.
                 keep_times(inodes, &inode, of);
-                drop_if_closed(inodes, ino, &inode, open);
+                drop_if_closed(inodes, ino, open);
             }
         }
         if !again.is_empty() {
@@ -282,16 +282,11 @@ impl Drop for Committed<'_> {
 }
 
 /// A file nobody has open any more: its state (and its fd) goes, its size is remembered.
-fn drop_if_closed(
-    inodes: &Inodes,
-    ino: u64,
-    inode: &Arc<Inode>,
-    mut open: MutexGuard<'_, Option<Box<OpenFile>>>,
-) {
+fn drop_if_closed(inodes: &Inodes, ino: u64, mut open: crate::lifecycle::state::OpenGuard<'_>) {
     let Some(of) = open.as_ref() else { return };
     if of.handles == 0 {
-        *inode.file.size.lock().unwrap() = Closed::of(&of.container);
-        *open = None;
+        open.closed = Closed::of(&of.container);
+        **open = None;
         drop(open);
         inodes.forget(ino, 0);
     }

@@ -50,18 +50,19 @@ impl Files {
     /// A read-only handle on a file with no state: counted, nothing opened (rule 9).
     /// Returns false when the file has a state (the caller attaches instead).
     pub fn open_lazy(&self, inode: &Arc<Inode>) -> bool {
-        let open = inode.file.open.lock().unwrap();
+        let mut open = inode.file.open.lock().unwrap();
         if open.is_some() {
             return false;
         }
-        inode.file.lazy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        open.lazy += 1;
         true
     }
 
     /// The close of a handle [`Files::open_lazy`] made.
     pub fn release_lazy(&self, inode: &Arc<Inode>) {
-        inode.file.lazy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+        let mut open = inode.file.open.lock().unwrap();
+        open.lazy -= 1;
+        if let Some(of) = open.as_mut() {
             readahead::finish(of);
         }
     }
@@ -75,7 +76,7 @@ impl Files {
                 of.handles += 1;
                 of.writers += 1;
             }
-            None => *open = Some(OpenFile::new(container, 1, 1)),
+            None => **open = Some(OpenFile::new(container, 1, 1)),
         }
     }
 
@@ -117,8 +118,8 @@ impl Files {
                 Ok(())
             }
             res => {
-                *inode.file.size.lock().unwrap() = Closed::of(&of.container);
-                *open = None;
+                open.closed = Closed::of(&of.container);
+                **open = None;
                 // RELEASE's answer reaches nobody: the error waits for the next fsync
                 // (rule 10).
                 res.map(|_| ()).map_err(|e| {

@@ -45,9 +45,9 @@ impl Kept {
                 // What `stat` shows from now on (its kept times may have changed while
                 // kept: the background pass, a change of metadata).
                 if let Some(of) = open.as_ref() {
-                    *old.file.size.lock().unwrap() = Closed::of(&of.container);
+                    open.closed = Closed::of(&of.container);
                 }
-                *open = None;
+                **open = None;
                 drop(open);
                 self.inodes.forget(old_ino, 0);
             } else if open.is_none() {

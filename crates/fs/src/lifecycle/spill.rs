@@ -18,7 +18,7 @@
 //! is served on a thread of its own (`ops/dispatch.rs`, `defer`).
 
 use std::ops::Range;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use super::state::OpenFile;
 use super::Files;
@@ -150,8 +150,8 @@ impl Files {
     pub(super) fn wait_spills<'a>(
         &self,
         inode: &'a Inode,
-        mut open: MutexGuard<'a, Option<Box<OpenFile>>>,
-    ) -> MutexGuard<'a, Option<Box<OpenFile>>> {
+        mut open: crate::lifecycle::state::OpenGuard<'a>,
+    ) -> crate::lifecycle::state::OpenGuard<'a> {
         while inode.file.spilling.load(std::sync::atomic::Ordering::Acquire) > 0 {
             open = inode.file.changed.wait(open).unwrap();
         }

@@ -5,7 +5,7 @@
 //!
 //! # The states (of [`FileState::open`])
 //! - **Closed** — `None`. No container in memory; the logical size may be remembered in
-//!   [`FileState::size`] (this daemon is the only writer of the backing file).
+//!   [`FileSlot::closed`] (this daemon is the only writer of the backing file).
 //! - **Kept after a lookup** — `Some`, no handle, clean, not queued. Opened to answer a
 //!   lookup's size and kept so the `open` that usually follows need not parse it again;
 //!   at most `lifecycle::IDLE_MAX` are kept, the oldest clean one dropped first.
@@ -65,7 +65,7 @@
 //!    commit's) marks it ([`FileState::suspect_cache`]), and its next open answers without
 //!    `FOPEN_KEEP_CACHE`, so the kernel drops the pages then.
 //! 9. **A read-only open of a file with no state opens nothing** (`Files::open_lazy`): the
-//!    handle is counted in [`FileState::lazy`], not in a state, so a re-read the page
+//!    handle is counted in [`FileSlot::lazy`], not in a state, so a re-read the page
 //!    cache serves costs no container at all. Its first READ opens the container and keeps
 //!    it like a lookup's (**Kept**, bounded); its FLUSH and RELEASE do nothing. While a
 //!    lazy handle exists the inode's fd stays open, so a file unlinked while open still
@@ -111,10 +111,13 @@
 //!     the lock go, as a last close does.
 //!
 //! # Lock order
-//! [`FileState::private`] (shared by a container of the file's own, exclusive by the
-//! background pass) → `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then looks at
-//! [`FileState::open`]) → [`FileState::open`] → [`FileState::size`]. So `Inodes::forget`
-//! is never called with `open` held (drop it first, as `lifecycle::commit` does). The fd
+//! [`FileState::share`] (shared by a container of the file's own, exclusive by the
+//! background pass; made of `open` and `changed`, so taken and given back without `open`
+//! held) → `lifecycle::Files::idle` → the inode table (`Inodes::forget` takes it, then
+//! looks at [`FileState::open`]) → [`FileState::open`], which also guards what `stat`
+//! remembers of a closed file ([`FileSlot::closed`]: a `stat` of a file the pass is
+//! rewriting waits for one step, as an open does). So `Inodes::forget` is never called
+//! with `open` held (drop it first, as `lifecycle::commit` does). The fd
 //! cache's queue and `Files::idle` look at another inode's `open` only with `try_lock`.
 //! The group commit's queue lock is held alone. The read-ahead queue is sent to with `open`
 //! held (never blocking: a full queue drops the plan); its workers take `open` alone, after
@@ -122,7 +125,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, Weak};
+use std::sync::{Mutex, MutexGuard, Weak};
 
 use squeezefs_container::StatTimes;
 use squeezefs_container::{Container, FileStorage};
@@ -304,17 +307,14 @@ pub struct Stream {
     pub(crate) in_flight: Vec<(u64, u64, u64)>,
 }
 
-/// A regular file's lifecycle state, in its inode.
+/// A regular file's lifecycle state, in its inode. Every inode the kernel remembers has
+/// one, so it holds one lock (`open`, which guards a [`FileSlot`]) and a few counters: 72
+/// bytes (`inode::node::tests::an_inode_stays_small`).
 #[derive(Default)]
 pub struct FileState {
-    /// Boxed: every inode the kernel remembers has a `FileState`, few have an open file
-    /// (inline, the state made each inode 120 B larger).
-    pub open: Mutex<Option<Box<OpenFile>>>,
-    /// What a closed container said of itself, remembered (we are the only writer).
-    pub size: Mutex<Option<Closed>>,
-    /// Read-only handles opened without a container (rule 9): they hold no state, only
-    /// the inode's fd (the fd cache keeps it while any exists).
-    pub lazy: std::sync::atomic::AtomicU32,
+    /// The file's lock: its open state, what a closed container said of itself, its lazy
+    /// handles, and the counts of [`FileState::share`] and [`FileState::exclusive`].
+    pub open: Mutex<FileSlot>,
     /// Two things an error of ours leaves, in one word ([`FileState::lost_write`]):
     /// * the errno no caller has been told of (rule 10; the low bits, 0 for none): a
     ///   write-out at the last close or a group commit failed after `close` had returned.
@@ -325,8 +325,8 @@ pub struct FileState {
     errors: std::sync::atomic::AtomicU32,
     /// Notified (with `open`'s lock) when an extent loaded ahead is cached or given up (a
     /// READ that wants it waits for it rather than loading it a second time:
-    /// `readahead.rs`), and when a store into the page cache ends (`spilling`). One for
-    /// both (each waiter checks what it waits for): every remembered file has one.
+    /// `readahead.rs`), when a store into the page cache ends (`spilling`), and when a
+    /// [`Private`] ends. One for all (each waiter checks what it waits for).
     pub changed: std::sync::Condvar,
     /// Stores of this file's bytes into the kernel's page cache under way (rule 11): a
     /// change of its data and a new writer wait (on `changed`, with `open`'s lock) until
@@ -335,11 +335,60 @@ pub struct FileState {
     /// Requests about to change the data or open a writer (`Files::hold_spills`): while
     /// any holds, no store starts (rule 11).
     pub holds: std::sync::atomic::AtomicU32,
-    /// Held shared by every use of a container of the file's own, outside its state
-    /// (`Files::with_kept`, a no-state `Files::run`), for its whole life; held exclusively
-    /// by the background pass (`Files::quiet`), so no such container reads halves the
-    /// pass is replacing, or writes beside it. Lock order: this, then `open`.
-    pub private: std::sync::RwLock<()>,
+}
+
+/// What the file's lock guards. It derefs to the open state (`None`: no container in
+/// memory), as the lock guarded that alone before.
+#[derive(Default)]
+pub struct FileSlot {
+    /// Boxed: few remembered files are open.
+    pub state: Option<Box<OpenFile>>,
+    /// What a closed container said of itself, remembered (we are the only writer).
+    pub closed: Option<Closed>,
+    /// Read-only handles opened without a container (rule 9): they hold no state, only
+    /// the inode's fd (the fd cache keeps it while any exists).
+    pub lazy: u32,
+    /// [`FileState::share`]s held.
+    shared: u16,
+    /// A [`FileState::exclusive`] is held, or waits for the shares to end (no new one
+    /// starts meanwhile).
+    exclusive: bool,
+}
+
+impl std::ops::Deref for FileSlot {
+    type Target = Option<Box<OpenFile>>;
+    fn deref(&self) -> &Self::Target {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for FileSlot {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.state
+    }
+}
+
+/// The file's lock held.
+pub type OpenGuard<'a> = MutexGuard<'a, FileSlot>;
+
+/// The exclusion of containers of the file's own from the background pass (see
+/// [`FileState::share`]), held until dropped.
+pub struct Private<'a> {
+    file: &'a FileState,
+    exclusive: bool,
+}
+
+impl Drop for Private<'_> {
+    fn drop(&mut self) {
+        let mut slot = self.file.open.lock().unwrap_or_else(|e| e.into_inner());
+        if self.exclusive {
+            slot.exclusive = false;
+        } else {
+            slot.shared -= 1;
+        }
+        drop(slot);
+        self.file.changed.notify_all();
+    }
 }
 
 /// A closed file's logical size, and what it takes in its pack if it is packed, kept for
@@ -423,6 +472,42 @@ impl Closed {
 const SUSPECT: u32 = 1 << 31;
 
 impl FileState {
+    /// Held by every use of a container of the file's own, outside its state
+    /// (`Files::with_kept`, a no-state `Files::run`), for its whole life; several at once.
+    /// [`FileState::exclusive`] is held by the background pass (`Files::quiet`), so no
+    /// such container reads halves the pass is replacing, or writes beside it. (A
+    /// read-write lock made of the file's lock and `changed`: one lock for every
+    /// remembered file.) Taken without the file's lock held; lock order: this, then
+    /// `open`.
+    pub fn share(&self) -> Private<'_> {
+        let mut slot = self.open.lock().unwrap();
+        while slot.exclusive {
+            slot = self.changed.wait(slot).unwrap();
+        }
+        slot.shared += 1;
+        Private {
+            file: self,
+            exclusive: false,
+        }
+    }
+
+    /// See [`FileState::share`]: waits until no share is held, and none can start
+    /// meanwhile.
+    pub fn exclusive(&self) -> Private<'_> {
+        let mut slot = self.open.lock().unwrap();
+        while slot.exclusive {
+            slot = self.changed.wait(slot).unwrap();
+        }
+        slot.exclusive = true;
+        while slot.shared > 0 {
+            slot = self.changed.wait(slot).unwrap();
+        }
+        Private {
+            file: self,
+            exclusive: true,
+        }
+    }
+
     /// Notes that the kernel's cached pages of this file may be wrong (rule 8).
     pub fn suspect_cache(&self) {
         self.errors.fetch_or(SUSPECT, Ordering::Relaxed);
@@ -461,5 +546,51 @@ impl FileState {
     /// open that answers no drops them).
     pub fn keep_cache(&self) -> bool {
         self.errors.fetch_and(!SUSPECT, Ordering::Relaxed) & SUSPECT == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The pass's exclusion made of the file's lock: shares go together; an exclusive
+    /// waits for them to end and keeps new ones out until it ends; the file's lock is free
+    /// meanwhile.
+    #[test]
+    fn shares_go_together_and_an_exclusive_waits_for_them() {
+        let f = FileState::default();
+        let a = f.share();
+        let b = f.share();
+        let got = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let pass = s.spawn(|| {
+                let x = f.exclusive();
+                got.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+                drop(x);
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!got.load(Ordering::SeqCst), "the exclusive waits for the shares");
+            // The file's lock is not held meanwhile.
+            drop(f.open.lock().unwrap());
+            drop(a);
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!got.load(Ordering::SeqCst), "one share left");
+            drop(b);
+            while !got.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // A new share waits for the exclusive to end.
+            let t = std::time::Instant::now();
+            let c = f.share();
+            assert!(t.elapsed() >= Duration::from_millis(50), "{:?}", t.elapsed());
+            drop(c);
+            pass.join().unwrap();
+        });
+        let slot = f.open.lock().unwrap();
+        assert_eq!((slot.shared, slot.exclusive), (0, false));
     }
 }

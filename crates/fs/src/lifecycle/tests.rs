@@ -95,7 +95,7 @@ fn last_close_queues_the_file_until_the_group_commit() {
     // Rule 3: committed and settled, then dropped (nobody has it open); size remembered.
     assert_eq!(state(&inode), None);
     assert_eq!(
-        inode.file.size.lock().unwrap().as_ref().map(|c| c.size()),
+        inode.file.open.lock().unwrap().closed.as_ref().map(|c| c.size()),
         Some(data.len() as u64)
     );
     assert_eq!(b.on_disk("f"), data);
@@ -204,7 +204,7 @@ fn closing_kept_containers_leaves_a_file_waiting_to_settle_alone() {
     for round in 0..2 {
         // A lookup of an inode the kernel had forgotten: nothing remembered, so its
         // container is opened and kept (rule 6), and the kept queue names the inode.
-        *inode.file.size.lock().unwrap() = None;
+        inode.file.open.lock().unwrap().closed = None;
         b.files.size_and_times(ino, &inode).unwrap();
         b.files.attach(&inode, true, true).unwrap();
         let data = format!("round {round}\n").repeat(60).into_bytes();

@@ -188,7 +188,7 @@ impl Core {
         }
         if let Some(s) = a.size {
             if !inode.is_reg {
-                return Err(if inode.is_dir {
+                return Err(if inode.is_dir() {
                     Errno::EISDIR
                 } else {
                     Errno::EINVAL

@@ -77,7 +77,7 @@ impl Walk for Core {
                     Err(_) => continue, // gone since it was listed
                 },
             };
-            if dir.is_dir && seen.insert(dir.key) {
+            if dir.is_dir() && seen.insert(dir.key) {
                 let target = self.dir_props(&dir).background.or(inherited);
                 self.background_dir(&dir, target, pass, &mut stack, &mut files);
             }
@@ -203,7 +203,7 @@ impl Core {
             let Ok((ino, inode, st)) = self.register(dir, OsStr::from_bytes(&name)) else {
                 continue;
             };
-            if inode.is_dir {
+            if inode.is_dir() {
                 // (A file system that gives no d_type.)
                 self.inodes.forget(ino, 1);
                 stack.push((Some((dir.clone(), name)), target));

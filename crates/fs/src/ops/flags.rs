@@ -131,7 +131,7 @@ impl Core {
     }
 
     fn compression_prop(&self, inode: &Arc<Inode>) -> Result<Option<CodecSpec>, Errno> {
-        if !inode.is_dir && !inode.is_reg {
+        if !inode.is_dir() && !inode.is_reg {
             return Err(Errno::ENOTTY);
         }
         Ok(match self.get_prop(inode, Prop::Compression)? {

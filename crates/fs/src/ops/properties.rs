@@ -63,7 +63,7 @@ impl Core {
 
     /// The property `p` of an inode itself (`None`: not set on it).
     pub(super) fn get_prop(&self, inode: &Arc<Inode>, p: Prop) -> Result<Option<Value>, Errno> {
-        if inode.is_dir {
+        if inode.is_dir() {
             return Ok(self.dir_props(inode).get(p));
         }
         if !inode.is_reg {
@@ -127,11 +127,11 @@ impl Core {
         flags: i32,
     ) -> Result<(), Errno> {
         self.check_writable()?;
-        if !inode.is_dir && !inode.is_reg {
+        if !inode.is_dir() && !inode.is_reg {
             // Like user.* xattrs on the host: not on symlinks and special files.
             return Err(Errno::EPERM);
         }
-        if p == Prop::Rules && !inode.is_dir {
+        if p == Prop::Rules && !inode.is_dir() {
             warn!(
                 "{}: refusing {}: rules apply to the files made in a directory; set them on one",
                 self.describe(inode),

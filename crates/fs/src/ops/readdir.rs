@@ -83,7 +83,7 @@ impl Core {
     /// `readdir`.
     pub(super) fn do_opendir(&self, ino: INodeNo) -> Result<(u64, bool), Errno> {
         let inode = self.inode(ino)?;
-        if !inode.is_dir {
+        if !inode.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let large = sys::fstat(&self.fd(&inode)?)?.st_size >= LARGE_DIR;

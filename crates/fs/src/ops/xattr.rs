@@ -209,7 +209,7 @@ impl Core {
             v.extend_from_slice(n);
             v.push(0);
         }
-        if i.is_reg || i.is_dir {
+        if i.is_reg || i.is_dir() {
             for p in Prop::ALL {
                 if self.get_prop(&i, p)?.is_some() {
                     v.extend_from_slice(p.xattr().as_bytes());
