@@ -96,22 +96,34 @@ impl Files {
         }
         drop(open);
         let _private = inode.file.share();
+        let before = inode.file.open.lock().unwrap().closed.clone();
         let (r, closed) = self.stateless(inode, f, what);
-        inode.file.open.lock().unwrap().closed = closed;
+        #[cfg(test)]
+        tests_pause::at(inode);
+        if let Some(closed) = closed {
+            let mut slot = inode.file.open.lock().unwrap();
+            // A state may have come and gone meanwhile (an open, a write, a close), and
+            // said what `stat` shows since: this container's word, from before, must not
+            // replace it, nor may that one stay if it did not see this change. Then the
+            // next `stat` reads the file again.
+            slot.closed = if slot.closed == before { closed } else { None };
+        }
         r
     }
 
     /// `f` on a container opened for it alone (the file has no state), flushed and dropped
     /// afterwards; with what its superblock says then, for the caller to remember for
-    /// `stat`, even after an error (the superblock may keep times by then). The caller
-    /// holds [`FileState::share`](super::state::FileState::share) or `exclusive` (the
+    /// `stat`, even after an error (the superblock may keep times by then): `Some(None)`
+    /// when that cannot be read (forget what was remembered), `None` when no container
+    /// opened (what was remembered stays). The caller holds
+    /// [`FileState::share`](super::state::FileState::share) or `exclusive` (the
     /// background pass also holds the file's lock, `open`, which this never takes).
     fn stateless<T>(
         &self,
         inode: &Arc<Inode>,
         f: impl FnOnce(&mut Container<FileStorage>) -> Result<T, squeezefs_container::Error>,
         what: &str,
-    ) -> (Result<T, Errno>, Option<Closed>) {
+    ) -> (Result<T, Errno>, Option<Option<Closed>>) {
         let mut c = match self.open_container(inode) {
             Ok(c) => c,
             Err(e) => return (Err(e), None),
@@ -119,11 +131,11 @@ impl Files {
         let r = f(&mut c)
             .and_then(|r| c.flush().map(|()| r))
             .map_err(|e| self.error(inode, what, e));
-        (r, Closed::of(&c))
+        (r, Some(Closed::of(&c)))
     }
 
     /// The background pass's look at a file (`crate::background`): `f` on its container,
-    /// read only, with the pass's exclusion (`FileState::share`) and the file's lock held,
+    /// read only, with the pass's exclusion (`FileState::exclusive`) and the file's lock held,
     /// whether or not the file is in use. A file with no state gets a container for `f`
     /// alone.
     pub fn scan<T>(
@@ -138,7 +150,9 @@ impl Files {
         }
         // (`open` stays held: no state appears beside this container.)
         let (r, closed) = self.stateless(inode, |c| Ok(f(c)), "look");
-        open.closed = closed;
+        if let Some(closed) = closed {
+            open.closed = closed;
+        }
         r
     }
 
@@ -178,7 +192,9 @@ impl Files {
         }
         // (`open` stays held: no state appears beside this container.)
         let (r, closed) = self.stateless(inode, f, what);
-        open.closed = closed;
+        if let Some(closed) = closed {
+            open.closed = closed;
+        }
         r.map(Some)
     }
 
@@ -238,7 +254,8 @@ pub(super) mod tests_pause {
     static PAUSE: Mutex<Option<(usize, mpsc::Sender<()>)>> = Mutex::new(None);
 
     /// From now on `with_kept` of `inode` pauses for `PAUSE_FOR` after opening its
-    /// container, and says so on the returned channel.
+    /// container, and a no-state `run` after its call, and says so on the returned
+    /// channel.
     pub fn arm(inode: &Arc<Inode>) -> mpsc::Receiver<()> {
         let (tx, rx) = mpsc::channel();
         *PAUSE.lock().unwrap() = Some((Arc::as_ptr(inode) as usize, tx));

@@ -61,7 +61,8 @@ impl Files {
     /// The close of a handle [`Files::open_lazy`] made.
     pub fn release_lazy(&self, inode: &Arc<Inode>) {
         let mut open = inode.file.open.lock().unwrap();
-        open.lazy -= 1;
+        // (Each handle `open_lazy` counted is released once.)
+        open.lazy = open.lazy.saturating_sub(1);
         if let Some(of) = open.as_mut() {
             readahead::finish(of);
         }

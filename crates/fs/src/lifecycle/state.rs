@@ -481,7 +481,8 @@ impl FileState {
     /// `open`.
     pub fn share(&self) -> Private<'_> {
         let mut slot = self.open.lock().unwrap();
-        while slot.exclusive {
+        // (A count that would overflow waits too: far more than requests in flight.)
+        while slot.exclusive || slot.shared == u16::MAX {
             slot = self.changed.wait(slot).unwrap();
         }
         slot.shared += 1;

@@ -727,3 +727,39 @@ fn a_reclaim_round_forgets_only_what_it_moved() {
     assert!(packs.unmoved_since(f.key, moves).is_none());
     b.files.release(h_ino, &h, false).unwrap();
 }
+
+/// A call on a file with no state runs on a container of its own and says what `stat`
+/// shows from then on, unless a state came and went meanwhile (an open, a write, a
+/// close): then the newer word stays, or the file is read again, never the older one
+/// (the review of issue 43's one lock a file: the old word was stored after the new).
+#[test]
+fn a_call_without_state_does_not_replace_what_a_newer_state_said() {
+    let b = backing("stateless-race");
+    let (ino, inode) = b.file("f");
+    let data = text(3000);
+    b.files
+        .with_container(&inode, |c| c.write(0, &data), "write")
+        .unwrap();
+    b.files.commit_now();
+    b.files.idle.close_all();
+    assert_eq!(state(&inode), None);
+    let paused = super::access::tests_pause::arm(&inode);
+    std::thread::scope(|s| {
+        // Its size, on a container of its own, with the old word.
+        let look = s.spawn(|| b.files.with_container(&inode, |c| c.size(), "size").unwrap());
+        paused
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the call ran");
+        // Meanwhile: opened, written, closed and committed (the state goes, and says the
+        // new size).
+        b.files.attach(&inode, false, true).unwrap();
+        b.files
+            .with_container(&inode, |c| c.write(3000, &data), "write")
+            .unwrap();
+        b.files.release(ino, &inode, true).unwrap();
+        b.files.commit_now();
+        assert_eq!(state(&inode), None);
+        assert_eq!(look.join().unwrap(), 3000);
+    });
+    assert_eq!(b.files.size_and_times(ino, &inode).unwrap().0, 6000);
+}
