@@ -164,11 +164,13 @@ impl Files {
         } else {
             match self.inodes.reopen_with(inode, libc::O_RDWR, false) {
                 Ok(f) => FileStorage::new(f),
-                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                    FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?).writable_later()
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EPERM)) => {
-                    FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?)
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)) => {
+                    let s = FileStorage::new(self.inodes.reopen(inode, libc::O_RDONLY)?);
+                    // Only the mode refused: the owner may write it later.
+                    match e.raw_os_error() {
+                        Some(libc::EACCES) => s.writable_later(),
+                        _ => s,
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }

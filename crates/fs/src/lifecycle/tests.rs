@@ -298,6 +298,15 @@ fn written(b: &Backing, name: &str, len: usize) -> (u64, Arc<Inode>, Vec<u8>) {
     (ino, inode, data)
 }
 
+/// [`written`], then with no container kept in memory either (only what `stat`
+/// remembers of it).
+fn written_closed(b: &Backing, name: &str, len: usize) -> (u64, Arc<Inode>, Vec<u8>) {
+    let w = written(b, name, len);
+    b.files.idle.close_all();
+    assert_eq!(state(&w.1), None);
+    w
+}
+
 /// Rule 11: a READ that does not continue a stream hands back the rest of its extent —
 /// never from a file with a writer or while a request holds stores off, never past the
 /// size, and nothing for a READ that continues a stream.
@@ -679,22 +688,12 @@ fn a_change_racing_a_stat_that_opens_the_file_is_not_lost() {
 fn a_reclaim_round_forgets_only_what_it_moved() {
     let mut b = backing("reclaim-others");
     let packs = with_packs(&mut b);
-    let written = |b: &Backing, name: &str, data: &[u8]| {
-        let (ino, inode) = b.file(name);
-        b.files
-            .with_container(&inode, |c| c.write(0, data), "write")
-            .unwrap();
-        b.files.commit_now();
-        b.files.size_and_times(ino, &inode).unwrap();
-        b.files.idle.close_all();
-        (ino, inode)
-    };
     // `f` in a pack retired before `g` and `h` go to the next one, which stays in use:
     // the round moves `f` alone.
-    let (_, f) = written(&b, "f", &text(3000));
+    let (_, f, _) = written_closed(&b, "f", 3000);
     packs.retire_any(&packs.dir().list().unwrap().into_iter().collect());
-    let (g_ino, g) = written(&b, "g", &text(2000));
-    let (h_ino, h) = written(&b, "h", &text(1000));
+    let (g_ino, g, _) = written_closed(&b, "g", 2000);
+    let (h_ino, h, _) = written_closed(&b, "h", 1000);
     // `h` open, its container's record read before the round.
     b.files.attach(&h, false, false).unwrap();
     b.files
@@ -735,14 +734,7 @@ fn a_reclaim_round_forgets_only_what_it_moved() {
 #[test]
 fn a_call_without_state_does_not_replace_what_a_newer_state_said() {
     let b = backing("stateless-race");
-    let (ino, inode) = b.file("f");
-    let data = text(3000);
-    b.files
-        .with_container(&inode, |c| c.write(0, &data), "write")
-        .unwrap();
-    b.files.commit_now();
-    b.files.idle.close_all();
-    assert_eq!(state(&inode), None);
+    let (ino, inode, data) = written_closed(&b, "f", 3000);
     let paused = super::access::tests_pause::arm(&inode);
     std::thread::scope(|s| {
         // Its size, on a container of its own, with the old word.
