@@ -31,12 +31,23 @@ pub fn with_owner_access<T>(
 /// [`with_owner_access`] for the owner bits `need`: read and write (0o600) for a file's
 /// data and xattrs, read and search (0o500) to list a directory, search (0o100) to look up
 /// a name in one.
+///
+/// One at a time in the process ([`DANCE`]): two threads granting the same bits on one
+/// file or directory (`stats` opens the files of a mode-0 directory in parallel; the
+/// daemon serves requests on several threads) would each see the other's grant, and the
+/// first to finish would take the bits back while the second still needed them (its call
+/// refused: seen in CI as `stats` erring on a file of a mode-0 directory).
 fn with_owner_bits<T>(
     need: u32,
     stat: impl Fn() -> io::Result<(u32, u32)>,
     chmod: impl Fn(u32) -> io::Result<()>,
     f: impl FnOnce() -> io::Result<T>,
 ) -> io::Result<Option<T>> {
+    // (A dance inside another's `f` on the same thread already holds the lock.)
+    let _one = (!IN_DANCE.get()).then(|| {
+        IN_DANCE.set(true);
+        (DANCE.lock().unwrap_or_else(|e| e.into_inner()), Leave)
+    });
     let (uid, mode) = stat()?;
     let mode = mode & 0o7777;
     if uid != sys::euid() || mode & need == need {
@@ -49,6 +60,23 @@ fn with_owner_bits<T>(
         chmod(mode)?;
     }
     r.map(Some)
+}
+
+/// Held by a thread while it adds owner bits, runs its call and takes them back.
+static DANCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    /// This thread holds [`DANCE`].
+    static IN_DANCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Clears [`IN_DANCE`] when the dance ends.
+struct Leave;
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        IN_DANCE.set(false);
+    }
 }
 
 /// [`with_owner_bits`] on the file or directory `found` (any fd, `O_PATH` too): its mode
@@ -170,4 +198,38 @@ pub(crate) fn open_with_flags(path: &std::path::Path, flags: i32) -> io::Result<
         .write(acc != libc::O_RDONLY)
         .custom_flags(flags & !libc::O_ACCMODE)
         .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Threads adding the same owner bits to one directory at once: each call runs with
+    /// the bits there, and the mode is put back after the last (the first to finish took
+    /// them back from the others before `DANCE`).
+    #[test]
+    fn owner_access_at_once_from_several_threads_keeps_the_bits_for_each_call() {
+        let dir = std::env::temp_dir().join(format!("squeezefs-dance-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o0)).unwrap();
+        let d = File::open(&dir).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let seen = as_owner_of(&d, 0o500, || Ok(d.metadata()?.permissions().mode() & 0o777))
+                            .unwrap()
+                            .expect("the directory is ours and refuses us");
+                        assert_eq!(seen & 0o500, 0o500, "the bits were taken back during the call");
+                    }
+                });
+            }
+        });
+        assert_eq!(d.metadata().unwrap().permissions().mode() & 0o777, 0);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
