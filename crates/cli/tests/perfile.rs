@@ -987,10 +987,12 @@ fn clock_ticks_per_second() -> u64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
-/// Mount option `spin=` (`spin.rs`): a burst of requests makes a session thread spin on
+/// Mount option `spin=` (`spin/`): a burst of requests makes a session thread spin on
 /// /dev/fuse instead of sleeping, and the spin ends by itself once they stop: an idle daemon
 /// uses no CPU. On a non-root mount, whose device descriptor fusermount3 passed, as on
-/// root's; by default nothing spins.
+/// root's. Busy threads beside the mount end a spin while requests still come. By default
+/// (`spin=auto`) the mount measures this machine's wake-ups and spins exactly where that
+/// says it pays; `spin=0` never spins.
 #[test]
 fn the_spin_on_dev_fuse_starts_with_requests_and_ends_when_they_stop() {
     common::require_root("prepares the user `tests` (CI runs as root)");
@@ -1008,31 +1010,98 @@ fn the_spin_on_dev_fuse_starts_with_requests_and_ends_when_they_stop() {
     let out = common::as_tests(&["cat", &format!("{mnt}/.squeezefs-stats")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["spin"]["mode"], "fixed", "{}", doc["spin"]);
     assert_eq!(doc["spin"]["window_us"], 100, "{}", doc["spin"]);
     assert!(doc["spin"]["bursts"].as_u64().unwrap() >= 1, "{}", doc["spin"]);
 
     // Idle: a thread still spinning would take a whole CPU, about 2 s in these 2 s.
     let pid = m.child.as_ref().unwrap().id();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let t0 = cpu_ticks(pid);
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let used = cpu_ticks(pid) - t0;
+    let idle_ticks = || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let t0 = cpu_ticks(pid);
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        cpu_ticks(pid) - t0
+    };
+    let used = idle_ticks();
     let hz = clock_ticks_per_second();
     assert!(
         used * 10 <= 2 * hz,
         "the idle daemon used {used} ticks ({hz}/s) in 2 s: still spinning"
     );
+
+    // CPU-bound threads beside the mount (one more than the CPUs the spin leaves): the
+    // governor yields while stats keep coming.
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy: Vec<_> = (0..cpus)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let (mut yields, mut round) = (0, 0);
+    while yields == 0 && t.elapsed() < std::time::Duration::from_secs(20) {
+        // New files: each create is a request (the kernel caches what it was told).
+        round += 1;
+        let script = format!("cd {mnt} && for i in $(seq 300); do echo $i > g{round}_$i; done");
+        assert!(common::as_tests(&["sh", "-c", &script]).status.success());
+        let out = common::as_tests(&["cat", &format!("{mnt}/.squeezefs-stats")]);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        yields = doc["spin"]["yields"].as_u64().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for b in busy {
+        b.join().unwrap();
+    }
+    assert!(
+        yields >= 1,
+        "the spin never yielded to {cpus} busy threads in 20 s"
+    );
+    drop(m);
+
+    // The default: measured; spinning exactly where the measurement says it pays.
+    let d = scratch("spin-auto");
+    let m = Mount::new(&d, "");
+    let t = std::time::Instant::now();
+    let spin = loop {
+        let spin = stats_doc(&m)["spin"].clone();
+        if !spin["probe"].is_null() {
+            break spin;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "no probe: {spin}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let pays = spin["probe"]["pays"].as_bool().unwrap();
+    for i in 0..50 {
+        fs::write(m.path(&format!("f{i}")), format!("{i}\n")).unwrap();
+    }
+    let spin = &stats_doc(&m)["spin"];
+    assert_eq!(spin["mode"], "auto", "{spin}");
+    assert_eq!(spin["window_us"], if pays { 100 } else { 0 }, "{spin}");
+    assert_eq!(spin["bursts"].as_u64().unwrap() >= 1, pays, "{spin}");
     drop(m);
 
     let d = scratch("spin-off");
-    let m = Mount::new(&d, "");
+    let m = Mount::new(&d, "spin=0");
     for i in 0..50 {
         fs::write(m.path(&format!("f{i}")), format!("{i}\n")).unwrap();
     }
     let spin = &stats_doc(&m)["spin"];
     assert_eq!(
-        (spin["window_us"].as_u64(), spin["bursts"].as_u64()),
-        (Some(0), Some(0)),
+        (
+            spin["mode"].as_str(),
+            spin["window_us"].as_u64(),
+            spin["bursts"].as_u64()
+        ),
+        (Some("off"), Some(0), Some(0)),
         "{spin}"
     );
 }

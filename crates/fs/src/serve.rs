@@ -110,7 +110,7 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     {
         use std::os::fd::AsFd;
-        if let Err(e) = spin.attach(session.as_fd(), std::time::Duration::from_micros(cfg.spin_us)) {
+        if let Err(e) = spin.attach(session.as_fd(), cfg.spin) {
             log::warn!("not spinning on /dev/fuse: {e}");
         }
     }

@@ -103,6 +103,7 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
         format!("checksum errors   {}", n(v, &["checksum_errors"])),
     );
     line(&mut o, page_cache(v));
+    line(&mut o, spin(v));
     if let Some(d) = v["dirty"].as_object().filter(|d| d.contains_key("max")) {
         line(
             &mut o,
@@ -270,6 +271,42 @@ pub fn main(mountpoint: &Path, json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a session thread spins on /dev/fuse between requests, and why (`spin=`).
+fn spin(v: &Value) -> String {
+    let sp = &v["spin"];
+    let Some(mode) = sp["mode"].as_str() else {
+        return "spin              (not reported by this daemon)".to_string();
+    };
+    let probe = &sp["probe"];
+    let why = match (mode, probe["blocking_us"].as_f64(), probe["spinning_us"].as_f64()) {
+        ("off", ..) => return "spin              off (spin=0)".to_string(),
+        ("fixed", ..) => "spin=MICROS".to_string(),
+        (_, Some(b), Some(s)) => format!(
+            "auto: a round trip costs {b:.1} µs sleeping, {s:.1} µs spinning: {}",
+            if probe["pays"].as_bool() == Some(true) {
+                "pays"
+            } else {
+                "too little saved"
+            }
+        ),
+        (..) if probe["cpus"].as_u64() == Some(1) => "auto: one CPU".to_string(),
+        _ => "auto: measuring".to_string(),
+    };
+    match n(sp, &["window_us"]) {
+        0 => format!("spin              not spinning ({why})"),
+        w => format!(
+            "spin              {w} µs after a request ({why}); {} bursts, {} yielded to busy threads{}",
+            n(sp, &["bursts"]),
+            n(sp, &["yields"]),
+            if sp["spinning"].as_bool() == Some(true) {
+                ", spinning now"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
 /// The pages handed to the kernel's page cache after READs (the rest of each extent a READ
 /// decoded); older daemons do not report them.
 fn page_cache(v: &Value) -> String {
@@ -293,6 +330,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_spin_line_says_what_was_measured_and_decided() {
+        let line = |sp: Value| spin(&json!({ "spin": sp }));
+        assert_eq!(
+            line(json!({"mode": "auto", "window_us": 100, "bursts": 7, "yields": 2, "spinning": false,
+                        "probe": {"blocking_us": 30.1, "spinning_us": 7.5, "pays": true}})),
+            "spin              100 µs after a request (auto: a round trip costs 30.1 µs sleeping, 7.5 µs spinning: pays); 7 bursts, 2 yielded to busy threads"
+        );
+        assert_eq!(
+            line(json!({"mode": "auto", "window_us": 0, "probe": {"blocking_us": 9.0, "spinning_us": 6.0, "pays": false}})),
+            "spin              not spinning (auto: a round trip costs 9.0 µs sleeping, 6.0 µs spinning: too little saved)"
+        );
+        assert_eq!(
+            line(json!({"mode": "auto", "window_us": 0, "probe": {"cpus": 1, "pays": false}})),
+            "spin              not spinning (auto: one CPU)"
+        );
+        assert_eq!(
+            line(json!({"mode": "off", "window_us": 0})),
+            "spin              off (spin=0)"
+        );
+        assert!(line(json!({"window_us": 0})).contains("not reported"));
+    }
 
     #[test]
     fn the_packs_section_says_what_was_packed_and_read() {

@@ -59,10 +59,10 @@ pub struct MountConfig {
     /// `dirty_expire=SECS` (default 30): dirty bytes held that long are written out to the
     /// backing file while their file stays open (`lifecycle::behind`).
     pub dirty_expire: u64,
-    /// `spin=MICROS` (default [`spin::DEFAULT_SPIN_US`], off; 0: off): after a request, a
+    /// `spin=auto|MICROS` (default auto: measured at mount; 0: off): after a request, a
     /// session thread keeps reading /dev/fuse instead of sleeping until that long passes
-    /// without one (`spin.rs`).
-    pub spin_us: u64,
+    /// without one (`spin/`).
+    pub spin: spin::SpinChoice,
     /// `background_compression=CODEC[:LEVEL]`, `background_idle=SECS`,
     /// `background_rate=SIZE` (a second): the background pass (`background.rs`).
     pub background: background::Config,
@@ -140,7 +140,7 @@ impl Default for MountConfig {
             fill_cache: true,
             max_dirty: None,
             dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
-            spin_us: spin::DEFAULT_SPIN_US,
+            spin: spin::SpinChoice::Auto,
             background: Default::default(),
             rules: None,
             create: false,
@@ -239,14 +239,7 @@ impl MountConfig {
                                 )
                             })?
                 }
-                ("spin", Some(v)) => {
-                    self.spin_us = v.parse().ok().filter(|n| *n <= 1_000_000).ok_or_else(|| {
-                        format!(
-                            "spin={v}: µs a session thread spins after a request (0: off, at most 1000000; try {})",
-                            spin::SUGGESTED_SPIN_US
-                        )
-                    })?
-                }
+                ("spin", Some(v)) => self.spin = v.parse()?,
                 ("background_compression" | "background-compression", Some(v)) => {
                     let c: CodecSpec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
                     // `none`: no pass, as when the option is not given.

@@ -113,14 +113,18 @@ fn background_options_parse() {
 
 #[test]
 fn spin_option_parses() {
+    use spin::SpinChoice::{Auto, Window};
+    use std::time::Duration;
     let mut c = MountConfig::default();
-    assert_eq!(c.spin_us, 0, "off unless asked for");
+    assert_eq!(c.spin, Auto, "measured at mount unless asked for");
     c.apply_options("spin=100").unwrap();
-    assert_eq!(c.spin_us, spin::SUGGESTED_SPIN_US);
+    assert_eq!(c.spin, Window(Duration::from_micros(spin::SUGGESTED_SPIN_US)));
     c.apply_options("spin=0").unwrap();
-    assert_eq!(c.spin_us, 0);
+    assert_eq!(c.spin, Window(Duration::ZERO));
+    c.apply_options("spin=auto").unwrap();
+    assert_eq!(c.spin, Auto);
     c.apply_options("spin=250").unwrap();
-    assert_eq!(c.spin_us, 250);
+    assert_eq!(c.spin, Window(Duration::from_micros(250)));
     assert!(c.apply_options("spin").unwrap_err().contains("malformed"));
     assert!(c.apply_options("spin=-1").unwrap_err().contains("0: off"));
     assert!(c.apply_options("spin=2000000").is_err());

@@ -2,6 +2,7 @@
 //! single name relative to a directory fd, or an fd itself (through `/proc/self/fd`), so
 //! nothing is ever resolved from the backing root and no symlink is followed out of it.
 
+pub mod cpu;
 pub mod mount;
 
 use std::ffi::{CStr, CString, OsStr};

@@ -1,0 +1,513 @@
+//! Spinning on /dev/fuse while requests are coming, instead of sleeping between them.
+//!
+//! A program that walks a tree (`tar x`, `cp -r`, `git status`) sends its requests one after
+//! another: it waits for each reply, works a few µs, and sends the next. Between two of them
+//! a session thread blocked in `read(/dev/fuse)` goes to sleep, and its vCPU halts; the next
+//! request must wake both (an IPI, a VM exit on a virtual machine), which costs more than the
+//! daemon's answer to many requests. Session 11 measured it with a prototype that polled the
+//! device before each blocking read: −14 to −17 % on an extract (docs/BENCHMARKS.md).
+//!
+//! fuser 0.18 reads the device in its own loop, with no hook; but that loop retries a read
+//! that fails with `EAGAIN` at once. So while requests are coming, the session's own channel
+//! (the descriptor `Session` owns, read by one of the session threads; the others read
+//! clones, which stay blocking) is made non-blocking: that thread then spins in `read`, and
+//! picks up the next request without sleeping. A governor thread watches a request counter
+//! and makes the channel blocking again once a whole window has passed without a request,
+//! so an idle mount spins for at most about two windows after its last request, and then
+//! sleeps until the next request starts spinning again (`touch`).
+//!
+//! Whether spinning pays is the machine's to say, not ours (issue 44). Measured on the 2-core
+//! VMs it took 5–20 % off an extract, a small-file create, a cold `ls -l` and `git status`
+//! on all of them, but it added 4–11 % to a cold read of a tree on one (session 13) and took
+//! 10–25 % off it on another (session 20); and it spends CPU that other threads — the
+//! daemon's own read-ahead and compressors, a CPU-bound program beside — would otherwise
+//! have. So by default (`spin=auto`):
+//! - the mount measures what a wake-up costs here ([`probe`]: a blocking and a spinning
+//!   ping-pong between two CPUs, ~0.1 s on the governor's thread, after the mount is up) and
+//!   spins, with a window of [`SUGGESTED_SPIN_US`], only where spinning saves a request at
+//!   least [`probe::MIN_SAVING_US`] and a quarter of its round trip; never with one CPU;
+//! - while spinning, the governor yields the CPU whenever more threads want one than the
+//!   spin leaves ([`load`]: two samples in a row of the kernel's runnable count), and does
+//!   not spin again for a hold that doubles while the contention lasts (10 windows up to 640:
+//!   1 ms up to 64 ms).
+//!
+//! `spin=MICROS` spins with that window whatever the probe would say (the yielding to other
+//! threads still applies); `spin=0` never spins. The session threads on the cloned channels
+//! still sleep, and the kernel still wakes one of them for each request (the spinning thread
+//! usually takes it first). An idle mount spins for at most about two windows after its
+//! last request.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+mod load;
+pub mod probe;
+
+/// The window to spin for where the probe says it pays, and the one to try by hand, in
+/// µs: session 11's prototype gained most at 30–100 µs and lost the gain at 300 µs.
+pub const SUGGESTED_SPIN_US: u64 = 100;
+
+/// The shortest and longest hold after the governor yielded to other threads, in windows
+/// (1 ms and 64 ms at the suggested window).
+const HOLD_MIN: u32 = 10;
+const HOLD_MAX: u32 = 640;
+
+/// What the mount option `spin=` asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpinChoice {
+    /// Measure the machine at mount and spin (for [`SUGGESTED_SPIN_US`]) where it pays.
+    #[default]
+    Auto,
+    /// Spin for this window after each request; zero: never.
+    Window(Duration),
+}
+
+impl std::str::FromStr for SpinChoice {
+    type Err = String;
+    fn from_str(v: &str) -> Result<Self, String> {
+        if v == "auto" {
+            return Ok(SpinChoice::Auto);
+        }
+        v.parse::<u64>()
+            .ok()
+            .filter(|n| *n <= 1_000_000)
+            .map(|n| SpinChoice::Window(Duration::from_micros(n)))
+            .ok_or_else(|| {
+                format!(
+                    "spin={v}: auto (the default: measure this machine and spin where it pays), \
+                     or µs a session thread spins after a request (0: off, at most 1000000; try {SUGGESTED_SPIN_US})"
+                )
+            })
+    }
+}
+
+/// The spin of one mount; does nothing until [`Spin::attach`]ed to the session's channel.
+#[derive(Default)]
+pub struct Spin {
+    shared: OnceLock<Arc<Shared>>,
+    governor: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared {
+    choice: SpinChoice,
+    /// The window in µs once decided; 0 while the probe runs and where spinning is off.
+    window_us: AtomicU64,
+    /// Requests seen; the governor stops the spin when a window passes without one.
+    requests: AtomicU64,
+    /// Mirror of `state.spinning`, read without the lock on every request.
+    spinning: AtomicBool,
+    /// No spin starts before this many µs after `epoch` (the governor yielded).
+    hold_until_us: AtomicU64,
+    epoch: Instant,
+    /// Lock order: taken alone.
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Times the channel went non-blocking (for the statistics file and tests).
+    spins: AtomicU64,
+    /// Times the governor ended a spin because other threads wanted the CPU.
+    yields: AtomicU64,
+    /// The probe's figures, once measured.
+    probe: OnceLock<Option<probe::WakeUp>>,
+}
+
+struct State {
+    /// A duplicate of the session's channel: the same open file description, whose
+    /// `O_NONBLOCK` flag is what is switched. Closed by [`Spin::stop`], so that nothing
+    /// holds the device open after the session.
+    fd: Option<OwnedFd>,
+    spinning: bool,
+    stop: bool,
+}
+
+impl Spin {
+    /// Spins on the session's channel `fd` after each burst of requests as `choice` says
+    /// (the governor thread first measures the machine for [`SpinChoice::Auto`]). A zero
+    /// window attaches nothing.
+    pub fn attach(&self, fd: BorrowedFd<'_>, choice: SpinChoice) -> io::Result<()> {
+        let cpus = crate::sys::cpu::allowed_cpus().map_or(1, |c| c.len());
+        let load = load::Load::new(cpus);
+        self.attach_with(fd, choice, cpus, move || load.contended())
+    }
+
+    /// [`Spin::attach`] with the machine's CPU count and its contention given (the tests'
+    /// own).
+    fn attach_with(
+        &self,
+        fd: BorrowedFd<'_>,
+        choice: SpinChoice,
+        cpus: usize,
+        contended: impl Fn() -> bool + Send + 'static,
+    ) -> io::Result<()> {
+        let window_us = match choice {
+            SpinChoice::Window(w) if w.is_zero() => return Ok(()),
+            SpinChoice::Window(w) => w.as_micros() as u64,
+            SpinChoice::Auto => 0,
+        };
+        let shared = Arc::new(Shared {
+            choice,
+            window_us: AtomicU64::new(window_us),
+            requests: AtomicU64::new(0),
+            spinning: AtomicBool::new(false),
+            hold_until_us: AtomicU64::new(0),
+            epoch: Instant::now(),
+            state: Mutex::new(State {
+                fd: Some(fd.try_clone_to_owned()?),
+                spinning: false,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+            spins: AtomicU64::new(0),
+            yields: AtomicU64::new(0),
+            probe: OnceLock::new(),
+        });
+        if self.shared.set(shared.clone()).is_err() {
+            return Err(io::Error::other("the spin is attached already"));
+        }
+        let handle = std::thread::Builder::new()
+            .name("squeezefs-spin".into())
+            .spawn(move || {
+                if shared.choice == SpinChoice::Auto {
+                    shared.decide(cpus);
+                }
+                shared.govern(contended)
+            });
+        match handle {
+            Ok(h) => {
+                *self.governor.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                // No governor: never spin (a spin nobody ends would take a core).
+                if let Some(s) = self.shared.get() {
+                    let mut st = s.lock();
+                    st.stop = true;
+                    st.fd = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A request arrived: spin from now on, if not spinning already (nor held off, nor
+    /// off). One atomic add and load while spinning.
+    pub fn touch(&self) {
+        if let Some(s) = self.shared.get() {
+            s.requests.fetch_add(1, Ordering::Relaxed);
+            if !s.spinning.load(Ordering::Relaxed) && s.window_us.load(Ordering::Relaxed) != 0 && !s.held() {
+                s.start();
+            }
+        }
+    }
+
+    /// How many times the channel went non-blocking, and whether it is now.
+    pub fn counts(&self) -> (u64, bool) {
+        self.shared.get().map_or((0, false), |s| {
+            (
+                s.spins.load(Ordering::Relaxed),
+                s.spinning.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// The probe's figures: `None` until measured (or with no probe), `Some(None)` where
+    /// this process has one CPU.
+    pub fn probed(&self) -> Option<Option<probe::WakeUp>> {
+        self.shared.get().and_then(|s| s.probe.get().copied())
+    }
+
+    /// The statistics file's `spin`: `{"mode", "window_us", "bursts", "spinning", "yields",
+    /// "probe"}` (`mode` "auto", "fixed" or "off"; `window_us` 0: not spinning, or not
+    /// decided yet; `probe` the wake-up measurement, `{"blocking_us", "spinning_us",
+    /// "pays"}`, or null).
+    pub fn to_json(&self) -> serde_json::Value {
+        let (bursts, spinning) = self.counts();
+        let s = self.shared.get();
+        let mode = match s.map(|s| s.choice) {
+            Some(SpinChoice::Auto) => "auto",
+            Some(SpinChoice::Window(_)) => "fixed",
+            None => "off",
+        };
+        let window = s.map_or(0, |s| s.window_us.load(Ordering::Relaxed));
+        let probe = match self.probed() {
+            Some(Some(w)) => serde_json::json!({
+                "blocking_us": (w.blocking_us * 10.0).round() / 10.0,
+                "spinning_us": (w.spinning_us * 10.0).round() / 10.0,
+                "pays": w.spin_pays(),
+            }),
+            Some(None) => serde_json::json!({"cpus": 1, "pays": false}),
+            None => serde_json::Value::Null,
+        };
+        serde_json::json!({
+            "mode": mode,
+            "window_us": window,
+            "bursts": bursts,
+            "spinning": spinning,
+            "yields": s.map_or(0, |s| s.yields.load(Ordering::Relaxed)),
+            "probe": probe,
+        })
+    }
+
+    /// Stops the governor, leaving the channel blocking and its duplicate closed.
+    pub fn stop(&self) {
+        if let Some(s) = self.shared.get() {
+            let mut st = s.lock();
+            st.stop = true;
+            s.set(&mut st, false);
+            st.fd = None;
+            s.wake.notify_all();
+        }
+        if let Some(h) = self.governor.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    fn held(&self) -> bool {
+        let until = self.hold_until_us.load(Ordering::Relaxed);
+        until != 0 && self.now_us() < until
+    }
+
+    /// `spin=auto`: measures the machine and sets the window (or leaves it off).
+    fn decide(&self, cpus: usize) {
+        let measured = if cpus < 2 {
+            Ok(None)
+        } else {
+            let t = Instant::now();
+            probe::measure().map(|w| w.filter(|_| t.elapsed() <= probe::MAX_PROBE))
+        };
+        let w = match measured {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn!("cannot measure this machine's wake-ups, not spinning: {e}");
+                None
+            }
+        };
+        let pays = w.is_some_and(|w| w.spin_pays());
+        match w {
+            Some(w) => log::info!(
+                "a request's round trip costs {:.1} µs with a sleeping thread, {:.1} µs with a spinning one: {}",
+                w.blocking_us,
+                w.spinning_us,
+                if pays { "spinning on /dev/fuse while requests come" } else { "not spinning" }
+            ),
+            None => log::info!("one CPU (or no measurement): not spinning on /dev/fuse"),
+        }
+        let _ = self.probe.set(w);
+        if pays {
+            self.window_us.store(SUGGESTED_SPIN_US, Ordering::Relaxed);
+        }
+    }
+
+    fn start(&self) {
+        let mut st = self.lock();
+        if !st.spinning && !st.stop {
+            self.set(&mut st, true);
+            self.spins.fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Makes the channel non-blocking (`on`) or blocking; a failure leaves it as it was
+    /// (blocking is what fuser expects; a failed switch to it is logged).
+    fn set(&self, st: &mut State, on: bool) {
+        let Some(fd) = st.fd.as_ref() else { return };
+        match crate::sys::set_nonblocking(fd.as_fd(), on) {
+            Ok(()) => {
+                st.spinning = on;
+                self.spinning.store(on, Ordering::Relaxed);
+            }
+            Err(e) if !on => log::error!("cannot make /dev/fuse blocking again: {e}"),
+            Err(e) => {
+                // Do not try again at every request.
+                log::warn!("cannot make /dev/fuse non-blocking, not spinning: {e}");
+                st.stop = true;
+            }
+        }
+    }
+
+    /// The governor: sleeps while the channel blocks; while it spins, ends the spin after
+    /// a window without a request, or when other threads want the CPU (then holds the
+    /// next spin off for a while, longer while that lasts).
+    fn govern(&self, contended: impl Fn() -> bool) {
+        let mut hold = HOLD_MIN;
+        loop {
+            {
+                let mut st = self.lock();
+                while !st.spinning && !st.stop {
+                    st = self.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                if st.stop {
+                    return;
+                }
+            }
+            let window = Duration::from_micros(self.window_us.load(Ordering::Relaxed).max(1));
+            let mut contended_before = false;
+            loop {
+                let seen = self.requests.load(Ordering::Relaxed);
+                std::thread::sleep(window);
+                let quiet = self.requests.load(Ordering::Relaxed) == seen;
+                let contended = contended();
+                let yields = contended && contended_before;
+                contended_before = contended;
+                let mut st = self.lock();
+                if quiet || yields || st.stop {
+                    if st.spinning {
+                        self.set(&mut st, false);
+                    }
+                    if yields && !quiet {
+                        self.yields.fetch_add(1, Ordering::Relaxed);
+                        let until = self.now_us() + (window * hold).as_micros() as u64;
+                        self.hold_until_us.store(until, Ordering::Relaxed);
+                        hold = (hold * 2).min(HOLD_MAX);
+                    } else {
+                        hold = HOLD_MIN;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nonblocking(fd: BorrowedFd<'_>) -> bool {
+        crate::sys::status_flags(fd).unwrap() & libc::O_NONBLOCK != 0
+    }
+
+    #[test]
+    fn a_request_starts_the_spin_and_a_quiet_window_ends_it() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Spin::default();
+        spin.touch(); // not attached: nothing
+        let w = SpinChoice::Window(Duration::from_millis(200));
+        // (No contention, whatever else the machine runs meanwhile.)
+        spin.attach_with(a.as_fd(), w, 2, || false).unwrap();
+        assert!(spin.attach(a.as_fd(), w).is_err(), "once");
+        assert!(!nonblocking(a.as_fd()));
+        spin.touch();
+        assert!(nonblocking(a.as_fd()));
+        // Requests keep coming: still spinning after several windows.
+        for _ in 0..16 {
+            std::thread::sleep(Duration::from_millis(50));
+            spin.touch();
+        }
+        assert!(nonblocking(a.as_fd()));
+        assert_eq!(spin.counts(), (1, true));
+        // Quiet: blocking again within about two windows.
+        let t = std::time::Instant::now();
+        while nonblocking(a.as_fd()) {
+            assert!(t.elapsed() < Duration::from_secs(5), "the spin never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(spin.counts(), (1, false));
+        spin.touch();
+        assert_eq!(spin.counts(), (2, true));
+        spin.stop();
+        assert!(!nonblocking(a.as_fd()), "stop leaves the channel blocking");
+        spin.touch();
+        assert_eq!(spin.counts(), (2, false));
+    }
+
+    #[test]
+    fn a_zero_window_never_spins() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Spin::default();
+        spin.attach(a.as_fd(), SpinChoice::Window(Duration::ZERO))
+            .unwrap();
+        spin.touch();
+        assert!(!nonblocking(a.as_fd()));
+    }
+
+    /// Other threads wanting the CPU end a spin although requests keep coming, and hold the
+    /// next one off; once they are gone, requests spin again.
+    #[test]
+    fn contention_ends_the_spin_and_holds_the_next_off() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let busy = Arc::new(AtomicBool::new(false));
+        let spin = Spin::default();
+        let b = busy.clone();
+        spin.attach_with(
+            a.as_fd(),
+            SpinChoice::Window(Duration::from_millis(20)),
+            2,
+            move || b.load(Ordering::Relaxed),
+        )
+        .unwrap();
+        spin.touch();
+        assert!(nonblocking(a.as_fd()));
+        busy.store(true, Ordering::Relaxed);
+        let t = std::time::Instant::now();
+        while nonblocking(a.as_fd()) {
+            spin.touch(); // requests keep coming
+            assert!(t.elapsed() < Duration::from_secs(5), "the spin never yielded");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(spin.to_json()["yields"], 1);
+        // Held off: a request right away does not spin again.
+        spin.touch();
+        assert!(!nonblocking(a.as_fd()), "a spin started within the hold");
+        busy.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20) * HOLD_MIN + Duration::from_millis(50));
+        spin.touch();
+        assert!(nonblocking(a.as_fd()), "no spin once the hold passed");
+        assert_eq!(spin.counts(), (2, true));
+        spin.stop();
+    }
+
+    /// `spin=auto`: nothing spins before the probe has decided; afterwards a request spins
+    /// exactly where the probe said spinning pays; the statistics say what was measured.
+    #[test]
+    fn auto_spins_where_the_probe_says_it_pays() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Spin::default();
+        spin.attach_with(a.as_fd(), SpinChoice::Auto, 2, || false)
+            .unwrap();
+        let t = std::time::Instant::now();
+        let probed = loop {
+            if let Some(p) = spin.probed() {
+                break p;
+            }
+            spin.touch();
+            assert!(
+                !nonblocking(a.as_fd()) || spin.probed().is_some(),
+                "spinning before the probe decided"
+            );
+            assert!(t.elapsed() < Duration::from_secs(10), "the probe never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        spin.touch();
+        let pays = probed.is_some_and(|w| w.spin_pays());
+        assert_eq!(nonblocking(a.as_fd()), pays, "{probed:?}");
+        let doc = spin.to_json();
+        assert_eq!(doc["mode"], "auto");
+        assert_eq!(doc["probe"]["pays"], pays, "{doc}");
+        assert_eq!(
+            doc["window_us"],
+            if pays { SUGGESTED_SPIN_US } else { 0 },
+            "{doc}"
+        );
+        spin.stop();
+    }
+}
