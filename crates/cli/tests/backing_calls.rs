@@ -115,3 +115,44 @@ fn a_setattr_that_waits_reads_the_backing_file_once() {
         "on the backing file after the close"
     );
 }
+
+/// Lines of `trace` whose call failed with ENOENT (a LOOKUP miss that reached the backing).
+fn enoent(trace: &str) -> usize {
+    trace.lines().filter(|l| l.contains("= -1 ENOENT")).count()
+}
+
+/// LOOKUP misses in a directory the daemon made are answered from its known names: no
+/// backing call (issue 44, point 4). In a directory it does not know (the root, not listed
+/// since the mount), each miss is a failed `openat` on the backing — which shows that the
+/// trace sees them.
+#[test]
+fn lookup_misses_in_a_known_directory_make_no_backing_call() {
+    require_root("strace attaches to the daemon");
+    let dir = scratch("calls-lookup");
+    let m = Mount::new(&dir, "");
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/present"), b"x").unwrap();
+    const N: usize = 300;
+    let out = dir.join("trace");
+    let strace = Strace::attach(m.child.as_ref().unwrap().id(), "openat,newfstatat,statx", &out);
+    for i in 0..N {
+        assert!(fs::symlink_metadata(m.path(&format!("d/missing{i}"))).is_err());
+    }
+    assert!(fs::symlink_metadata(m.path("d/present")).is_ok());
+    let known = enoent(&strace.finish(&out));
+    let out = dir.join("trace-root");
+    let strace = Strace::attach(m.child.as_ref().unwrap().id(), "openat,newfstatat,statx", &out);
+    for i in 0..N {
+        assert!(fs::symlink_metadata(m.path(&format!("missing{i}"))).is_err());
+    }
+    let unknown = enoent(&strace.finish(&out));
+    println!("FIGURES {N} LOOKUP misses: {known} failed backing calls in a known directory, {unknown} in an unknown one");
+    assert!(
+        unknown >= N,
+        "the trace missed the unknown directory's misses: {unknown}"
+    );
+    assert!(
+        known <= N / 30,
+        "{known} failed backing calls for {N} misses in a known directory"
+    );
+}

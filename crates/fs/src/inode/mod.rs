@@ -32,6 +32,7 @@
 //! An inode on another filesystem mounted inside the backing directory (handles do not
 //! reach it) is reopened by name too, or keeps its fd in handle mode.
 
+pub mod known;
 mod node;
 mod table;
 

@@ -105,6 +105,24 @@ pub struct DirState {
     /// Its count of entries made, removed or renamed through the mount: a listing taken at
     /// an older count is stale (see `DirHandle`).
     pub gen: AtomicU64,
+    /// All its names, while known (LOOKUP misses from memory).
+    pub names: super::known::KnownNames,
+}
+
+impl DirState {
+    /// An entry was made, removed or renamed through the mount (after the backing call
+    /// succeeded): open listings are stale, and the known names follow.
+    pub fn names_changed(&self, c: super::known::Change<'_>) {
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        self.names.change(c);
+    }
+
+    /// `names` are all the directory's names, as a listing begun at generation `gen` read
+    /// them: remembered unless an entry changed since.
+    pub fn learn_names<'a>(&self, gen: u64, names: impl ExactSizeIterator<Item = &'a [u8]>) {
+        self.names
+            .learn(|| self.gen.load(Ordering::Acquire) == gen, names);
+    }
 }
 
 /// Path mode: an inode's parent and its name there.

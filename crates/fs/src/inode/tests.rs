@@ -86,3 +86,18 @@ fn a_lookup_count_at_its_maximum_is_never_forgotten() {
     assert!(inodes.get(ino).is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A listing learnt only if no entry changed since it began: a name made while it was being
+/// read (and so perhaps missing from it) never looks absent.
+#[test]
+fn a_listing_that_raced_a_change_is_not_learnt() {
+    use super::known::Change;
+    let d = super::node::DirState::default();
+    let before = d.gen.load(std::sync::atomic::Ordering::Acquire);
+    d.names_changed(Change::Made(b"new"));
+    d.learn_names(before, [&b"old"[..]].into_iter());
+    assert!(!d.names.absent(b"new"), "a stale listing was learnt");
+    let now = d.gen.load(std::sync::atomic::Ordering::Acquire);
+    d.learn_names(now, [&b"old"[..], b"new"].into_iter());
+    assert!(d.names.absent(b"other") && !d.names.absent(b"new"));
+}

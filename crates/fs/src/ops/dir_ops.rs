@@ -6,6 +6,7 @@
 use std::ffi::{CStr, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use squeezefs_container::{Container, FileStorage};
 use super::xattr::NO_DEFAULT_ACL;
 use super::Core;
 use super::Who;
+use crate::inode::known::Change;
 use crate::inode::Inode;
 use crate::props::{self, DirProps, Prop};
 use crate::sys;
@@ -90,11 +92,20 @@ impl Core {
         Ok(true)
     }
 
-    /// Notes that entries of directory `dir` were made, removed or renamed (open listings
-    /// of it are stale from now on).
-    pub(super) fn dir_changed(&self, dir: INodeNo) {
+    /// Notes that entries of directory `dir` were made, removed or renamed, as `c` says
+    /// (open listings of it are stale from now on; its known names follow).
+    pub(super) fn dir_changed(&self, dir: INodeNo, c: Change<'_>) {
         if let Some(d) = self.inode(dir).ok().as_ref().and_then(|d| d.dir.as_ref()) {
-            d.gen.fetch_add(1, Ordering::AcqRel);
+            d.names_changed(c);
+        }
+    }
+
+    /// After a call that may have made or removed `name` in `dir` and then failed: what
+    /// it left is not known exactly (a clean-up that failed too), unless it failed because
+    /// the name existed.
+    pub(super) fn dir_maybe_changed(&self, dir: INodeNo, e: Errno) {
+        if e != Errno::EEXIST {
+            self.dir_changed(dir, Change::Unknown);
         }
     }
 
@@ -108,7 +119,11 @@ impl Core {
     ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
         let at = self.at_new(parent, name)?;
-        make(at.dir.as_fd(), &at.name)?;
+        if let Err(e) = make(at.dir.as_fd(), &at.name) {
+            let e = Errno::from(e);
+            self.dir_maybe_changed(parent, e);
+            return Err(e);
+        }
         if self.as_root {
             let given = sys::open_path(&at.dir, &at.name)
                 .map_err(Errno::from)
@@ -119,10 +134,11 @@ impl Core {
             if let Err(e) = given {
                 let _ = sys::unlinkat(&at.dir, &at.name, 0)
                     .or_else(|_| sys::unlinkat(&at.dir, &at.name, libc::AT_REMOVEDIR));
+                self.dir_changed(parent, Change::Unknown);
                 return Err(e);
             }
         }
-        self.dir_changed(parent);
+        self.dir_changed(parent, Change::Made(name.as_bytes()));
         self.lookup_name(&at.parent, name).map(|(_, attr)| attr)
     }
 
@@ -178,7 +194,7 @@ impl Core {
     ) -> Result<FileAttr, Errno> {
         let dp = self.inode(parent).map(|p| self.dir_props(&p)).unwrap_or_default();
         let mode = self.creation_mode(parent, mode, umask);
-        self.new_entry(req, parent, name, |p, c| {
+        let attr = self.new_entry(req, parent, name, |p, c| {
             sys::mkdirat(p, c, mode)?;
             if dp != DirProps::default() {
                 let fd = sys::open_path(p, c)?;
@@ -194,7 +210,14 @@ impl Core {
                 }
             }
             Ok(())
-        })
+        })?;
+        // Made here and empty: all its names are known. Nothing else can have reached it
+        // yet — the kernel holds the parent's lock until this MKDIR is answered, so no
+        // LOOKUP of its name (nor a listing of the parent) has gone through.
+        if let Some(d) = self.inode(attr.ino).ok().as_ref().and_then(|d| d.dir.as_ref()) {
+            d.learn_names(d.gen.load(Ordering::Acquire), std::iter::empty());
+        }
+        Ok(attr)
     }
 
     pub(super) fn do_symlink(
@@ -213,7 +236,7 @@ impl Core {
         self.check_writable()?;
         let at = self.at(parent, name)?;
         let stays = if flags == 0 {
-            self.entry_changes(&at, true)?
+            self.entry_changes(&at, true)?.1
         } else {
             None
         };
@@ -228,7 +251,7 @@ impl Core {
         if let Some(r) = &self.reclaimer {
             r.note_removed();
         }
-        self.dir_changed(parent);
+        self.dir_changed(parent, Change::Gone(name.as_bytes()));
         Ok(())
     }
 
@@ -243,10 +266,9 @@ impl Core {
         self.check_writable()?;
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
-        let moved = [
-            self.entry_changes(&from, false)?,
-            self.entry_changes(&to, !flags.contains(RenameFlags::RENAME_EXCHANGE))?,
-        ];
+        let (_, from_file) = self.entry_changes(&from, false)?;
+        let (to_exists, to_file) = self.entry_changes(&to, !flags.contains(RenameFlags::RENAME_EXCHANGE))?;
+        let moved = [from_file, to_file];
         // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         // Path mode: the inodes that move get their new names with the rename, under the
@@ -275,8 +297,22 @@ impl Core {
         for i in moved.iter().flatten() {
             self.files.drop_kept_times_after(i);
         }
-        self.dir_changed(parent);
-        self.dir_changed(newparent);
+        if exchange {
+            self.dir_changed(parent, Change::Kept);
+            self.dir_changed(newparent, Change::Kept);
+        } else {
+            self.dir_changed(parent, Change::Gone(name.as_bytes()));
+            // (The kernel holds both directories' locks through the RENAME: whether the
+            // target existed, read above, still held at the call.)
+            self.dir_changed(
+                newparent,
+                match to_exists {
+                    Some(true) => Change::Kept,
+                    Some(false) => Change::Made(newname.as_bytes()),
+                    None => Change::Unknown,
+                },
+            );
+        }
         Ok(())
     }
 
@@ -297,7 +333,7 @@ impl Core {
         }
         drop(guard);
         self.files.drop_kept_times_after(&inode);
-        self.dir_changed(newparent);
+        self.dir_changed(newparent, Change::Made(newname.as_bytes()));
         self.lookup_name(&to.parent, newname).map(|(_, attr)| attr)
     }
 
@@ -308,25 +344,28 @@ impl Core {
     /// A directory's rename also tells the background pass: what is below it may inherit
     /// another target now, without a ctime of its own moving.
     ///
-    /// Returns the file, for [`Files::drop_kept_times_after`] once the call is made.
+    /// Returns whether the entry exists (`None`: its `stat` failed otherwise than with
+    /// ENOENT), and the file, for [`Files::drop_kept_times_after`] once the call is made.
     fn entry_changes(
         &self,
         at: &super::names::At,
         other_links_only: bool,
-    ) -> Result<Option<Arc<Inode>>, Errno> {
-        let Ok(st) = sys::stat_at(&at.dir, &at.name) else {
-            return Ok(None); // (the call itself reports ENOENT)
+    ) -> Result<(Option<bool>, Option<Arc<Inode>>), Errno> {
+        let st = match sys::stat_at(&at.dir, &at.name) {
+            Ok(st) => st,
+            // (The call itself reports ENOENT.)
+            Err(e) => return Ok(((e.kind() == io::ErrorKind::NotFound).then_some(false), None)),
         };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !other_links_only {
             self.background.moved();
         }
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || (other_links_only && st.st_nlink < 2) {
-            return Ok(None);
+            return Ok((Some(true), None));
         }
         let Some(i) = self.inodes.known((st.st_dev, st.st_ino)) else {
-            return Ok(None);
+            return Ok((Some(true), None));
         };
         self.files.drop_kept_times(&i)?;
-        Ok(Some(i))
+        Ok((Some(true), Some(i)))
     }
 }

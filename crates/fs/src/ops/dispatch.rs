@@ -92,7 +92,7 @@ impl Filesystem for SqueezeFs {
         if is_stats_name(parent, name) {
             return reply::stats_entry(reply, self.stats_attr(true));
         }
-        let _timed = self.requests.timed(Kind::Lookup);
+        let _timed = self.timed(Kind::Lookup);
         let r = self.inode(parent).and_then(|p| self.lookup_name(&p, name));
         reply::lookup(reply, r.map(|(_, attr)| attr))
     }
@@ -276,7 +276,7 @@ impl Filesystem for SqueezeFs {
         reply: ReplyWrite,
     ) {
         self.background.touched(data.len() as u64);
-        let _timed = self.requests.timed(Kind::Write);
+        let _timed = self.timed(Kind::Write);
         match self.do_write(&req.into(), ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -320,7 +320,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _timed = self.requests.timed(Kind::Opendir);
+        let _timed = self.timed(Kind::Opendir);
         // The kernel keeps a large directory's listings and serves later ones from its
         // page cache until the directory changes through the mount (`readdir.rs`).
         let flags = |large: bool| match large {
@@ -331,7 +331,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        let _timed = self.requests.timed(Kind::Readdir);
+        let _timed = self.timed(Kind::Readdir);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => readdir::fill(&list, ino, offset, reply),
             Err(e) => reply.error(e),
@@ -346,7 +346,7 @@ impl Filesystem for SqueezeFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let _timed = self.requests.timed(Kind::Readdirplus);
+        let _timed = self.timed(Kind::Readdirplus);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => self.fill_plus(&list, ino, offset, reply),
             Err(e) => reply.error(e),
@@ -456,7 +456,7 @@ impl Filesystem for SqueezeFs {
         reply: ReplyCreate,
     ) {
         self.background.touched(0);
-        let _timed = self.requests.timed(Kind::Create);
+        let _timed = self.timed(Kind::Create);
         let created = |reply: ReplyCreate, r: Result<fuser::FileAttr, Errno>| match r {
             Ok(attr) => reply.created(
                 &TTL,
@@ -534,9 +534,14 @@ impl Core {
     /// /dev/fuse going (`spin.rs`), unless it is on the statistics file (reading the counts
     /// must not change them).
     fn count(&self, ino: INodeNo, k: Kind) -> Option<crate::requests::Timed<'_>> {
-        (!matches!(route(ino), Node::Stats)).then(|| {
-            self.spin.touch();
-            self.requests.timed(k)
-        })
+        (!matches!(route(ino), Node::Stats)).then(|| self.timed(k))
+    }
+
+    /// Counts and times a request that names no inode that could be the statistics file
+    /// (a LOOKUP's or CREATE's parent, a WRITE's open file), and keeps the spin going: the
+    /// first requests of a burst (tar's LOOKUP and CREATE) start it.
+    fn timed(&self, k: Kind) -> crate::requests::Timed<'_> {
+        self.spin.touch();
+        self.requests.timed(k)
     }
 }

@@ -111,6 +111,8 @@ pub struct Core {
     /// `dispatch.rs` `init`): no OPEN or RELEASE comes, READs carry no handle, and the
     /// statistics file is read through the page cache (`virtual_file.rs`).
     no_open: AtomicBool,
+    /// LOOKUP misses answered from a directory's known names (`inode::known`).
+    known_misses: AtomicU64,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
     /// The backing directory, for the statistics file.
@@ -201,6 +203,7 @@ impl SqueezeFs {
             prefetch: Prefetcher::start()?,
             next_fh: AtomicU64::new(1),
             no_open: AtomicBool::new(false),
+            known_misses: AtomicU64::new(0),
             as_root: sys::euid() == 0,
             backing: backing.display().to_string(),
             dict_dir: backing.join(dicts::DIR_NAME),

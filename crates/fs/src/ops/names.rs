@@ -14,6 +14,9 @@ use super::{Core, TTL};
 use crate::inode::{Inode, PathFd};
 use crate::sys;
 
+/// The longest name a backing filesystem takes (Linux's NAME_MAX).
+const NAME_MAX: usize = 255;
+
 /// A directory entry named by a request: its parent, the parent's fd, the checked name.
 pub(super) struct At {
     pub parent: Arc<Inode>,
@@ -77,6 +80,18 @@ impl Core {
     /// attributes.
     pub(super) fn lookup_name(&self, parent: &Arc<Inode>, name: &OsStr) -> Result<(u64, FileAttr), Errno> {
         if self.is_root(parent) && is_dict_dir(1, name.as_bytes()) {
+            return Err(Errno::ENOENT);
+        }
+        // A miss in a directory whose names are all known: from memory (`inode::known`).
+        // (A name the backing would refuse — empty, `.`, `..`, with a `/`, longer than
+        // NAME_MAX — still goes there, for its own error.)
+        let b = name.as_bytes();
+        if b.len() <= NAME_MAX
+            && sys::entry_name(name).is_ok()
+            && parent.dir.as_ref().is_some_and(|d| d.names.absent(b))
+        {
+            self.known_misses
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(Errno::ENOENT);
         }
         let (ino, inode, st) = self.register(parent, name)?;

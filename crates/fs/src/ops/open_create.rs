@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
 use fuser::{Errno, FileAttr, INodeNo, WriteFlags};
@@ -11,6 +12,7 @@ use squeezefs_container::{Container, FileStorage};
 use super::xattr::{NO_ACCESS_ACL, NO_DEFAULT_ACL};
 use super::Core;
 use super::Who;
+use crate::inode::known::Change;
 use crate::lifecycle::Spill;
 use crate::sys;
 
@@ -140,11 +142,14 @@ impl Core {
         let mode = self.creation_mode(parent, mode, umask) & 0o7777;
         match self.create_new(req, parent, name, mode) {
             Ok(attr) => {
-                self.dir_changed(parent);
+                self.dir_changed(parent, Change::Made(name.as_bytes()));
                 return Ok(attr);
             }
             Err(e) if e == Errno::EEXIST && !excl => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                self.dir_maybe_changed(parent, e);
+                return Err(e);
+            }
         }
         // It exists: open it like any other.
         let (ino, attr) = self.lookup_name(&p, name)?;

@@ -109,6 +109,16 @@ impl Core {
         drop(dirs);
         let dfd = self.fd(&inode)?;
         let entries = sys::read_dir(&dfd)?;
+        // The whole directory was read: its names are known from now on (unless an entry
+        // changed since `gen`, read before the listing), for LOOKUP misses.
+        if let Some(d) = inode.dir.as_ref() {
+            let names: Vec<&[u8]> = entries
+                .iter()
+                .map(|(n, _, _)| n.as_slice())
+                .filter(|n| *n != b"." && *n != b"..")
+                .collect();
+            d.learn_names(gen, names.into_iter());
+        }
         if first {
             // A reader is about to walk this directory: start reading its files.
             let files: Vec<CString> = entries

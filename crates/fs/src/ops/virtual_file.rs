@@ -152,6 +152,14 @@ impl Core {
             self.files.commit_json(),
             vec![
                 ("spin", self.spin.to_json()),
+                (
+                    "names",
+                    serde_json::json!({
+                        "known_misses": self.known_misses.load(std::sync::atomic::Ordering::Relaxed),
+                        "held": crate::inode::known::held(),
+                        "budget": crate::inode::known::BUDGET,
+                    }),
+                ),
                 ("background", self.background.json()),
                 (
                     "rules",

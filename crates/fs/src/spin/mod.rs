@@ -26,13 +26,13 @@
 //!   ping-pong between two CPUs, ~0.1 s on the governor's thread, after the mount is up) and
 //!   spins, with a window of [`SUGGESTED_SPIN_US`], only where spinning saves a request at
 //!   least [`probe::MIN_SAVING_US`] and a quarter of its round trip; never with one CPU;
-//! - while spinning, the governor yields the CPU whenever more threads want one than the
-//!   spin leaves ([`load`]: two samples in a row of the kernel's runnable count), and does
-//!   not spin again for a hold that doubles while the contention lasts (10 windows up to 640:
-//!   1 ms up to 64 ms).
+//! - while spinning, the governor yields the CPU when other work saturates the machine
+//!   ([`load`]: two 50 ms epochs in a row without a tick of idle on any CPU — a CPU-bound
+//!   program beside the mount), and does not spin again for a hold that doubles while that
+//!   lasts (0.1 s up to 1.6 s).
 //!
-//! `spin=MICROS` spins with that window whatever the probe would say (the yielding to other
-//! threads still applies); `spin=0` never spins. The session threads on the cloned channels
+//! `spin=MICROS` spins with that window whatever the probe would say (the yielding to
+//! saturating work still applies); `spin=0` never spins. The session threads on the cloned channels
 //! still sleep, and the kernel still wakes one of them for each request (the spinning thread
 //! usually takes it first). An idle mount spins for at most about two windows after its
 //! last request.
@@ -51,10 +51,10 @@ pub mod probe;
 /// µs: session 11's prototype gained most at 30–100 µs and lost the gain at 300 µs.
 pub const SUGGESTED_SPIN_US: u64 = 100;
 
-/// The shortest and longest hold after the governor yielded to other threads, in windows
-/// (1 ms and 64 ms at the suggested window).
-const HOLD_MIN: u32 = 10;
-const HOLD_MAX: u32 = 640;
+/// The shortest and longest hold after the governor yielded to other work, in epochs
+/// (0.1 s and 1.6 s).
+const HOLD_MIN: u32 = 2;
+const HOLD_MAX: u32 = 32;
 
 /// What the mount option `spin=` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,18 +129,17 @@ impl Spin {
     /// window attaches nothing.
     pub fn attach(&self, fd: BorrowedFd<'_>, choice: SpinChoice) -> io::Result<()> {
         let cpus = crate::sys::cpu::allowed_cpus().map_or(1, |c| c.len());
-        let load = load::Load::new(cpus);
-        self.attach_with(fd, choice, cpus, move || load.contended())
+        self.attach_with(fd, choice, cpus, load::Idle::new())
     }
 
-    /// [`Spin::attach`] with the machine's CPU count and its contention given (the tests'
+    /// [`Spin::attach`] with the machine's CPU count and its saturation given (the tests'
     /// own).
     fn attach_with(
         &self,
         fd: BorrowedFd<'_>,
         choice: SpinChoice,
         cpus: usize,
-        contended: impl Fn() -> bool + Send + 'static,
+        saturation: impl Saturation + 'static,
     ) -> io::Result<()> {
         let window_us = match choice {
             SpinChoice::Window(w) if w.is_zero() => return Ok(()),
@@ -173,7 +172,7 @@ impl Spin {
                 if shared.choice == SpinChoice::Auto {
                     shared.decide(cpus);
                 }
-                shared.govern(contended)
+                shared.govern(saturation)
             });
         match handle {
             Ok(h) => {
@@ -345,10 +344,12 @@ impl Shared {
     }
 
     /// The governor: sleeps while the channel blocks; while it spins, ends the spin after
-    /// a window without a request, or when other threads want the CPU (then holds the
-    /// next spin off for a while, longer while that lasts).
-    fn govern(&self, contended: impl Fn() -> bool) {
+    /// a window without a request, or when other work saturates the CPUs for two epochs in
+    /// a row (then holds the next spin off for a while, longer while that lasts).
+    fn govern(&self, mut saturation: impl Saturation) {
         let mut hold = HOLD_MIN;
+        let mut saturated_epochs = 0u32;
+        let mut epoch: Option<Instant> = None;
         loop {
             {
                 let mut st = self.lock();
@@ -360,31 +361,73 @@ impl Shared {
                 }
             }
             let window = Duration::from_micros(self.window_us.load(Ordering::Relaxed).max(1));
-            let mut contended_before = false;
+            // Epochs run on across short spins (under load, bursts are short): a reading
+            // older than two epochs starts afresh.
+            let mut began = match epoch {
+                Some(e) if e.elapsed() <= load::EPOCH * 2 => e,
+                _ => {
+                    saturation.reset();
+                    saturated_epochs = 0;
+                    Instant::now()
+                }
+            };
             loop {
                 let seen = self.requests.load(Ordering::Relaxed);
                 std::thread::sleep(window);
                 let quiet = self.requests.load(Ordering::Relaxed) == seen;
-                let contended = contended();
-                let yields = contended && contended_before;
-                contended_before = contended;
+                if began.elapsed() >= load::EPOCH {
+                    began = Instant::now();
+                    saturated_epochs = if saturation.saturated() {
+                        saturated_epochs + 1
+                    } else {
+                        0
+                    };
+                }
+                let yields = saturated_epochs >= 2;
                 let mut st = self.lock();
                 if quiet || yields || st.stop {
                     if st.spinning {
                         self.set(&mut st, false);
                     }
-                    if yields && !quiet {
+                    if yields {
+                        saturated_epochs = 0;
                         self.yields.fetch_add(1, Ordering::Relaxed);
-                        let until = self.now_us() + (window * hold).as_micros() as u64;
+                        let until = self.now_us() + (load::EPOCH * hold).as_micros() as u64;
                         self.hold_until_us.store(until, Ordering::Relaxed);
                         hold = (hold * 2).min(HOLD_MAX);
-                    } else {
+                    } else if quiet {
                         hold = HOLD_MIN;
                     }
+                    epoch = Some(began);
                     break;
                 }
             }
         }
+    }
+}
+
+/// Whether other work saturates the machine's CPUs, judged once an epoch while spinning
+/// ([`load::Idle`]; the tests' own).
+trait Saturation: Send {
+    /// A spin starts: an epoch begins.
+    fn reset(&mut self);
+    /// An epoch ended: whether no CPU idled in it.
+    fn saturated(&mut self) -> bool;
+}
+
+impl Saturation for load::Idle {
+    fn reset(&mut self) {
+        load::Idle::reset(self)
+    }
+    fn saturated(&mut self) -> bool {
+        load::Idle::saturated(self)
+    }
+}
+
+impl<F: FnMut() -> bool + Send> Saturation for F {
+    fn reset(&mut self) {}
+    fn saturated(&mut self) -> bool {
+        self()
     }
 }
 
@@ -440,10 +483,10 @@ mod tests {
         assert!(!nonblocking(a.as_fd()));
     }
 
-    /// Other threads wanting the CPU end a spin although requests keep coming, and hold the
-    /// next one off; once they are gone, requests spin again.
+    /// Other work saturating the CPUs ends a spin although requests keep coming (after two
+    /// epochs), and holds the next one off; once it is gone, requests spin again.
     #[test]
-    fn contention_ends_the_spin_and_holds_the_next_off() {
+    fn saturation_ends_the_spin_and_holds_the_next_off() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let busy = Arc::new(AtomicBool::new(false));
         let spin = Spin::default();
@@ -469,7 +512,7 @@ mod tests {
         spin.touch();
         assert!(!nonblocking(a.as_fd()), "a spin started within the hold");
         busy.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(20) * HOLD_MIN + Duration::from_millis(50));
+        std::thread::sleep(load::EPOCH * HOLD_MIN + Duration::from_millis(50));
         spin.touch();
         assert!(nonblocking(a.as_fd()), "no spin once the hold passed");
         assert_eq!(spin.counts(), (2, true));
