@@ -333,8 +333,8 @@ fn mount_help() -> String {
         taken at once, not after a wake-up. auto (default): the mount\n                              \
         measures what a wake-up costs on this machine and spins (100 us)\n                              \
         only where that saves a request >= 8 us; MICROS: always that\n                              \
-        window; 0: never. Either way the spin yields whenever other\n                              \
-        threads want the CPU. Measured on VMs: 5-20 % off extracts,\n                              \
+        window; 0: never. Either way the spin yields while other work\n                              \
+        keeps every CPU busy. Measured on VMs: 5-20 % off extracts,\n                              \
         small-file creates, ls -l, git status (`stats --live` shows it)\n  \
         background_compression=ALG[:LEVEL]\n                              \
         write at compress= (fast), then, while the mount is idle,\n                              \

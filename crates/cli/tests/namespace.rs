@@ -91,11 +91,14 @@ fn view(root: &Path) -> BTreeMap<String, Option<&'static str>> {
                 format!("{d}/{n}")
             };
             let kind = fs::symlink_metadata(root.join(&rel)).ok().map(|m| {
+                use std::os::unix::fs::FileTypeExt;
                 let t = m.file_type();
                 if t.is_dir() {
                     "dir"
                 } else if t.is_symlink() {
                     "symlink"
+                } else if t.is_char_device() {
+                    "whiteout"
                 } else {
                     "file"
                 }
@@ -128,14 +131,21 @@ fn random_op(rng: &mut Rng) -> Op {
         9 | 10 => Op::Rename(
             a,
             b,
-            [0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE][rng.below(3) as usize],
+            [
+                0,
+                libc::RENAME_NOREPLACE,
+                libc::RENAME_EXCHANGE,
+                libc::RENAME_WHITEOUT,
+            ][rng.below(4) as usize],
         ),
         _ => Op::List(DIRS[rng.below(DIRS.len() as u64) as usize].to_string()),
     }
 }
 
-/// A random sequence of name changes in directories made through the mount (whose names
-/// the daemon knows from their birth) and in the root (known once listed), applied to the
+/// A random sequence of name changes (renames with NOREPLACE, EXCHANGE and WHITEOUT, which
+/// leaves a device node under the old name, among them) in directories made through the
+/// mount (whose names the daemon knows from their birth) and in the root (known once
+/// listed), applied to the
 /// mount and to a plain directory alike: every call must give the same result, and after
 /// each step — the kernel's dentries dropped, so every name is looked up again — every name
 /// must exist on the mount exactly when it exists in the plain directory. A name the known

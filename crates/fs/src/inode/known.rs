@@ -13,9 +13,12 @@
 //! certain miss. So a collision must never make a present name look absent: a name known
 //! to be new whose hash is already there drops the whole set (a collision; odds ~n²/2⁶⁵
 //! for n names), and so does anything the daemon cannot account for exactly (a change that
-//! failed half-way). A set unchanged and unlearnt for [`FRESH`] (the kernel's entry
-//! timeout) is dropped, so whoever edits BACKING behind a mount against the rules sees
-//! their change as late as the kernel's own caches would show it. The names held across
+//! failed half-way). A set neither changed through the mount nor learnt for [`FRESH`] (the
+//! kernel's entry timeout) is dropped at its next use. Editing BACKING behind a mount is
+//! against the rules (docs/ARCHITECTURE.md): a name made so in a directory the mount keeps
+//! changing may stay unseen until the directory goes unchanged that long or is forgotten.
+//! Sets are learnt only on backing filesystems that look names up exactly as they list
+//! them, and not in casefolded or encrypted directories (`ops::names` `names_exact`). The names held across
 //! all directories are bounded ([`BUDGET`]); past it, no new set is learnt.
 
 use std::collections::HashSet;
@@ -120,16 +123,12 @@ impl KnownNames {
         still: impl FnOnce() -> bool,
         names: impl ExactSizeIterator<Item = &'a [u8]>,
     ) {
-        let mut g = self.lock();
-        if !still() {
-            return;
-        }
-        drop_set(&mut g);
         let n = names.len();
         if HELD.fetch_add(n, Ordering::Relaxed) + n > BUDGET {
             HELD.fetch_sub(n, Ordering::Relaxed);
             return;
         }
+        // Hashed before the lock: LOOKUPs in a large directory do not wait for it.
         let mut hashes = Hashes::with_capacity_and_hasher(n, Default::default());
         for name in names {
             if !hashes.insert(key(name)) {
@@ -137,6 +136,12 @@ impl KnownNames {
                 return; // a collision (or a name listed twice): stays unknown
             }
         }
+        let mut g = self.lock();
+        if !still() {
+            HELD.fetch_sub(n, Ordering::Relaxed);
+            return;
+        }
+        drop_set(&mut g);
         *g = Some(Names {
             hashes,
             touched: Instant::now(),
@@ -159,6 +164,10 @@ impl KnownNames {
             Change::Gone(name) => {
                 if n.hashes.remove(&key(name)) {
                     HELD.fetch_sub(1, Ordering::Relaxed);
+                }
+                // A directory emptied gives its memory back.
+                if n.hashes.capacity() > 64 && n.hashes.len() * 4 < n.hashes.capacity() {
+                    n.hashes.shrink_to_fit();
                 }
             }
             Change::Kept => {}

@@ -107,6 +107,9 @@ pub struct DirState {
     pub gen: AtomicU64,
     /// All its names, while known (LOOKUP misses from memory).
     pub names: super::known::KnownNames,
+    /// Whether its names may be known at all (`ops::names` `names_exact`), once asked:
+    /// casefolding and encryption are set on empty directories only, so it stays.
+    pub exact: std::sync::OnceLock<bool>,
 }
 
 impl DirState {

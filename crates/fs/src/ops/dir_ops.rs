@@ -214,8 +214,10 @@ impl Core {
         // Made here and empty: all its names are known. Nothing else can have reached it
         // yet — the kernel holds the parent's lock until this MKDIR is answered, so no
         // LOOKUP of its name (nor a listing of the parent) has gone through.
-        if let Some(d) = self.inode(attr.ino).ok().as_ref().and_then(|d| d.dir.as_ref()) {
-            d.learn_names(d.gen.load(Ordering::Acquire), std::iter::empty());
+        if let Ok(new) = self.inode(attr.ino) {
+            if let Some(d) = new.dir.as_ref().filter(|_| self.names_exact(&new)) {
+                d.learn_names(d.gen.load(Ordering::Acquire), std::iter::empty());
+            }
         }
         Ok(attr)
     }
@@ -301,7 +303,16 @@ impl Core {
             self.dir_changed(parent, Change::Kept);
             self.dir_changed(newparent, Change::Kept);
         } else {
-            self.dir_changed(parent, Change::Gone(name.as_bytes()));
+            // RENAME_WHITEOUT leaves a whiteout (a device node) under the source name.
+            let whiteout = flags.contains(RenameFlags::RENAME_WHITEOUT);
+            self.dir_changed(
+                parent,
+                if whiteout {
+                    Change::Kept
+                } else {
+                    Change::Gone(name.as_bytes())
+                },
+            );
             // (The kernel holds both directories' locks through the RENAME: whether the
             // target existed, read above, still held at the call.)
             self.dir_changed(

@@ -113,6 +113,9 @@ pub struct Core {
     no_open: AtomicBool,
     /// LOOKUP misses answered from a directory's known names (`inode::known`).
     known_misses: AtomicU64,
+    /// The backing filesystem's device, where its type matches names exactly (see
+    /// [`Core::names_exact`]); `None`: no directory's names are ever learnt.
+    exact_names_dev: Option<u64>,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
     /// The backing directory, for the statistics file.
@@ -195,6 +198,10 @@ impl SqueezeFs {
             )
             .is_ok();
         let background = Arc::new(crate::background::Pass::new(background, seen));
+        let exact_names_dev = sys::fs_type(&inodes.root_dir)
+            .ok()
+            .filter(|t| names::EXACT_NAME_FILESYSTEMS.contains(t))
+            .and_then(|_| inodes.get(1).map(|r| r.key.0));
         let core = Arc::new(Core {
             files,
             inodes,
@@ -204,6 +211,7 @@ impl SqueezeFs {
             next_fh: AtomicU64::new(1),
             no_open: AtomicBool::new(false),
             known_misses: AtomicU64::new(0),
+            exact_names_dev,
             as_root: sys::euid() == 0,
             backing: backing.display().to_string(),
             dict_dir: backing.join(dicts::DIR_NAME),

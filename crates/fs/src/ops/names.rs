@@ -17,6 +17,25 @@ use crate::sys;
 /// The longest name a backing filesystem takes (Linux's NAME_MAX).
 const NAME_MAX: usize = 255;
 
+/// Backing filesystems whose LOOKUP finds exactly the names `getdents` lists, byte for
+/// byte, outside casefolded and encrypted directories (checked per directory): ext4, xfs,
+/// btrfs, tmpfs, f2fs. Elsewhere a name may be found under another spelling (ZFS's
+/// case-insensitive datasets, CIFS) or without being listed (ZFS's hidden `.zfs`, autofs),
+/// and no directory's names are learnt.
+#[allow(clippy::unnecessary_cast)] // (`c_long`: 32 bits on some targets)
+pub(super) const EXACT_NAME_FILESYSTEMS: [i64; 5] = [
+    libc::EXT4_SUPER_MAGIC as i64,
+    libc::XFS_SUPER_MAGIC as i64,
+    libc::BTRFS_SUPER_MAGIC as i64,
+    libc::TMPFS_MAGIC as i64,
+    libc::F2FS_SUPER_MAGIC as i64,
+];
+
+/// `FS_CASEFOLD_FL`: the directory's names are looked up case-insensitively.
+const FS_CASEFOLD_FL: u32 = 0x4000_0000;
+/// `FS_ENCRYPT_FL`: the directory is encrypted (its listed names change with the key).
+const FS_ENCRYPT_FL: u32 = 0x0000_0800;
+
 /// A directory entry named by a request: its parent, the parent's fd, the checked name.
 pub(super) struct At {
     pub parent: Arc<Inode>,
@@ -54,6 +73,24 @@ impl Core {
         let name = sys::entry_name(name)?;
         let dir = self.fd(&parent)?;
         Ok(At { parent, dir, name })
+    }
+
+    /// Whether `dir`'s names may be learnt (`inode::known`): on a backing filesystem that
+    /// matches names exactly, on its device (not a mount inside BACKING), and neither
+    /// casefolded nor encrypted (one `ioctl`, when a directory is made or listed).
+    pub(super) fn names_exact(&self, dir: &Arc<Inode>) -> bool {
+        let Some(d) = dir.dir.as_ref() else { return false };
+        if self.exact_names_dev != Some(dir.key.0) {
+            return false;
+        }
+        if let Some(&e) = d.exact.get() {
+            return e;
+        }
+        let Some(flags) = self.fd(dir).ok().and_then(|fd| sys::dir_flags(&fd).ok()) else {
+            return false; // (not remembered: a passing error)
+        };
+        *d.exact
+            .get_or_init(|| flags & (FS_CASEFOLD_FL | FS_ENCRYPT_FL) == 0)
     }
 
     pub(super) fn is_root(&self, inode: &Arc<Inode>) -> bool {

@@ -75,6 +75,8 @@ impl Core {
         let parent_gen = at.parent.no_xattrs.generation();
         let no_acl = at.parent.no_xattrs.has(NO_DEFAULT_ACL);
         let file = sys::create_rw(&at.dir, &at.name, mode)?;
+        // The name exists from here on, whatever follows fails.
+        self.dir_changed(parent, Change::Made(name.as_bytes()));
         let made = (|| {
             let mut st = sys::fstat(&file)?;
             if self.as_root && self.give_to_caller(req, &at.parent, file.as_fd(), &st)? {
@@ -86,7 +88,15 @@ impl Core {
         let (path, st) = match made {
             Ok(x) => x,
             Err(e) => {
-                let _ = sys::unlinkat(&at.dir, &at.name, 0);
+                let gone = sys::unlinkat(&at.dir, &at.name, 0).is_ok();
+                self.dir_changed(
+                    parent,
+                    if gone {
+                        Change::Gone(name.as_bytes())
+                    } else {
+                        Change::Unknown
+                    },
+                );
                 return Err(e);
             }
         };
@@ -140,16 +150,11 @@ impl Core {
         let p = self.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
         let mode = self.creation_mode(parent, mode, umask) & 0o7777;
+        // (`create_new` tells the directory's known names what it made.)
         match self.create_new(req, parent, name, mode) {
-            Ok(attr) => {
-                self.dir_changed(parent, Change::Made(name.as_bytes()));
-                return Ok(attr);
-            }
+            Ok(attr) => return Ok(attr),
             Err(e) if e == Errno::EEXIST && !excl => {}
-            Err(e) => {
-                self.dir_maybe_changed(parent, e);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
         // It exists: open it like any other.
         let (ino, attr) = self.lookup_name(&p, name)?;

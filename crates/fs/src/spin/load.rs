@@ -13,7 +13,8 @@
 //! runnable much of the time too (tried: yielding on it lost the spin's gain on a plain
 //! extract). Idle time can: with the walker alone, the other CPUs idle while it waits for
 //! each reply; beside a busy program they never do. So the governor reads the machine's
-//! idle time (`/proc/stat`'s `cpu` line: idle + iowait, in clock ticks) once an epoch
+//! idle time (`/proc/stat`'s `cpuN` lines of the CPUs this process may use: idle + iowait,
+//! in clock ticks) once an epoch
 //! ([`EPOCH`]) while it spins, and calls the machine saturated when a whole epoch passed
 //! without a tick of idle on any CPU.
 
@@ -25,26 +26,38 @@ use std::time::Duration;
 /// 100 Hz, so a CPU idle a fifth of the time shows at least one.
 pub const EPOCH: Duration = Duration::from_millis(50);
 
-/// Reads the machine's idle ticks; `None` where `/proc/stat` is missing (then the spin
-/// never yields).
+/// Reads the idle ticks of the CPUs this process may run on (a container's cpuset, not the
+/// host's); `None` where `/proc/stat` is missing (then the spin never yields).
 pub struct Idle {
     file: Option<File>,
+    cpus: Vec<usize>,
+    buf: Vec<u8>,
     last: Option<u64>,
 }
 
 impl Idle {
-    pub fn new() -> Self {
+    pub fn new(cpus: Vec<usize>) -> Self {
         Idle {
             file: File::open("/proc/stat").ok(),
+            cpus,
+            buf: Vec::new(),
             last: None,
         }
     }
 
-    /// Idle + iowait ticks of all CPUs since boot.
-    fn ticks(&self) -> Option<u64> {
-        let mut buf = [0u8; 256];
-        let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
-        idle_of(&buf[..n])
+    /// Idle + iowait ticks of those CPUs since boot.
+    fn ticks(&mut self) -> Option<u64> {
+        let f = self.file.as_ref()?;
+        self.buf.clear();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = f.read_at(&mut chunk, self.buf.len() as u64).ok()?;
+            if n == 0 || self.buf.len() > 1 << 20 {
+                break;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        idle_of(&self.buf, &self.cpus)
     }
 
     /// Starts an epoch (the spin starts).
@@ -61,15 +74,26 @@ impl Idle {
     }
 }
 
-/// Idle + iowait of `/proc/stat`'s first (`cpu`) line.
-fn idle_of(text: &[u8]) -> Option<u64> {
-    let line = std::str::from_utf8(text).ok()?.lines().next()?;
-    let mut f = line.split_ascii_whitespace();
-    if f.next()? != "cpu" {
-        return None;
+/// Idle + iowait summed over the `cpuN` lines of `/proc/stat` for N in `cpus` (all `cpuN`
+/// lines when `cpus` is empty); `None` when none is found.
+fn idle_of(text: &[u8], cpus: &[usize]) -> Option<u64> {
+    let mut sum = None;
+    for line in std::str::from_utf8(text).ok()?.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let Some(n) = f
+            .next()
+            .and_then(|c| c.strip_prefix("cpu"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if !cpus.is_empty() && !cpus.contains(&n) {
+            continue;
+        }
+        let v: Vec<u64> = f.take(5).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        *sum.get_or_insert(0) += v.get(3)? + v.get(4)?;
     }
-    let v: Vec<u64> = f.take(5).map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    Some(v.get(3)? + v.get(4)?)
+    sum
 }
 
 #[cfg(test)]
@@ -78,19 +102,20 @@ mod tests {
 
     #[test]
     fn idle_and_iowait_are_read_from_proc_stat() {
-        assert_eq!(
-            idle_of(b"cpu  124324 0 61807 163325 6830 0 590 78 0 0\ncpu0 1 2"),
-            Some(170155)
-        );
-        assert_eq!(idle_of(b"cpu0 1 2 3 4 5\n"), None);
-        assert_eq!(idle_of(b"cpu  1 2 3\n"), None);
-        assert!(Idle::new().ticks().is_some(), "this machine has /proc/stat");
+        let stat = b"cpu  124324 0 61807 163325 6830 0 590 78 0 0\ncpu0 1 2 3 40 5 0\ncpu1 1 2 3 400 50 0\nintr 1 2\n";
+        assert_eq!(idle_of(stat, &[]), Some(495));
+        assert_eq!(idle_of(stat, &[1]), Some(450));
+        assert_eq!(idle_of(stat, &[7]), None);
+        assert_eq!(idle_of(b"cpu0 1 2 3\n", &[]), None);
+        let cpus = crate::sys::cpu::allowed_cpus().unwrap();
+        assert!(Idle::new(cpus).ticks().is_some(), "this machine has /proc/stat");
     }
 
     #[test]
     fn busy_cpus_read_as_saturated_and_idle_ones_do_not() {
-        let cpus = crate::sys::cpu::allowed_cpus().unwrap().len();
-        let mut idle = Idle::new();
+        let allowed = crate::sys::cpu::allowed_cpus().unwrap();
+        let cpus = allowed.len();
+        let mut idle = Idle::new(allowed);
         // Idle (or nearly: other tests run beside): some epoch in a few shows idle ticks.
         let mut seen_idle = false;
         for _ in 0..20 {

@@ -128,8 +128,9 @@ impl Spin {
     /// (the governor thread first measures the machine for [`SpinChoice::Auto`]). A zero
     /// window attaches nothing.
     pub fn attach(&self, fd: BorrowedFd<'_>, choice: SpinChoice) -> io::Result<()> {
-        let cpus = crate::sys::cpu::allowed_cpus().map_or(1, |c| c.len());
-        self.attach_with(fd, choice, cpus, load::Idle::new())
+        let allowed = crate::sys::cpu::allowed_cpus().unwrap_or_default();
+        let cpus = allowed.len().max(1);
+        self.attach_with(fd, choice, cpus, load::Idle::new(allowed))
     }
 
     /// [`Spin::attach`] with the machine's CPU count and its saturation given (the tests'

@@ -309,6 +309,34 @@ pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
     Some(kb.saturating_mul(1024))
 }
 
+/// The type of the filesystem `fd` is on (`statfs.f_type`, e.g. `libc::EXT4_SUPER_MAGIC`).
+pub fn fs_type(fd: impl AsFd) -> io::Result<i64> {
+    // SAFETY: statfs is plain data; all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable statfs; the descriptor is borrowed for the call.
+    cvt(unsafe { libc::fstatfs(raw(&fd), &mut st) })?;
+    #[allow(clippy::unnecessary_cast)] // (its type differs between architectures)
+    Ok(st.f_type as i64)
+}
+
+/// The inode flags (`FS_IOC_GETFLAGS`: casefold, encrypt, …) of the directory the O_PATH
+/// fd `dir` stands for; 0 where its filesystem keeps none.
+pub fn dir_flags(dir: impl AsFd) -> io::Result<u32> {
+    let f = reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    // (The kernel writes an int, whatever the request's declared size; a long holds it.)
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes at most a long into `flags`, which lives across the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOTTY | libc::EOPNOTSUPP | libc::EINVAL) => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(flags as u32)
+}
+
 /// The status flags of the open file description behind `fd` (`F_GETFL`).
 pub fn status_flags(fd: impl AsFd) -> io::Result<i32> {
     // SAFETY: F_GETFL takes no argument; the descriptor is borrowed for the call.
