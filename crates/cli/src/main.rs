@@ -336,6 +336,11 @@ fn mount_help() -> String {
         window; 0: never. Either way the spin yields while other work\n                              \
         keeps every CPU busy. Measured on VMs: 5-20 % off extracts,\n                              \
         small-file creates, ls -l, git status (`stats --live` shows it)\n  \
+        dirops=sync|behind          sync (default): a new file is made on BACKING inside its\n                              \
+        create. behind (experimental): from a file made ahead in the\n                              \
+        private directory, its name applied after the reply, in order;\n                              \
+        fsync, listings, other name changes and unmount wait for the\n                              \
+        names first. Measured slower on 2-CPU VMs and GlusterFS so far\n  \
         background_compression=ALG[:LEVEL]\n                              \
         write at compress= (fast), then, while the mount is idle,\n                              \
         recompress extents stored at another codec or level to this one\n                              \

@@ -19,6 +19,7 @@ mod lifecycle;
 pub mod lock;
 mod memory;
 pub mod mountinfo;
+pub(crate) mod ns;
 mod ops;
 mod options;
 pub mod packing;

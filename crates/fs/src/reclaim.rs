@@ -95,6 +95,11 @@ pub struct Reclaimer {
     /// Containers kept after a lookup: closed before a round (a kept container that has not
     /// read its bytes pins its pack).
     kept: Arc<Kept>,
+    /// Called before each round picks its packs, with no lock held: new files whose names
+    /// are pending (`crate::ns`) sit in the private directory, which the walk skips, so
+    /// their names are applied first (a file packed after that goes to the open pack,
+    /// which no round takes: rule 1).
+    before_round: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Reclaimer {
@@ -115,6 +120,18 @@ impl Reclaimer {
             last: Mutex::new(LastRound::default()),
             stop: (Mutex::new(false), Condvar::new()),
             kept,
+            before_round: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Sets what runs before each round picks its packs (see `before_round`).
+    pub fn set_before_round(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.before_round.set(f);
+    }
+
+    fn before_round(&self) {
+        if let Some(f) = self.before_round.get() {
+            f();
         }
     }
 
@@ -239,6 +256,7 @@ impl Reclaimer {
     }
 
     fn run(&self) -> Result<Option<Reclaimed>, String> {
+        self.before_round();
         self.kept.close_all();
         let only = self.packs.reclaimable().map_err(|e| e.to_string())?;
         if only.is_empty() {
@@ -272,6 +290,7 @@ impl Reclaimer {
         mount_target: Option<CodecSpec>,
         pace: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<Repacked>, String> {
+        self.before_round();
         let _one = self.running.lock().unwrap();
         self.kept.close_all();
         // Rule 1: the packs a round may take are known before its walk.

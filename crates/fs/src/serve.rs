@@ -84,16 +84,7 @@ pub fn mount(
         }
     );
     opts.packs = Some(packs);
-    let pack_gc = (cfg.pack_gc > 0).then(|| std::time::Duration::from_secs(cfg.pack_gc));
-    let fs = SqueezeFs::new(
-        &backing,
-        opts,
-        cfg.read_only,
-        pack_gc,
-        cfg.fill_cache,
-        cfg.background.clone(),
-        cfg.rules.clone(),
-    )?;
+    let fs = SqueezeFs::new(&backing, opts, cfg, limit)?;
     fs.fit_fd_limit(limit);
     if !fs.uses_handles() {
         log::info!("files are reopened by name (no CAP_DAC_READ_SEARCH for file handles)");

@@ -111,6 +111,25 @@ pub fn main(args: Args) -> Result<u8, String> {
         };
         reports.push((squeezefs_container::dicts::DIR_NAME.to_string(), r, 0));
     }
+    // New files a daemon made ahead and never named (`dirops=behind`, killed first).
+    for (rel, removed) in unnamed_new_files(&root, args.repair) {
+        leftovers += 1;
+        repaired += u64::from(removed);
+        let r = Report {
+            findings: vec![check::Finding {
+                severity: Severity::Leftover,
+                extent: None,
+                detail: if removed {
+                    "a new file whose name was never applied (its daemon ended first): removed".into()
+                } else {
+                    "a new file whose name was never applied (its daemon ended first; the next mount or --repair removes it)".into()
+                },
+                fix: None,
+            }],
+            ..Report::default()
+        };
+        reports.push((rel, r, usize::from(removed)));
+    }
     for (path, len) in &list {
         let rel = path.strip_prefix(&root).unwrap_or(path).display().to_string();
         pb.set_message(rel.clone());
@@ -283,4 +302,27 @@ pub fn main(args: Args) -> Result<u8, String> {
     } else {
         0
     })
+}
+
+/// The files in BACKING's private directory that a daemon made ahead for new files and
+/// never named (`.squeezefs-packs/.new-*`), each with whether `repair` removed it.
+fn unnamed_new_files(root: &Path, repair: bool) -> Vec<(String, bool)> {
+    use squeezefs_container::pack::dir::{DIR_NAME, POOL_PREFIX};
+    let Ok(rd) = std::fs::read_dir(root.join(DIR_NAME)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, bool)> = rd
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .starts_with(POOL_PREFIX.as_bytes())
+        })
+        .map(|e| {
+            let removed = repair && std::fs::remove_file(e.path()).is_ok();
+            (format!("{DIR_NAME}/{}", e.file_name().to_string_lossy()), removed)
+        })
+        .collect();
+    out.sort();
+    out
 }

@@ -66,9 +66,15 @@ impl Mount {
 
     /// Mounts with the daemon's open-file limit (soft and hard) set to `fd_limit`.
     pub fn spawn(dir: &Path, opts: &str, fd_limit: Option<u64>) -> Mount {
+        Mount::spawn_env(dir, opts, fd_limit, &[])
+    }
+
+    /// [`Mount::spawn`] with variables added to the daemon's environment.
+    pub fn spawn_env(dir: &Path, opts: &str, fd_limit: Option<u64>, env: &[(&str, &str)]) -> Mount {
         require_fuse();
         let mnt = dir.join("mnt");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_squeezefs"));
+        cmd.envs(env.iter().copied());
         cmd.arg("mount").arg(dir.join("backing")).arg(&mnt);
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);

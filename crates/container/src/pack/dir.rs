@@ -79,6 +79,11 @@ impl FsPackDir {
 /// neither a pack nor a file of the tree).
 pub const PROBE_PREFIX: &str = ".probe-";
 
+/// How the names of the files a mount makes ahead for new files begin (`.new-PID-SEQ`:
+/// each becomes a file of the tree when its name is applied; one a crash left behind was
+/// never named, and is removed at the next mount or by `check --repair`).
+pub const POOL_PREFIX: &str = ".new-";
+
 /// The id in a pack's file name (`ID.pack`, `ID` decimal without leading zeros, non-zero).
 pub fn parse_name(name: &str) -> Option<u32> {
     let digits = name.strip_suffix(".pack")?;

@@ -349,6 +349,85 @@ impl Inodes {
         }
     }
 
+    /// Registers a file made ahead in the private directory (`ns::pool`), not named yet:
+    /// one lookup reference, no place to reopen it by (in path mode its fd stays open
+    /// until [`Inodes::placed`]). `handle` is the one read when it was made.
+    pub fn insert_made(
+        &self,
+        fd: OwnedFd,
+        st: &libc::stat,
+        handle: Option<(i32, Box<[u8]>)>,
+    ) -> (u64, Arc<Inode>) {
+        let key = (st.st_dev, st.st_ino);
+        let handle = handle.and_then(|(m, h)| match self.mount_id {
+            Some(root_mount) => (m == root_mount).then(|| (Handle::new(&h), true)),
+            None => Some((Handle::new(&h), false)),
+        });
+        let by_handle = handle.as_ref().is_some_and(|h| h.1);
+        let inode = Arc::new(Inode::new(
+            key,
+            st.st_mode & libc::S_IFMT,
+            Some(Arc::new(fd)),
+            None,
+            handle.map(|h| h.0),
+            by_handle,
+            1,
+        ));
+        let mut t = self.t.write().unwrap();
+        if let Some(ino) = t.number_of(key) {
+            // (A number freed and reused since an inode the kernel still holds had it.)
+            if let Some(old) = t.get(ino) {
+                old.replaced.store(true, Ordering::Relaxed);
+            }
+            t.unmap(key);
+        }
+        let ino = t.number_for(key);
+        t.add(key, ino, inode.clone());
+        drop(t);
+        if by_handle {
+            self.remember(&inode);
+        }
+        (ino, inode)
+    }
+
+    /// One more lookup reference on `inode`, if the table still holds it (a LOOKUP of a
+    /// name pending in `ns`); its number.
+    pub fn looked_up(&self, inode: &Arc<Inode>) -> Option<u64> {
+        // (The write lock: lookup counts change under it only, `Inode::lookups`.)
+        #[allow(clippy::readonly_write_lock)]
+        let t = self.t.write().unwrap();
+        let ino = t.number_of(inode.key)?;
+        if !t.get(ino).is_some_and(|x| Arc::ptr_eq(x, inode)) {
+            return None;
+        }
+        let l = inode.lookups.load(Ordering::Relaxed);
+        inode.lookups.store(l.saturating_add(1), Ordering::Relaxed);
+        Some(ino)
+    }
+
+    /// Path mode: `inode` (made by [`Inodes::insert_made`]) was named `name` in `parent`
+    /// (with [`Inodes::change_names`] held): it is reopened by that name from now on.
+    pub fn placed(&self, inode: &Arc<Inode>, parent: &Arc<Inode>, name: &CStr) {
+        if self.mount_id.is_none() {
+            self.set_place(inode, parent, name);
+        }
+    }
+
+    /// Path mode: `inode` is reopened by `name` in `parent` from now on; an inode that was
+    /// pinned (no name to come back by) may have its fd cached again.
+    fn set_place(&self, inode: &Arc<Inode>, parent: &Arc<Inode>, name: &CStr) {
+        let mut slot = inode.fd.lock().unwrap();
+        let pinned = slot
+            .place
+            .replace(Box::new((parent.clone(), name.to_owned())))
+            .is_none();
+        let cached = slot.fd.is_some();
+        drop(slot);
+        if pinned && cached {
+            self.remember(inode);
+        }
+    }
+
     /// [`Inodes::insert`] of a backing file not known yet.
     fn insert_new(
         &self,
@@ -478,16 +557,7 @@ impl Inodes {
     /// Path mode: `moved` (from [`Inodes::named`] before a rename) is now `name` in `parent`.
     pub fn renamed(&self, moved: Option<(Arc<Inode>, OwnedFd)>, parent: &Arc<Inode>, name: &CStr) {
         if let Some((inode, _)) = moved {
-            let mut slot = inode.fd.lock().unwrap();
-            let pinned = slot
-                .place
-                .replace(Box::new((parent.clone(), name.to_owned())))
-                .is_none();
-            let cached = slot.fd.is_some();
-            drop(slot);
-            if pinned && cached {
-                self.remember(&inode);
-            }
+            self.set_place(&inode, parent, name);
         }
     }
 

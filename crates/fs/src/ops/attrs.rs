@@ -109,6 +109,9 @@ impl Core {
         // An owner and mode waiting in memory (rule 7) are the file's.
         let mut st = *st;
         (st.st_mode, st.st_uid, st.st_gid) = meta.over(&st);
+        if inode.is_dir() {
+            self.pending_times(inode, &mut st);
+        }
         let st = &st;
         // A regular file's I/O and allocation unit is its extent: what holes, SEEK_HOLE and
         // efficient I/O sizes are measured in (as seek tests and `cp` read st_blksize).
@@ -151,6 +154,11 @@ impl Core {
     ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
         let inode = self.inode(ino)?;
+        // A directory's new times or mode wait for the names pending in it (`crate::ns`):
+        // applied after, they would move its times again, or meet a mode that refuses them.
+        if inode.is_dir() && self.ns.as_ref().is_some_and(|ns| ns.pending_in(&inode)) {
+            self.drain_names();
+        }
         let _hold = if a.size.is_some() && inode.is_reg {
             Some(self.files.hold_spills(&inode, wait)?)
         } else {

@@ -48,7 +48,8 @@ impl Core {
         match sys::xattr_size(fd, c"system.posix_acl_default") {
             Ok(n) => n > 0,
             Err(e) => {
-                if e.raw_os_error() == Some(libc::ENODATA) {
+                // (No such attribute, or no ACLs at all on this backing filesystem.)
+                if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) {
                     dir.no_xattrs.learn(NO_DEFAULT_ACL, generation);
                 }
                 false
@@ -95,8 +96,12 @@ impl Core {
     /// Notes that entries of directory `dir` were made, removed or renamed, as `c` says
     /// (open listings of it are stale from now on; its known names follow).
     pub(super) fn dir_changed(&self, dir: INodeNo, c: Change<'_>) {
-        if let Some(d) = self.inode(dir).ok().as_ref().and_then(|d| d.dir.as_ref()) {
+        let Ok(i) = self.inode(dir) else { return };
+        if let Some(d) = i.dir.as_ref() {
             d.names_changed(c);
+        }
+        if let Some(ns) = &self.ns {
+            ns.names_changed(&i);
         }
     }
 
@@ -118,6 +123,8 @@ impl Core {
         make: impl FnOnce(BorrowedFd, &CStr) -> io::Result<()>,
     ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
+        // Every change of names but a new file's waits for the pending ones (`crate::ns`).
+        self.drain_names();
         let at = self.at_new(parent, name)?;
         if let Err(e) = make(at.dir.as_fd(), &at.name) {
             let e = Errno::from(e);
@@ -236,6 +243,7 @@ impl Core {
     /// unlink (`flags` 0) or rmdir (`AT_REMOVEDIR`).
     pub(super) fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         self.check_writable()?;
+        self.drain_names();
         let at = self.at(parent, name)?;
         let stays = if flags == 0 {
             self.entry_changes(&at, true)?.1
@@ -266,6 +274,7 @@ impl Core {
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         self.check_writable()?;
+        self.drain_names();
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
         let (_, from_file) = self.entry_changes(&from, false)?;
@@ -334,6 +343,7 @@ impl Core {
         newname: &OsStr,
     ) -> Result<FileAttr, Errno> {
         self.check_writable()?;
+        self.drain_names();
         let to = self.at_new(newparent, newname)?;
         let inode = self.inode(ino)?;
         self.files.drop_kept_times(&inode)?;

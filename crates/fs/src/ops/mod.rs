@@ -22,6 +22,7 @@
 mod allocate_seek;
 mod attrs;
 mod background;
+mod behind;
 mod dir_ops;
 mod dispatch;
 mod flags;
@@ -147,23 +148,30 @@ pub struct Core {
     /// The mount's `rules=` (where no directory has rules of its own).
     rules: Option<Arc<crate::rules::Rules>>,
     background_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// New files named behind the caller (`crate::ns`; read-write mounts with
+    /// `dirops=behind`), and its applier thread.
+    ns: Option<Arc<crate::ns::Namespace>>,
+    ns_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl SqueezeFs {
-    /// `pack_gc`: how often background pack reclaim looks for work (`None`: never; a
-    /// `user.squeezefs.reclaim` request on the root still runs a round). `fill_cache`: the
+    /// The filesystem over `backing` with container options `opts`, as `cfg` asks:
+    /// `pack_gc`, how often background pack reclaim looks for work (0: never; a
+    /// `user.squeezefs.reclaim` request on the root still runs a round); `fill_cache`, the
     /// rest of an extent a READ decoded goes to the kernel's page cache (rule 11 of
-    /// `lifecycle::state`). `background`: the background pass's settings (it runs on
-    /// read-write mounts where a target may be set: `crate::background`).
+    /// `lifecycle::state`); `background`, the background pass's settings (it runs on
+    /// read-write mounts where a target may be set: `crate::background`); `rules`;
+    /// `dirops_behind` (`crate::ns`, sized to the open-file limit `fd_limit`).
     pub fn new(
         backing: &Path,
         opts: Options,
-        read_only: bool,
-        pack_gc: Option<Duration>,
-        fill_cache: bool,
-        background: crate::background::Config,
-        rules: Option<Arc<crate::rules::Rules>>,
+        cfg: &crate::MountConfig,
+        fd_limit: u64,
     ) -> std::io::Result<SqueezeFs> {
+        let read_only = cfg.read_only;
+        let pack_gc = (cfg.pack_gc > 0).then(|| Duration::from_secs(cfg.pack_gc));
+        let (fill_cache, rules) = (cfg.fill_cache, cfg.rules.clone());
+        let dirops_behind = cfg.dirops_behind.then_some(fd_limit / 8);
         // Modes arrive already masked with the caller's umask; ours must not mask again.
         sys::set_umask(0);
         let (inodes, st) = Inodes::open(backing)?;
@@ -197,11 +205,21 @@ impl SqueezeFs {
                 &std::ffi::CString::new(crate::props::BACKGROUND_SEEN).expect("no NUL"),
             )
             .is_ok();
-        let background = Arc::new(crate::background::Pass::new(background, seen));
+        let background = Arc::new(crate::background::Pass::new(cfg.background.clone(), seen));
         let exact_names_dev = sys::fs_type(&inodes.root_dir)
             .ok()
             .filter(|t| names::EXACT_NAME_FILESYSTEMS.contains(t))
             .and_then(|_| inodes.get(1).map(|r| r.key.0));
+        // (Files an earlier daemon made ahead and never named are removed at every
+        // read-write mount, whatever this one's `dirops=`.)
+        let ns = match (read_only, dirops_behind) {
+            (true, _) => None,
+            (false, Some(fds)) => Some(Arc::new(crate::ns::Namespace::open(&inodes.root_dir, fds)?)),
+            (false, None) => {
+                crate::ns::pool::Pool::open(&inodes.root_dir)?;
+                None
+            }
+        };
         let core = Arc::new(Core {
             files,
             inodes,
@@ -227,7 +245,21 @@ impl SqueezeFs {
             background: background.clone(),
             rules,
             background_thread: Mutex::new(None),
+            ns,
+            ns_thread: Mutex::new(None),
         });
+        if let Some(ns) = &core.ns {
+            let target: std::sync::Weak<dyn crate::ns::Target> = Arc::downgrade(&core) as _;
+            *core.ns_thread.lock().unwrap() = Some(ns.start(target)?);
+            if let Some(r) = &core.reclaimer {
+                let ns = Arc::downgrade(ns);
+                r.set_before_round(Box::new(move || {
+                    if let Some(ns) = ns.upgrade() {
+                        ns.drain();
+                    }
+                }));
+            }
+        }
         if !read_only {
             let walk: std::sync::Weak<dyn crate::background::Walk> = Arc::downgrade(&core) as _;
             *core.background_thread.lock().unwrap() = Some(background.start(walk)?);
@@ -275,6 +307,10 @@ impl Core {
         }
         if let Some(t) = self.reclaim_thread.lock().unwrap().take() {
             let _ = t.join();
+        }
+        // Every name applied before the files' final write-out and `syncfs`.
+        if let Some(ns) = &self.ns {
+            ns.shutdown(self.ns_thread.lock().unwrap().take());
         }
         self.files.flush_all();
     }

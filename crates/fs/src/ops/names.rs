@@ -123,6 +123,10 @@ impl Core {
         // (A name the backing would refuse — empty, `.`, `..`, with a `/`, longer than
         // NAME_MAX — still goes there, for its own error.)
         let b = name.as_bytes();
+        // A new file whose name is still pending (`crate::ns`).
+        if let Some(r) = self.lookup_pending(parent, b) {
+            return r;
+        }
         if b.len() <= NAME_MAX
             && sys::entry_name(name).is_ok()
             && parent.dir.as_ref().is_some_and(|d| d.names.absent(b))
@@ -131,7 +135,15 @@ impl Core {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(Errno::ENOENT);
         }
-        let (ino, inode, st) = self.register(parent, name)?;
+        let (ino, inode, st) = match self.register(parent, name) {
+            Ok(x) => x,
+            Err(e) => {
+                if let (Some(ns), true) = (&self.ns, e == Errno::ENOENT) {
+                    ns.note_absent(parent, b);
+                }
+                return Err(e);
+            }
+        };
         match self.attr_with(ino, &inode, &st) {
             Ok(a) => Ok((ino, a)),
             Err(e) => {

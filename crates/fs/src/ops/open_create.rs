@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use fuser::{Errno, FileAttr, INodeNo, WriteFlags};
 use squeezefs_container::{Container, FileStorage};
@@ -13,6 +14,7 @@ use super::xattr::{NO_ACCESS_ACL, NO_DEFAULT_ACL};
 use super::Core;
 use super::Who;
 use crate::inode::known::Change;
+use crate::inode::Inode;
 use crate::lifecycle::Spill;
 use crate::sys;
 
@@ -107,32 +109,44 @@ impl Core {
         if no_acl && at.parent.no_xattrs.generation() == parent_gen {
             inode.no_xattrs.learn(NO_ACCESS_ACL, inode.no_xattrs.generation());
         }
+        self.attach_created(&inode, file, &at.parent, at.name.as_bytes())?;
+        self.attr_with(ino, &inode, &st)
+    }
+
+    /// Attaches a new (empty) container to a file just made, on its open fd `file`: it
+    /// inherits its directory's properties, with those of the first rule matching its name
+    /// over them.
+    pub(super) fn attach_created(
+        &self,
+        inode: &Arc<Inode>,
+        file: std::fs::File,
+        parent: &Arc<Inode>,
+        name: &[u8],
+    ) -> Result<(), Errno> {
         let mut container = Container::create(FileStorage::new(file), self.opts());
-        // A new file inherits its directory's properties, with those of the first rule
-        // matching its name over them.
-        let dp = self.new_file_props(&at.parent, at.name.as_bytes());
+        let dp = self.new_file_props(parent, name);
         if dp.codec.is_some() {
             container
                 .set_compression_property(dp.codec)
-                .map_err(|e| self.files.error(&inode, "inherit compression", e))?;
+                .map_err(|e| self.files.error(inode, "inherit compression", e))?;
         }
         if dp.shift.is_some() {
             container
                 .set_extent_size_property(dp.shift)
-                .map_err(|e| self.files.error(&inode, "inherit extent size", e))?;
+                .map_err(|e| self.files.error(inode, "inherit extent size", e))?;
         }
         if dp.dict.is_some() {
             container
                 .set_dictionary_property(dp.dict)
-                .map_err(|e| self.files.error(&inode, "inherit dictionary", e))?;
+                .map_err(|e| self.files.error(inode, "inherit dictionary", e))?;
         }
         if dp.force {
             container
                 .set_force_property(true)
-                .map_err(|e| self.files.error(&inode, "inherit force", e))?;
+                .map_err(|e| self.files.error(inode, "inherit force", e))?;
         }
-        self.files.attach_new(&inode, container);
-        self.attr_with(ino, &inode, &st)
+        self.files.attach_new(inode, container);
+        Ok(())
     }
 
     /// CREATE: `how` is the request's (mode, umask, open flags); `wait` as for `do_open`
@@ -150,7 +164,16 @@ impl Core {
         let p = self.inode(parent)?;
         let excl = flags & libc::O_EXCL != 0;
         let mode = self.creation_mode(parent, mode, umask) & 0o7777;
-        // (`create_new` tells the directory's known names what it made.)
+        // Behind the caller where nothing can tell (`crate::ns`); otherwise in place, once
+        // every pending name is on the backing. (Both tell the directory's known names
+        // what they made.)
+        if let Some(attr) = self.create_pending(req, parent, name, mode)? {
+            return Ok(attr);
+        }
+        if let Some(ns) = &self.ns {
+            ns.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+            ns.drain();
+        }
         match self.create_new(req, parent, name, mode) {
             Ok(attr) => return Ok(attr),
             Err(e) if e == Errno::EEXIST && !excl => {}
@@ -229,7 +252,7 @@ impl Core {
 
     /// Bytes of the backing filesystem free for us, less what the dirty extents waiting in
     /// memory may take once written (at most their decompressed size).
-    fn free_space(&self) -> std::io::Result<u64> {
+    pub(super) fn free_space(&self) -> std::io::Result<u64> {
         let st = self
             .do_statfs()
             .map_err(|e| std::io::Error::from_raw_os_error(e.code()))?;
@@ -255,6 +278,8 @@ impl Core {
     /// may be a `fdatasync`, which need not commit an inode change without data).
     pub(super) fn do_fsync(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
         let i = self.inode(ino)?;
+        // A new file's name first (`crate::ns`): on the backing and durable.
+        self.settle_name(&i)?;
         self.files.with_container(
             &i,
             |c| {

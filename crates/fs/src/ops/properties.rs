@@ -253,7 +253,13 @@ impl Core {
             return Err(Errno::EPERM);
         }
         let r = self.reclaimer.as_ref().ok_or(Errno::ENOTSUP)?;
-        match r.asked_round(|| self.files.commit_now()).error {
+        match r
+            .asked_round(|| {
+                self.drain_names();
+                self.files.commit_now()
+            })
+            .error
+        {
             Some(e) => {
                 warn!("pack reclaim requested on the root failed: {e}");
                 Err(Errno::EIO)

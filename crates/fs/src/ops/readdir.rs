@@ -107,6 +107,10 @@ impl Core {
             _ => {}
         }
         drop(dirs);
+        // Names still pending in it are put on the backing first (`crate::ns`).
+        if self.ns.as_ref().is_some_and(|ns| ns.pending_in(&inode)) {
+            self.drain_names();
+        }
         let dfd = self.fd(&inode)?;
         let entries = sys::read_dir(&dfd)?;
         // The whole directory was read: its names are known from now on (unless an entry
@@ -141,9 +145,18 @@ impl Core {
         self.dirs.lock().unwrap().remove(&fh);
     }
 
+    /// fsync of a directory: its entries durable, every name pending applied first
+    /// (`crate::ns`), and an error in naming one of them behind reported.
     pub(super) fn do_fsyncdir(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
         let i = self.inode(ino)?;
-        sys::fsync_path(self.fd(&i)?, datasync).map_err(Errno::from)
+        if let Some(ns) = &self.ns {
+            ns.settle_dir(&i);
+        }
+        sys::fsync_path(self.fd(&i)?, datasync).map_err(Errno::from)?;
+        match i.file.take_unreported() {
+            Some(e) => Err(Errno::from_i32(e)),
+            None => Ok(()),
+        }
     }
 }
 

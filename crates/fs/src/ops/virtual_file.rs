@@ -141,7 +141,10 @@ impl Core {
 
     fn render_stats(&self) -> Vec<u8> {
         // Closed files waiting for their superblock are committed first: whoever reads
-        // the statistics (or counts the backing files next) sees them as closed.
+        // the statistics (or counts the backing files next) sees them as closed; so are
+        // the names pending (`crate::ns`; what was pending is shown as read before).
+        let namespace = self.ns.as_ref().map(|ns| ns.to_json());
+        self.drain_names();
         self.files.commit_now();
         statsfile::render(
             &self.backing,
@@ -159,6 +162,10 @@ impl Core {
                         "held": crate::inode::known::held(),
                         "budget": crate::inode::known::BUDGET,
                     }),
+                ),
+                (
+                    "namespace",
+                    namespace.unwrap_or_else(|| serde_json::json!({"mode": "sync"})),
                 ),
                 ("background", self.background.json()),
                 (

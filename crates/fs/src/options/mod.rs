@@ -63,6 +63,10 @@ pub struct MountConfig {
     /// session thread keeps reading /dev/fuse instead of sleeping until that long passes
     /// without one (`spin/`).
     pub spin: spin::SpinChoice,
+    /// `dirops=sync|behind` (default sync): a new file's name made on the backing inside
+    /// the CREATE, or behind it from a file made ahead (`crate::ns`; measured not to pay
+    /// on 2-CPU machines, where the applier has no CPU of its own).
+    pub dirops_behind: bool,
     /// `background_compression=CODEC[:LEVEL]`, `background_idle=SECS`,
     /// `background_rate=SIZE` (a second): the background pass (`background.rs`).
     pub background: background::Config,
@@ -105,7 +109,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, background_compression=, background_idle=, \
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, dirops=behind|sync, background_compression=, background_idle=, \
                            background_rate=, background_extent_size=, rules=\"GLOBS=SETTINGS; ...\", allow_other, default_permissions, ro, rw, create";
 
 /// Splits a `-o` list at the commas outside double quotes (libmount's rule: `rules="a,b"`
@@ -141,6 +145,7 @@ impl Default for MountConfig {
             max_dirty: None,
             dirty_expire: squeezefs_container::DEFAULT_DIRTY_EXPIRE.as_secs(),
             spin: spin::SpinChoice::Auto,
+            dirops_behind: false,
             background: Default::default(),
             rules: None,
             create: false,
@@ -240,6 +245,18 @@ impl MountConfig {
                             })?
                 }
                 ("spin", Some(v)) => self.spin = v.parse()?,
+                ("dirops", Some(v)) => {
+                    self.dirops_behind = match v {
+                        "behind" => true,
+                        "sync" => false,
+                        _ => {
+                            return Err(format!(
+                                "dirops={v}: `behind` (a new file's name made on the backing after \
+                                 the create is answered) or `sync` (inside it)"
+                            ))
+                        }
+                    }
+                }
                 ("background_compression" | "background-compression", Some(v)) => {
                     let c: CodecSpec = v.parse().map_err(|e| format!("{key}={v}: {e}"))?;
                     // `none`: no pass, as when the option is not given.
@@ -307,7 +324,7 @@ impl MountConfig {
                 (k, _) if k.starts_with("x-") || k.starts_with("comment") => {}
                 ("compress-force" | "compress_force" | "extent_size" | "extent-size", None)
                 | ("pack_cache" | "pack-cache" | "pack_gc" | "pack-gc" | "max_dirty" | "max-dirty", None)
-                | ("dirty_expire" | "dirty-expire" | "spin" | "rules", None)
+                | ("dirty_expire" | "dirty-expire" | "spin" | "rules" | "dirops", None)
                 | (
                     "background_compression" | "background_idle" | "background_rate" | "background_extent_size",
                     None,

@@ -131,6 +131,18 @@ fn spin_option_parses() {
 }
 
 #[test]
+fn dirops_option_parses() {
+    let mut c = MountConfig::default();
+    assert!(!c.dirops_behind, "names made inside the create unless asked");
+    c.apply_options("dirops=behind").unwrap();
+    assert!(c.dirops_behind);
+    c.apply_options("dirops=sync").unwrap();
+    assert!(!c.dirops_behind);
+    assert!(c.apply_options("dirops=later").unwrap_err().contains("behind"));
+    assert!(c.apply_options("dirops").is_err());
+}
+
+#[test]
 fn options_parse() {
     let mut c = MountConfig::default();
     c.apply_options("compress=zstd:9,extent_size=1M,allow_other,noatime,defaults")
