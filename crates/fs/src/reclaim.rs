@@ -290,8 +290,8 @@ impl Reclaimer {
         mount_target: Option<CodecSpec>,
         pace: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<Repacked>, String> {
-        self.before_round();
         let _one = self.running.lock().unwrap();
+        self.before_round();
         self.kept.close_all();
         // Rule 1: the packs a round may take are known before its walk.
         let free = self.packs.reclaimable().map_err(|e| e.to_string())?;

@@ -126,9 +126,8 @@ struct Ns {
     dirs: HashMap<Key, (u32, libc::timespec)>,
     /// Pending files: their place's sequence number.
     objs: HashMap<Key, u64>,
-    /// Files placed since their parent was last synced, and those parents.
-    placed_in: HashMap<Key, Key>,
-    unsynced: HashMap<Key, Arc<Inode>>,
+    /// Files placed whose name no fsync has made durable yet, with their parent.
+    placed_in: HashMap<Key, Arc<Inode>>,
     pool: Vec<Ready>,
     stop: bool,
 }
@@ -359,7 +358,8 @@ impl Namespace {
     }
 
     /// fsync of `obj`: waits until its name (if pending) is applied, then syncs the
-    /// directory it was placed in if that was not synced since (its name durable).
+    /// directory it was placed in (its name durable); the record goes only once that
+    /// sync succeeded, so a concurrent or retried fsync syncs too.
     pub fn settle_for(&self, obj: &Inode, target: &dyn Target) -> io::Result<()> {
         let mut m = self.m.lock().unwrap();
         if let Some(&seq) = m.objs.get(&obj.key) {
@@ -367,23 +367,21 @@ impl Namespace {
                 m = self.applied.wait(m).unwrap();
             }
         }
-        let Some(dir) = m.placed_in.remove(&obj.key) else {
-            return Ok(());
-        };
-        let Some(parent) = m.unsynced.remove(&dir) else {
+        let Some(parent) = m.placed_in.get(&obj.key).cloned() else {
             return Ok(());
         };
         drop(m);
-        target.sync_dir(&parent).inspect_err(|_| {
-            self.m.lock().unwrap().unsynced.insert(dir, parent.clone());
-        })
+        target.sync_dir(&parent)?;
+        let mut m = self.m.lock().unwrap();
+        if m.placed_in.get(&obj.key).is_some_and(|p| Arc::ptr_eq(p, &parent)) {
+            m.placed_in.remove(&obj.key);
+        }
+        Ok(())
     }
 
-    /// fsyncdir of `dir`: every pending name applied; `dir` no longer needs a sync of
-    /// ours (the caller syncs it).
-    pub fn settle_dir(&self, dir: &Inode) {
+    /// fsyncdir of `dir`: every pending name applied (the caller then syncs it).
+    pub fn settle_dir(&self, _dir: &Inode) {
         self.drain();
-        self.m.lock().unwrap().unsynced.remove(&dir.key);
     }
 
     /// Unmount: applies everything, stops the applier, removes the unused pool files.
@@ -469,7 +467,6 @@ impl Namespace {
                         Ok(()) => {
                             let mut m = self.m.lock().unwrap();
                             m.placed_in.clear();
-                            m.unsynced.clear();
                         }
                         Err(e) => log::warn!("syncfs of the backing filesystem failed: {e}"),
                     }
@@ -509,8 +506,7 @@ impl Namespace {
             m.objs.remove(&obj.key);
         }
         if ok {
-            m.placed_in.insert(obj.key, parent.key);
-            m.unsynced.entry(parent.key).or_insert_with(|| parent.clone());
+            m.placed_in.insert(obj.key, parent.clone());
         }
         let over = m.placed_in.len() > 4 * MAX_PENDING;
         self.pending.fetch_sub(1, Ordering::Release);

@@ -60,10 +60,21 @@ impl Core {
             return not(Why::Directory);
         }
         let dir = self.fd(&p)?;
-        // A setgid directory gives its group (and, to directories, the bit) to what is
-        // made in it; a pool file was made elsewhere. (A root daemon gives the file to the
-        // caller below, with the same rule.)
-        if !self.as_root && sys::fstat(&dir)?.st_mode & libc::S_ISGID != 0 {
+        // A setgid directory gives its group to what is made in it; a pool file was made
+        // elsewhere, and the rename into a directory of another project (project quotas'
+        // inheritance) or an encrypted one would be refused behind (EXDEV).
+        if sys::fstat(&dir)?.st_mode & libc::S_ISGID != 0
+            || sys::dir_flags(&dir).map_or_else(
+                // (A filesystem without inode flags has neither.)
+                |e| {
+                    !matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTTY | libc::EOPNOTSUPP | libc::EINVAL)
+                    )
+                },
+                |f| f & (FS_PROJINHERIT_FL | FS_ENCRYPT_FL) != 0,
+            )
+        {
             return not(Why::Directory);
         }
         if self.space.low(|| self.free_space()) {
@@ -153,6 +164,10 @@ impl Core {
         }
     }
 }
+
+/// `FS_PROJINHERIT_FL`, `FS_ENCRYPT_FL` (linux/fs.h).
+const FS_PROJINHERIT_FL: u32 = 0x2000_0000;
+const FS_ENCRYPT_FL: u32 = 0x0000_0800;
 
 fn now_ts() -> libc::timespec {
     libc::timespec {
