@@ -31,7 +31,7 @@
 //! its CREATE, and BACKING is this daemon's alone) — so the rename cannot meet an existing
 //! name; the parent is on
 //! the backing root's device, has no default ACL and is not setgid (a pool file would not
-//! inherit them), the mode has no setuid/setgid bit, the backing filesystem is not nearly
+//! inherit them) nor project-inheriting or encrypted (the rename would be refused), the mode has no setuid/setgid bit, the backing filesystem is not nearly
 //! full. A CREATE that finds the pool empty makes its file itself; one that finds the queue
 //! full waits for room.
 //!
