@@ -218,13 +218,7 @@ fn a_reclaim_round_while_names_wait_keeps_every_new_file() {
     }
     let pending = 40 - names_in(&dir.join("backing/d")).len();
     assert!(pending > 0, "no name pending: the test shows nothing");
-    let ok = std::process::Command::new("setfattr")
-        .args(["-n", "user.squeezefs.reclaim", "-v", "1"])
-        .arg(&m.mnt)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "setfattr user.squeezefs.reclaim failed");
+    reclaim_round(&m.mnt);
     assert_eq!(
         names_in(&dir.join("backing/d")).len(),
         40,

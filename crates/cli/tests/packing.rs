@@ -658,14 +658,7 @@ fn pack_bytes(backing: &Path) -> u64 {
 /// `setfattr user.squeezefs.reclaim` on the mount's root (a round now), then what the round
 /// did (`getfattr`).
 fn reclaim_round(m: &Mount) -> Value {
-    let ok = Command::new("setfattr")
-        .args(["-n", "user.squeezefs.reclaim", "-v", "1"])
-        .arg(&m.mnt)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "setfattr user.squeezefs.reclaim failed");
-    last_round(m)
+    common::reclaim_round(&m.mnt)
 }
 
 fn last_round(m: &Mount) -> Value {

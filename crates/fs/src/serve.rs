@@ -96,12 +96,13 @@ pub fn mount(
     let (dev, own) = fuse_mount::mount(&cfg.mount_request(&backing), mountpoint)?;
     let own = Arc::new(own);
     let fuse_cfg = cfg.session_config();
+    let threads = fuse_cfg.n_threads.unwrap_or(1);
     let session = fuser::Session::from_fd(fs, dev, fuse_cfg.acl, fuse_cfg)?;
     set_mount_attrs(own.path(), &cfg.mount_attrs)?;
     let _ = notifier.set(session.notifier());
     {
         use std::os::fd::AsFd;
-        if let Err(e) = spin.attach(session.as_fd(), cfg.spin) {
+        if let Err(e) = spin.attach(session.as_fd(), cfg.spin, threads) {
             log::warn!("not spinning on /dev/fuse: {e}");
         }
     }

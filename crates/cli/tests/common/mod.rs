@@ -474,6 +474,20 @@ pub fn getfattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     out.status.success().then_some(out.stdout)
 }
 
+/// Asks the mount at `mnt` for a pack reclaim round now (`setfattr user.squeezefs.reclaim`
+/// on its root: the round runs before the call returns) and returns the round's report
+/// (`getfattr` of the same attribute).
+pub fn reclaim_round(mnt: &Path) -> serde_json::Value {
+    let ok = Command::new("setfattr")
+        .args(["-n", "user.squeezefs.reclaim", "-v", "1"])
+        .arg(mnt)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "setfattr user.squeezefs.reclaim failed");
+    serde_json::from_slice(&getfattr(mnt, "user.squeezefs.reclaim").expect("getfattr")).unwrap()
+}
+
 /// xorshift64: the random choices of the crash and full-disk tests, replayable by seed.
 pub struct Rng(pub u64);
 impl Rng {

@@ -379,11 +379,6 @@ impl Namespace {
         Ok(())
     }
 
-    /// fsyncdir of `dir`: every pending name applied (the caller then syncs it).
-    pub fn settle_dir(&self, _dir: &Inode) {
-        self.drain();
-    }
-
     /// Unmount: applies everything, stops the applier, removes the unused pool files.
     pub fn shutdown(&self, thread: Option<std::thread::JoinHandle<()>>) {
         self.drain();

@@ -89,6 +89,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _serving = self.spin.serving();
         if is_stats_name(parent, name) {
             return reply::stats_entry(reply, self.stats_attr(true));
         }
@@ -97,13 +98,15 @@ impl Filesystem for SqueezeFs {
         reply::lookup(reply, r.map(|(_, attr)| attr))
     }
 
+    /// No [`crate::spin::Spin::serving`] guard: fuser 0.18 serves a BATCH_FORGET as a
+    /// FORGET per inode (its `batch_forget` takes a type it does not export), and a thread
+    /// must not stand aside half-way through the batch.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if let Node::Backing(ino) = route(ino) {
-            self.inodes.forget(ino.0, nlookup);
-        }
+        self.forget_one(ino, nlookup)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Getattr);
         match route(ino) {
             Node::Stats => reply::stats_attr(reply, self.stats_attr(false)),
@@ -129,6 +132,7 @@ impl Filesystem for SqueezeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         let _timed = self.count(ino, Kind::Setattr);
         let a = SetAttr {
@@ -152,6 +156,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _serving = self.spin.serving();
         reply::data(reply, self.do_readlink(ino))
     }
 
@@ -165,26 +170,31 @@ impl Filesystem for SqueezeFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::entry(reply, self.do_mknod(&req.into(), parent, name, mode, umask, rdev))
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::entry(reply, self.do_mkdir(&req.into(), parent, name, mode, umask))
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_remove(parent, name, 0))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_remove(parent, name, libc::AT_REMOVEDIR))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::entry(reply, self.do_symlink(&req.into(), parent, link_name, target))
     }
@@ -199,16 +209,19 @@ impl Filesystem for SqueezeFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_rename(parent, name, newparent, newname, flags))
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::entry(reply, self.do_link(ino, newparent, newname))
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Open);
         if self.no_open.load(Ordering::Relaxed) {
             // Once, for the whole mount (`init`).
@@ -248,6 +261,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Read);
         match route(ino) {
             Node::Stats => reply::data(reply, self.stats.read(fh.0, offset, size)),
@@ -275,6 +289,7 @@ impl Filesystem for SqueezeFs {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(data.len() as u64);
         let _timed = self.timed(Kind::Write);
         match self.do_write(&req.into(), ino, offset, data, wf) {
@@ -287,6 +302,7 @@ impl Filesystem for SqueezeFs {
     /// round trip less per `close`, read-only ones too). The write-out it did is the last
     /// close's, at RELEASE (rule 10 in `lifecycle::state`).
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Flush);
         reply.error(Errno::ENOSYS)
     }
@@ -301,6 +317,7 @@ impl Filesystem for SqueezeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Release);
         let _releasing = self.files.releasing();
         match route(ino) {
@@ -313,6 +330,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
             Node::Backing(ino) => reply::empty(reply, self.do_fsync(ino, datasync)),
@@ -320,6 +338,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.spin.serving();
         let _timed = self.timed(Kind::Opendir);
         // The kernel keeps a large directory's listings and serves later ones from its
         // page cache until the directory changes through the mount (`readdir.rs`).
@@ -331,6 +350,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+        let _serving = self.spin.serving();
         let _timed = self.timed(Kind::Readdir);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => readdir::fill(&list, ino, offset, reply),
@@ -346,6 +366,7 @@ impl Filesystem for SqueezeFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
+        let _serving = self.spin.serving();
         let _timed = self.timed(Kind::Readdirplus);
         match self.do_readdir(ino, fh.0, offset) {
             Ok(list) => self.fill_plus(&list, ino, offset, reply),
@@ -361,15 +382,18 @@ impl Filesystem for SqueezeFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.spin.serving();
         self.do_releasedir(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         reply::empty(reply, self.do_fsyncdir(ino, datasync))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _serving = self.spin.serving();
         match self.do_statfs() {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -395,11 +419,13 @@ impl Filesystem for SqueezeFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_setxattr(&req.into(), ino, name, value, flags))
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Getxattr);
         match route(ino) {
             Node::Stats => reply::xattr(reply, Err(Errno::ENODATA)),
@@ -408,6 +434,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _serving = self.spin.serving();
         match route(ino) {
             Node::Stats => reply::xattr(reply, Xattr::fitted(Vec::new(), size)),
             Node::Backing(ino) => reply::xattr(reply, self.do_listxattr(ino, size)),
@@ -415,6 +442,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_removexattr(ino, name))
     }
@@ -431,6 +459,7 @@ impl Filesystem for SqueezeFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        let _serving = self.spin.serving();
         let r = match route(ino) {
             Node::Stats => Err(Errno::ENOTTY),
             Node::Backing(ino) => flags::Ioctl::parse(cmd, in_data).and_then(|op| self.do_ioctl(ino, op)),
@@ -439,6 +468,7 @@ impl Filesystem for SqueezeFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _serving = self.spin.serving();
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
             Node::Backing(ino) => reply::empty(reply, self.do_access(ino)),
@@ -455,6 +485,7 @@ impl Filesystem for SqueezeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         let _timed = self.timed(Kind::Create);
         let created = |reply: ReplyCreate, r: Result<fuser::FileAttr, Errno>| match r {
@@ -492,6 +523,7 @@ impl Filesystem for SqueezeFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.spin.serving();
         self.background.touched(0);
         reply::empty(reply, self.do_fallocate(&req.into(), ino, offset, length, mode))
     }
@@ -505,6 +537,7 @@ impl Filesystem for SqueezeFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _serving = self.spin.serving();
         match self.do_lseek(ino, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(e),
@@ -530,6 +563,12 @@ impl SqueezeFs {
 }
 
 impl Core {
+    fn forget_one(&self, ino: INodeNo, nlookup: u64) {
+        if let Node::Backing(ino) = route(ino) {
+            self.inodes.forget(ino.0, nlookup);
+        }
+    }
+
     /// Counts a request on `ino` and times it while the guard lives, and keeps the spin on
     /// /dev/fuse going (`spin.rs`), unless it is on the statistics file (reading the counts
     /// must not change them).

@@ -150,7 +150,9 @@ impl Core {
     pub(super) fn do_fsyncdir(&self, ino: INodeNo, datasync: bool) -> Result<(), Errno> {
         let i = self.inode(ino)?;
         if let Some(ns) = &self.ns {
-            ns.settle_dir(&i);
+            // Names pending anywhere, not only in this directory: one queue, applied in
+            // order, so a prefix is all the backing ever holds.
+            ns.drain();
         }
         sys::fsync_path(self.fd(&i)?, datasync).map_err(Errno::from)?;
         match i.file.take_unreported() {

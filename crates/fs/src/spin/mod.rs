@@ -45,7 +45,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod load;
+mod park;
 pub mod probe;
+
+pub use park::Serving;
 
 /// The window to spin for where the probe says it pays, and the one to try by hand, in
 /// µs: session 11's prototype gained most at 30–100 µs and lost the gain at 300 µs.
@@ -112,6 +115,16 @@ struct Shared {
     yields: AtomicU64,
     /// The probe's figures, once measured.
     probe: OnceLock<Option<probe::WakeUp>>,
+    /// The name of the session thread that reads the channel that spins ([`park`]).
+    spinner: String,
+    /// When the spinner began the request it is serving, µs after `epoch`; 0: between
+    /// requests.
+    busy_since_us: AtomicU64,
+    /// Parked helpers wait here for the spin's end or a release ([`park`]).
+    unpark: Condvar,
+    /// Times a helper parked, and was released while the spin lasted (statistics).
+    parks: AtomicU64,
+    released: AtomicU64,
 }
 
 struct State {
@@ -121,16 +134,28 @@ struct State {
     fd: Option<OwnedFd>,
     spinning: bool,
     stop: bool,
+    /// Helpers parked while the spin lasts, and how many of them the governor released
+    /// that have not yet woken.
+    parked: u32,
+    release: u32,
 }
 
 impl Spin {
     /// Spins on the session's channel `fd` after each burst of requests as `choice` says
-    /// (the governor thread first measures the machine for [`SpinChoice::Auto`]). A zero
-    /// window attaches nothing.
-    pub fn attach(&self, fd: BorrowedFd<'_>, choice: SpinChoice) -> io::Result<()> {
+    /// (the governor thread first measures the machine for [`SpinChoice::Auto`]), the
+    /// session's other threads parked meanwhile ([`park`]; `threads`: how many the session
+    /// runs). A zero window attaches nothing.
+    pub fn attach(&self, fd: BorrowedFd<'_>, choice: SpinChoice, threads: usize) -> io::Result<()> {
         let allowed = crate::sys::cpu::allowed_cpus().unwrap_or_default();
         let cpus = allowed.len().max(1);
-        self.attach_with(fd, choice, cpus, load::Idle::new(allowed))
+        self.attach_with(fd, choice, cpus, load::Idle::new(allowed), threads)
+    }
+
+    /// Held by a thread while it serves a request, from before anything is done for it
+    /// until after its reply: a session thread other than the spinner parks when it is
+    /// dropped, while the spin lasts ([`park`]).
+    pub fn serving(&self) -> Serving<'_> {
+        Serving::new(self.shared.get().map(|s| &**s))
     }
 
     /// [`Spin::attach`] with the machine's CPU count and its saturation given (the tests'
@@ -141,6 +166,7 @@ impl Spin {
         choice: SpinChoice,
         cpus: usize,
         saturation: impl Saturation + 'static,
+        threads: usize,
     ) -> io::Result<()> {
         let window_us = match choice {
             SpinChoice::Window(w) if w.is_zero() => return Ok(()),
@@ -158,11 +184,18 @@ impl Spin {
                 fd: Some(fd.try_clone_to_owned()?),
                 spinning: false,
                 stop: false,
+                parked: 0,
+                release: 0,
             }),
             wake: Condvar::new(),
             spins: AtomicU64::new(0),
             yields: AtomicU64::new(0),
             probe: OnceLock::new(),
+            spinner: park::spinner_name(threads),
+            busy_since_us: AtomicU64::new(0),
+            unpark: Condvar::new(),
+            parks: AtomicU64::new(0),
+            released: AtomicU64::new(0),
         });
         if self.shared.set(shared.clone()).is_err() {
             return Err(io::Error::other("the spin is attached already"));
@@ -220,8 +253,10 @@ impl Spin {
     }
 
     /// The statistics file's `spin`: `{"mode", "window_us", "bursts", "spinning", "yields",
-    /// "probe"}` (`mode` "auto", "fixed" or "off"; `window_us` 0: not spinning, or not
-    /// decided yet; `probe` the wake-up measurement, `{"blocking_us", "spinning_us",
+    /// "parked", "released", "probe"}` (`mode` "auto", "fixed" or "off"; `window_us` 0: not
+    /// spinning, or not decided yet; `parked`: times a session thread stood aside while
+    /// spinning, `released`: times one was called back because the spinner was held up
+    /// ([`park`]); `probe` the wake-up measurement, `{"blocking_us", "spinning_us",
     /// "pays"}`, or null).
     pub fn to_json(&self) -> serde_json::Value {
         let (bursts, spinning) = self.counts();
@@ -247,6 +282,8 @@ impl Spin {
             "bursts": bursts,
             "spinning": spinning,
             "yields": s.map_or(0, |s| s.yields.load(Ordering::Relaxed)),
+            "parked": s.map_or(0, |s| s.parks.load(Ordering::Relaxed)),
+            "released": s.map_or(0, |s| s.released.load(Ordering::Relaxed)),
             "probe": probe,
         })
     }
@@ -257,6 +294,7 @@ impl Spin {
             let mut st = s.lock();
             st.stop = true;
             s.set(&mut st, false);
+            s.unpark_all(&mut st);
             st.fd = None;
             s.wake.notify_all();
         }
@@ -334,6 +372,9 @@ impl Shared {
             Ok(()) => {
                 st.spinning = on;
                 self.spinning.store(on, Ordering::Relaxed);
+                if !on {
+                    self.unpark_all(st);
+                }
             }
             Err(e) if !on => log::error!("cannot make /dev/fuse blocking again: {e}"),
             Err(e) => {
@@ -402,6 +443,7 @@ impl Shared {
                     epoch = Some(began);
                     break;
                 }
+                self.help_if_stuck(&mut st);
             }
         }
     }
@@ -447,8 +489,8 @@ mod tests {
         spin.touch(); // not attached: nothing
         let w = SpinChoice::Window(Duration::from_millis(200));
         // (No contention, whatever else the machine runs meanwhile.)
-        spin.attach_with(a.as_fd(), w, 2, || false).unwrap();
-        assert!(spin.attach(a.as_fd(), w).is_err(), "once");
+        spin.attach_with(a.as_fd(), w, 2, || false, 2).unwrap();
+        assert!(spin.attach(a.as_fd(), w, 2).is_err(), "once");
         assert!(!nonblocking(a.as_fd()));
         spin.touch();
         assert!(nonblocking(a.as_fd()));
@@ -478,7 +520,7 @@ mod tests {
     fn a_zero_window_never_spins() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let spin = Spin::default();
-        spin.attach(a.as_fd(), SpinChoice::Window(Duration::ZERO))
+        spin.attach(a.as_fd(), SpinChoice::Window(Duration::ZERO), 2)
             .unwrap();
         spin.touch();
         assert!(!nonblocking(a.as_fd()));
@@ -497,6 +539,7 @@ mod tests {
             SpinChoice::Window(Duration::from_millis(20)),
             2,
             move || b.load(Ordering::Relaxed),
+            2,
         )
         .unwrap();
         spin.touch();
@@ -526,7 +569,7 @@ mod tests {
     fn auto_spins_where_the_probe_says_it_pays() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let spin = Spin::default();
-        spin.attach_with(a.as_fd(), SpinChoice::Auto, 2, || false)
+        spin.attach_with(a.as_fd(), SpinChoice::Auto, 2, || false, 2)
             .unwrap();
         let t = std::time::Instant::now();
         let probed = loop {

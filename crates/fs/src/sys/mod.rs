@@ -3,11 +3,18 @@
 //! nothing is ever resolved from the backing root and no symlink is followed out of it.
 
 pub mod cpu;
+mod dir;
+mod handle;
 pub mod mount;
+mod xattr;
+
+pub use dir::{dir_flags, fs_type, read_dir};
+pub use handle::{file_handle, open_handle, open_handle_with};
+pub use xattr::{xattr_get, xattr_list, xattr_remove, xattr_set, xattr_size};
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 pub type Stat = libc::stat;
@@ -309,34 +316,6 @@ pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
     Some(kb.saturating_mul(1024))
 }
 
-/// The type of the filesystem `fd` is on (`statfs.f_type`, e.g. `libc::EXT4_SUPER_MAGIC`).
-pub fn fs_type(fd: impl AsFd) -> io::Result<i64> {
-    // SAFETY: statfs is plain data; all zeroes is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid, writable statfs; the descriptor is borrowed for the call.
-    cvt(unsafe { libc::fstatfs(raw(&fd), &mut st) })?;
-    #[allow(clippy::unnecessary_cast)] // (its type differs between architectures)
-    Ok(st.f_type as i64)
-}
-
-/// The inode flags (`FS_IOC_GETFLAGS`: casefold, encrypt, …) of the directory the O_PATH
-/// fd `dir` stands for; 0 where its filesystem keeps none.
-pub fn dir_flags(dir: impl AsFd) -> io::Result<u32> {
-    let f = reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    // (The kernel writes an int, whatever the request's declared size; a long holds it.)
-    let mut flags: libc::c_long = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes at most a long into `flags`, which lives across the call.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOTTY | libc::EOPNOTSUPP | libc::EINVAL) => Ok(0),
-            _ => Err(e),
-        };
-    }
-    Ok(flags as u32)
-}
-
 /// The status flags of the open file description behind `fd` (`F_GETFL`).
 pub fn status_flags(fd: impl AsFd) -> io::Result<i32> {
     // SAFETY: F_GETFL takes no argument; the descriptor is borrowed for the call.
@@ -379,114 +358,6 @@ pub fn syncfs(fd: impl AsFd) -> io::Result<()> {
     cvt(unsafe { libc::syncfs(raw(&fd)) }).map(drop)
 }
 
-/// A directory's entries (name, `d_ino`, `d_type`), `..` included, `.` not.
-pub fn read_dir(fd: impl AsFd) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
-    let d = reopen(fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    // fdopendir takes ownership of the fd it is given (closedir closes it): hand it a
-    // fresh one, released from its OwnedFd so it is closed exactly once, by closedir.
-    let dup = OwnedFd::from(d).into_raw_fd();
-    // SAFETY: `dup` is an open directory fd we own; on success the DIR owns it.
-    let dirp = unsafe { libc::fdopendir(dup) };
-    if dirp.is_null() {
-        let e = io::Error::last_os_error();
-        drop(owned(dup));
-        return Err(e);
-    }
-    let mut out = Vec::new();
-    let result = loop {
-        // SAFETY: readdir64 reports an error only through errno, which must be cleared
-        // first; `__errno_location` is this thread's errno.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: `dirp` is a live DIR* (closed only below, after the loop).
-        let ent = unsafe { libc::readdir64(dirp) };
-        if ent.is_null() {
-            // SAFETY: as above.
-            let errno = unsafe { *libc::__errno_location() };
-            break if errno != 0 {
-                Err(io::Error::from_raw_os_error(errno))
-            } else {
-                Ok(())
-            };
-        }
-        // SAFETY: a non-null entry stays valid until the next readdir on `dirp`; its name
-        // is NUL-terminated. Both are copied out before then.
-        let ent = unsafe { &*ent };
-        let name = unsafe { CStr::from_ptr(ent.d_name.as_ptr()) }.to_bytes();
-        if name == b"." {
-            continue;
-        }
-        out.push((name.to_vec(), ent.d_ino, ent.d_type));
-    };
-    // SAFETY: `dirp` is live and closed once; it closes the fd it owns.
-    unsafe { libc::closedir(dirp) };
-    result.map(|()| out)
-}
-
-pub fn xattr_get(fd: impl AsFd, name: &CStr, size: usize) -> io::Result<Vec<u8>> {
-    let p = proc_path(&fd);
-    let mut buf = vec![0u8; size];
-    // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`; both strings
-    // are NUL-terminated and outlive the call.
-    let n = unsafe {
-        libc::getxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            size,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
-}
-
-/// The length of an xattr's value (`getxattr` with an empty buffer: the kernel's size query).
-pub fn xattr_size(fd: impl AsFd, name: &CStr) -> io::Result<usize> {
-    let p = proc_path(&fd);
-    // SAFETY: a NULL buffer with size 0 is getxattr's documented size query; both strings
-    // are NUL-terminated and live across the call.
-    let n = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
-
-pub fn xattr_list(fd: impl AsFd, size: usize) -> io::Result<Vec<u8>> {
-    let p = proc_path(&fd);
-    let mut buf = vec![0u8; size];
-    // SAFETY: the kernel writes at most `size` (= buf.len()) bytes into `buf`.
-    let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, size) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
-}
-
-pub fn xattr_set(fd: impl AsFd, name: &CStr, value: &[u8], flags: i32) -> io::Result<()> {
-    let p = proc_path(&fd);
-    // SAFETY: the kernel reads `value.len()` bytes from `value`; strings NUL-terminated.
-    cvt(unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr() as *const libc::c_void,
-            value.len(),
-            flags,
-        )
-    })
-    .map(drop)
-}
-
-pub fn xattr_remove(fd: impl AsFd, name: &CStr) -> io::Result<()> {
-    let p = proc_path(&fd);
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    cvt(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) }).map(drop)
-}
-
 pub fn fsync_path(fd: impl AsFd, data_only: bool) -> io::Result<()> {
     let f = reopen(fd, libc::O_RDONLY)?;
     if data_only {
@@ -494,77 +365,6 @@ pub fn fsync_path(fd: impl AsFd, data_only: bool) -> io::Result<()> {
     } else {
         f.sync_all()
     }
-}
-
-/// The kernel's persistent handle of the file `fd` refers to (`name_to_handle_at` with
-/// `AT_EMPTY_PATH`): its mount id and the opaque handle (type ‖ bytes).
-pub fn file_handle(fd: impl AsFd) -> io::Result<(i32, Box<[u8]>)> {
-    const MAX: usize = 128; // MAX_HANDLE_SZ
-    #[repr(C)]
-    struct Fh {
-        bytes: u32,
-        kind: i32,
-        data: [u8; MAX],
-    }
-    let mut fh = Fh {
-        bytes: MAX as u32,
-        kind: 0,
-        data: [0; MAX],
-    };
-    let mut mount_id = 0i32;
-    // SAFETY: `fh` has the layout of `struct file_handle` with room for MAX_HANDLE_SZ bytes
-    // (announced in `bytes`, so the kernel writes no further); `mount_id` is an int.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_name_to_handle_at,
-            raw(&fd),
-            c"".as_ptr(),
-            &mut fh as *mut Fh,
-            &mut mount_id as *mut i32,
-            libc::AT_EMPTY_PATH,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = (fh.bytes as usize).min(MAX);
-    let mut out = Vec::with_capacity(4 + n);
-    out.extend_from_slice(&fh.kind.to_ne_bytes());
-    out.extend_from_slice(&fh.data[..n]);
-    Ok((mount_id, out.into_boxed_slice()))
-}
-
-/// Opens a file by a handle from [`file_handle`] (`open_by_handle_at`, needs
-/// CAP_DAC_READ_SEARCH), as an `O_PATH` fd. `mount_fd` must be a real open file on the same
-/// filesystem, not an `O_PATH` one.
-pub fn open_handle(mount_fd: impl AsFd, handle: &[u8]) -> io::Result<OwnedFd> {
-    open_handle_with(mount_fd, handle, libc::O_PATH | libc::O_NOFOLLOW)
-}
-
-/// [`open_handle`] with other open flags (`O_RDWR` to open a file for I/O without going
-/// through `/proc/self/fd`).
-pub fn open_handle_with(mount_fd: impl AsFd, handle: &[u8], flags: i32) -> io::Result<OwnedFd> {
-    if handle.len() < 4 || handle.len() > 4 + 128 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let mut buf = vec![0u8; 8 + handle.len() - 4];
-    buf[0..4].copy_from_slice(&((handle.len() - 4) as u32).to_ne_bytes());
-    buf[4..8].copy_from_slice(&handle[0..4]);
-    buf[8..].copy_from_slice(&handle[4..]);
-    // SAFETY: `buf` is a `struct file_handle` (bytes, type, then `bytes` bytes of handle),
-    // built above with its length checked; the kernel only reads it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_by_handle_at,
-            raw(&mount_fd),
-            buf.as_mut_ptr(),
-            flags | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(owned(fd as RawFd))
 }
 
 /// Takes an exclusive `flock` on `fd` without waiting: `Ok(false)` when another holds it.
