@@ -1162,3 +1162,37 @@ fn while_spinning_the_other_session_threads_stand_aside_and_a_slow_request_holds
         stats_doc(&m)["spin"]
     );
 }
+
+/// The spinning thread answers a last close at once and hands its write-out to the closer
+/// thread (`ops/closer.rs`): the statistics count them; every file reads back whole at once
+/// (the statistics file's open waited for them), after the unmount (which finished the
+/// queue first) and a new mount, and `check` is clean.
+#[test]
+fn last_closes_handed_on_by_the_spinning_thread_are_all_written() {
+    let d = scratch("closer");
+    let m = Mount::new(&d, "spin=100,compress=zstd:1");
+    fs::create_dir(m.path("d")).unwrap();
+    let body = |i: usize| format!("file {i}: {}\n", "squeeze ".repeat(i % 300)).into_bytes();
+    for i in 0..1500 {
+        fs::write(m.path(&format!("d/f{i}")), body(i)).unwrap();
+    }
+    let closer = stats_doc(&m)["closer"].clone();
+    assert!(
+        closer["handed_on"].as_u64().unwrap() > 0,
+        "no last close handed on while spinning: {closer}"
+    );
+    let all_back = |m: &Mount, when: &str| {
+        for i in 0..1500 {
+            assert_eq!(
+                fs::read(m.path(&format!("d/f{i}"))).unwrap(),
+                body(i),
+                "d/f{i} {when}"
+            );
+        }
+    };
+    all_back(&m, "at once");
+    m.unmount();
+    common::check_clean(&d.join("backing"), "after last closes handed on");
+    let m = Mount::new(&d, "");
+    all_back(&m, "after a remount");
+}

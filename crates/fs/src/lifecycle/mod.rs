@@ -185,6 +185,17 @@ impl Files {
         Releasing(&self.releasing)
     }
 
+    /// A RELEASE handed to another thread (`ops/closer.rs`): under way, for
+    /// [`Files::commit_now`], until [`Files::handed_release_done`].
+    pub fn handed_release(&self) {
+        self.releasing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The other thread served a RELEASE [`Files::handed_release`] counted.
+    pub fn handed_release_done(&self) {
+        self.releasing.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// Commits every queued file now, in the calling thread (before the statistics file
     /// is rendered, so it sees every closed file as closed). The kernel sends RELEASE
     /// without waiting (rule 10), so a file closed just before may still be in its

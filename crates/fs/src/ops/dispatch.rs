@@ -317,7 +317,7 @@ impl Filesystem for SqueezeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.spin.serving();
+        let serving = self.spin.serving();
         let _timed = self.count(ino, Kind::Release);
         let _releasing = self.files.releasing();
         match route(ino) {
@@ -325,7 +325,10 @@ impl Filesystem for SqueezeFs {
                 self.stats.release(fh.0);
                 reply::empty(reply, Ok(()))
             }
-            Node::Backing(ino) => reply::empty(reply, self.do_release(ino, fh.0, flags.0)),
+            Node::Backing(ino) => reply::empty(
+                reply,
+                self.do_release(ino, fh.0, flags.0, serving.spinning_here()),
+            ),
         }
     }
 

@@ -23,6 +23,7 @@ mod allocate_seek;
 mod attrs;
 mod background;
 mod behind;
+mod closer;
 mod dir_ops;
 mod dispatch;
 mod flags;
@@ -152,6 +153,8 @@ pub struct Core {
     /// `dirops=behind`), and its applier thread.
     ns: Option<Arc<crate::ns::Namespace>>,
     ns_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Last closes the spinning session thread hands on (`closer.rs`; read-write mounts).
+    closer: closer::Closer,
 }
 
 impl SqueezeFs {
@@ -247,7 +250,12 @@ impl SqueezeFs {
             background_thread: Mutex::new(None),
             ns,
             ns_thread: Mutex::new(None),
+            closer: Default::default(),
         });
+        if !read_only {
+            let serve: std::sync::Weak<dyn closer::Serve> = Arc::downgrade(&core) as _;
+            core.closer.start(serve)?;
+        }
         if let Some(ns) = &core.ns {
             let target: std::sync::Weak<dyn crate::ns::Target> = Arc::downgrade(&core) as _;
             *core.ns_thread.lock().unwrap() = Some(ns.start(target)?);
@@ -270,6 +278,14 @@ impl SqueezeFs {
     /// The shared core, for work handed to another thread.
     fn core(&self) -> Arc<Core> {
         self.0.clone()
+    }
+}
+
+impl closer::Serve for Core {
+    fn serve(&self, job: closer::Job) {
+        // An error is logged and kept for the file's next fsync there (rule 10).
+        let _ = self.files.release(job.ino, &job.inode, job.writable);
+        self.files.handed_release_done();
     }
 }
 
@@ -298,6 +314,8 @@ impl Core {
     /// Commits what waits, then writes out every file still open and makes it all durable
     /// (unmount).
     pub fn flush_all(&self) {
+        // The last closes handed on first: they write files out.
+        self.closer.finish();
         self.background.stop();
         if let Some(t) = self.background_thread.lock().unwrap().take() {
             let _ = t.join();

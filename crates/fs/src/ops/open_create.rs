@@ -260,14 +260,34 @@ impl Core {
         Ok((st.f_bavail * st.f_frsize).saturating_sub(waiting))
     }
 
-    pub(super) fn do_release(&self, ino: INodeNo, fh: u64, flags: i32) -> Result<(), Errno> {
+    /// `hand_on`: the spinning thread serves it, so the work goes to the closer
+    /// (`closer.rs`) where its queue has room.
+    pub(super) fn do_release(&self, ino: INodeNo, fh: u64, flags: i32, hand_on: bool) -> Result<(), Errno> {
         let inode = self.inode(ino)?;
         if fh == FH_LAZY {
             self.files.release_lazy(&inode);
             return Ok(());
         }
-        self.files
-            .release(ino.0, &inode, flags & libc::O_ACCMODE != libc::O_RDONLY)
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let job = super::closer::Job {
+            ino: ino.0,
+            inode,
+            writable,
+        };
+        let job = if hand_on {
+            // Counted before it is queued: the count never misses it.
+            self.files.handed_release();
+            match self.closer.hand_on(job) {
+                Ok(()) => return Ok(()),
+                Err(job) => {
+                    self.files.handed_release_done();
+                    job
+                }
+            }
+        } else {
+            job
+        };
+        self.files.release(job.ino, &job.inode, job.writable)
     }
 
     /// fsync(2): everything written and durable, and an error no caller was told of since

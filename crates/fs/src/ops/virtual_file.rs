@@ -155,6 +155,7 @@ impl Core {
             self.files.commit_json(),
             vec![
                 ("spin", self.spin.to_json()),
+                ("closer", self.closer.to_json()),
                 (
                     "names",
                     serde_json::json!({

@@ -104,6 +104,14 @@ impl<'a> Serving<'a> {
     }
 }
 
+impl Serving<'_> {
+    /// Whether this is the spinning thread, while it spins: it serves every request
+    /// alone, so work nobody waits for is better handed on.
+    pub fn spinning_here(&self) -> bool {
+        self.role == Role::Spinner && self.shared.is_some_and(|s| s.spinning.load(Ordering::Relaxed))
+    }
+}
+
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
         let Some(s) = self.shared else { return };
