@@ -333,7 +333,8 @@ impl Filesystem for SqueezeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _serving = self.spin.serving();
+        let serving = self.spin.serving();
+        serving.will_wait();
         match route(ino) {
             Node::Stats => reply::empty(reply, Ok(())),
             Node::Backing(ino) => reply::empty(reply, self.do_fsync(ino, datasync)),
@@ -391,7 +392,8 @@ impl Filesystem for SqueezeFs {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _serving = self.spin.serving();
+        let serving = self.spin.serving();
+        serving.will_wait();
         reply::empty(reply, self.do_fsyncdir(ino, datasync))
     }
 

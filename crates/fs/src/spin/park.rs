@@ -21,7 +21,9 @@
 //! - one more per window, while the spinner has been in one request for longer than a window
 //!   and requests still come (the governor's [`Shared::help_if_stuck`]): two programs
 //!   reading cold files are then served side by side. A helper parks again after its request
-//!   unless the spinner is still stuck.
+//!   unless the spinner is still stuck;
+//! - one at once when the spinner takes a request it knows will wait (an fsync:
+//!   [`Serving::will_wait`]).
 //!
 //! Nothing here can hold a request forever: a parked thread holds no lock and no request,
 //! and with every helper parked and the spinner stuck, no request is counted, so the
@@ -112,6 +114,18 @@ impl Serving<'_> {
     }
 }
 
+impl Serving<'_> {
+    /// The request about to be served waits (an fsync): a parked helper goes back to
+    /// reading now, rather than a window later when the governor sees the spinner stuck.
+    pub fn will_wait(&self) {
+        let Some(s) = self.shared else { return };
+        if self.role == Role::Spinner && s.spinning.load(Ordering::Relaxed) {
+            let mut st = s.lock();
+            s.release_one(&mut st);
+        }
+    }
+}
+
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
         let Some(s) = self.shared else { return };
@@ -156,7 +170,14 @@ impl Shared {
     /// helper when the spinner has been in one request for longer than a window (and no
     /// released helper has yet to take a request).
     pub(super) fn help_if_stuck(&self, st: &mut super::State) {
-        if st.parked > 0 && st.release == 0 && self.spinner_stuck() {
+        if self.spinner_stuck() {
+            self.release_one(st);
+        }
+    }
+
+    /// Releases one parked helper, unless one released has yet to wake.
+    fn release_one(&self, st: &mut super::State) {
+        if st.parked > 0 && st.release == 0 {
             st.release += 1;
             self.released.fetch_add(1, Ordering::Relaxed);
             self.unpark.notify_one();
@@ -321,5 +342,38 @@ mod tests {
         wait_for("every helper after stop", Duration::from_secs(5), || {
             released(&helpers) == 3
         });
+    }
+
+    /// A spinner about to wait (an fsync) releases a parked helper at once, long before the
+    /// governor would see it stuck (a window of 2 s here).
+    #[test]
+    fn a_spinner_about_to_wait_releases_a_helper_at_once() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Arc::new(Spin::default());
+        spin.attach_with(
+            a.as_fd(),
+            SpinChoice::Window(Duration::from_secs(2)),
+            2,
+            || false,
+            2,
+        )
+        .unwrap();
+        spin.touch();
+        let s = spin.clone();
+        let helper = on_thread("fuser-0", move || drop(s.serving()));
+        wait_for("the helper to park", Duration::from_secs(5), || {
+            spin.to_json()["parked"] == 1
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!helper.load(Ordering::SeqCst));
+        let s = spin.clone();
+        let t = Instant::now();
+        on_thread("fuser-1", move || s.serving().will_wait());
+        wait_for("the released helper", Duration::from_secs(5), || {
+            helper.load(Ordering::SeqCst)
+        });
+        assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+        assert_eq!(spin.to_json()["released"], 1);
+        spin.stop();
     }
 }
