@@ -172,6 +172,12 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// A regular file's inode with no fd, place or handle (unit tests of other modules).
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Inode {
+        Inode::new((1, 99), libc::S_IFREG, None, None, None, false, 0)
+    }
+
     /// A new inode for backing file `key` of type `fmt` (`S_IFMT` bits), with its `O_PATH`
     /// fd, its place in path mode, and its file handle (`by_handle`: to reopen it by).
     pub(super) fn new(

@@ -121,6 +121,11 @@ impl Files {
             res => {
                 open.closed = Closed::of(&of.container);
                 **open = None;
+                drop(open);
+                // A FORGET that came while the file was open kept the inode; it goes now
+                // (a RELEASE handed on is answered before this runs, so the kernel may
+                // have forgotten the inode meanwhile: `ops/closer.rs`).
+                self.inodes.forget(ino, 0);
                 // RELEASE's answer reaches nobody: the error waits for the next fsync
                 // (rule 10).
                 res.map(|_| ()).map_err(|e| {

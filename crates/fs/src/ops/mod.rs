@@ -254,7 +254,7 @@ impl SqueezeFs {
         });
         if !read_only {
             let serve: std::sync::Weak<dyn closer::Serve> = Arc::downgrade(&core) as _;
-            core.closer.start(serve)?;
+            core.closer.start(serve, closer::queue_for(fd_limit))?;
         }
         if let Some(ns) = &core.ns {
             let target: std::sync::Weak<dyn crate::ns::Target> = Arc::downgrade(&core) as _;
@@ -283,9 +283,17 @@ impl SqueezeFs {
 
 impl closer::Serve for Core {
     fn serve(&self, job: closer::Job) {
+        // Counted done even should the release panic (the statistics file's commit would
+        // otherwise wait its 2 s at every open).
+        struct Done<'a>(&'a crate::lifecycle::Files);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.handed_release_done();
+            }
+        }
+        let _done = Done(&self.files);
         // An error is logged and kept for the file's next fsync there (rule 10).
         let _ = self.files.release(job.ino, &job.inode, job.writable);
-        self.files.handed_release_done();
     }
 }
 

@@ -32,10 +32,10 @@
 //!   lasts (0.1 s up to 1.6 s).
 //!
 //! `spin=MICROS` spins with that window whatever the probe would say (the yielding to
-//! saturating work still applies); `spin=0` never spins. The session threads on the cloned channels
-//! still sleep, and the kernel still wakes one of them for each request (the spinning thread
-//! usually takes it first). An idle mount spins for at most about two windows after its
-//! last request.
+//! saturating work still applies); `spin=0` never spins. The session threads on the cloned
+//! channels stand aside while the spin lasts ([`park`]), so the kernel has no sleeping
+//! reader to wake for each request. An idle mount spins for at most about two windows
+//! after its last request.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -138,6 +138,9 @@ struct State {
     /// that have not yet woken.
     parked: u32,
     release: u32,
+    /// Spins ended so far: a parked helper returns once it moved, even if a new spin
+    /// began before it woke.
+    ended: u64,
 }
 
 impl Spin {
@@ -186,6 +189,7 @@ impl Spin {
                 stop: false,
                 parked: 0,
                 release: 0,
+                ended: 0,
             }),
             wake: Condvar::new(),
             spins: AtomicU64::new(0),

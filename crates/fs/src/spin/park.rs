@@ -157,10 +157,13 @@ impl Shared {
         }
         st.parked += 1;
         self.parks.fetch_add(1, Ordering::Relaxed);
-        while st.spinning && !st.stop && st.release == 0 {
+        // The spin this helper parked in: it returns when that one ends, even if another
+        // began before it got the lock back.
+        let spin = st.ended;
+        while st.ended == spin && !st.stop && st.release == 0 {
             st = self.unpark.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        if st.release > 0 && st.spinning && !st.stop {
+        if st.ended == spin && st.release > 0 && !st.stop {
             st.release -= 1;
         }
         st.parked -= 1;
@@ -168,7 +171,7 @@ impl Shared {
 
     /// The governor's, once a window while spinning and requests come: releases one parked
     /// helper when the spinner has been in one request for longer than a window (and no
-    /// released helper has yet to take a request).
+    /// released helper has yet to wake).
     pub(super) fn help_if_stuck(&self, st: &mut super::State) {
         if self.spinner_stuck() {
             self.release_one(st);
@@ -186,6 +189,7 @@ impl Shared {
 
     /// The spin ended: every parked helper goes back to reading.
     pub(super) fn unpark_all(&self, st: &mut super::State) {
+        st.ended += 1;
         st.release = 0;
         if st.parked > 0 {
             self.unpark.notify_all();
@@ -374,6 +378,39 @@ mod tests {
         });
         assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
         assert_eq!(spin.to_json()["released"], 1);
+        spin.stop();
+    }
+
+    /// A spin that ends and begins again before a parked helper gets the lock back still
+    /// sends it back to reading (it waits for the end of its own spin, not for no spin).
+    #[test]
+    fn a_helper_returns_when_its_spin_ended_even_if_another_began() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Arc::new(Spin::default());
+        spin.attach_with(
+            a.as_fd(),
+            SpinChoice::Window(Duration::from_secs(5)),
+            2,
+            || false,
+            2,
+        )
+        .unwrap();
+        spin.touch();
+        let s = spin.clone();
+        let helper = on_thread("fuser-0", move || drop(s.serving()));
+        wait_for("the helper to park", Duration::from_secs(5), || {
+            spin.to_json()["parked"] == 1
+        });
+        {
+            let shared = spin.shared.get().unwrap();
+            let mut st = shared.lock();
+            shared.set(&mut st, false);
+            shared.set(&mut st, true);
+        }
+        assert!(spin.counts().1);
+        wait_for("the helper after its spin ended", Duration::from_secs(2), || {
+            helper.load(Ordering::SeqCst)
+        });
         spin.stop();
     }
 }
