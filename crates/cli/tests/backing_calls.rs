@@ -6,69 +6,12 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::strace::{count, Strace};
 use common::*;
-
-/// strace attached to every thread of process `pid`, tracing `calls` into `out`.
-struct Strace(Child);
-
-impl Strace {
-    fn attach(pid: u32, calls: &str, out: &Path) -> Strace {
-        let child = Command::new("strace")
-            .args(["-f", "-qq", "-e", &format!("trace={calls}"), "-o"])
-            .arg(out)
-            .args(["-p", &pid.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace (scripts/test-deps installs it)");
-        // Attached once every thread of the process names strace as its tracer.
-        let tracer = child.id().to_string();
-        let start = Instant::now();
-        let attached = || {
-            fs::read_dir(format!("/proc/{pid}/task")).unwrap().all(|t| {
-                let status = fs::read_to_string(t.unwrap().path().join("status")).unwrap_or_default();
-                status
-                    .lines()
-                    .any(|l| l.strip_prefix("TracerPid:").is_some_and(|v| v.trim() == tracer))
-            })
-        };
-        while !attached() {
-            assert!(start.elapsed() < Duration::from_secs(30), "strace did not attach");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Strace(child)
-    }
-
-    /// Stops tracing and returns the trace.
-    fn finish(mut self, out: &Path) -> String {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while self.0.try_wait().unwrap().is_none() {
-            assert!(start.elapsed() < Duration::from_secs(20), "strace did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        fs::read_to_string(out).unwrap()
-    }
-}
-
-/// Lines of `trace` that are calls of `name` (strace -f prefixes each with the thread id).
-fn count(trace: &str, name: &str) -> usize {
-    trace
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|c| c.starts_with(&format!("{name}(")))
-        })
-        .count()
-}
 
 /// chmod of a file being written waits in memory (rule 7), and its SETATTR reads the
 /// backing file's attributes once: one `statx` for the decision, whose result is the
@@ -155,4 +98,73 @@ fn lookup_misses_in_a_known_directory_make_no_backing_call() {
         known <= N / 30,
         "{known} failed backing calls for {N} misses in a known directory"
     );
+}
+
+/// `tar -x`'s way with a file — write, fchown to the owner it has, fchmod, futimens, close —
+/// costs the backing file one `utimensat` at the close and no chown or chmod whose only
+/// effect is the change time the `utimensat` moves anyway (on GlusterFS each was a locked
+/// transaction on both bricks). A chmod that changes the mode is still made; owner, mode
+/// and times are the ones asked, on the mount and on the backing after the unmount.
+#[test]
+fn a_file_extracted_the_tar_way_gets_its_times_and_no_call_that_changes_nothing() {
+    require_root("strace attaches to the daemon");
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch("calls-tar-way");
+    let m = Mount::new(&dir, "");
+    fs::create_dir(m.path("d")).unwrap();
+    const N: usize = 100;
+    let out = dir.join("trace");
+    let strace = Strace::attach(
+        m.child.as_ref().unwrap().id(),
+        "chmod,fchmod,fchmodat,chown,fchown,fchownat,lchown,utimensat",
+        &out,
+    );
+    let mtime = |i: usize| 1_600_000_000 + i as i64;
+    for i in 0..N {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(m.path(&format!("d/f{i}")))
+            .unwrap();
+        use std::io::Write;
+        (&f).write_all(b"a small file's bytes").unwrap();
+        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+        // Half keep the mode they were made with, half change it.
+        let mode = if i % 2 == 0 { 0o644 } else { 0o600 };
+        f.set_permissions(fs::Permissions::from_mode(mode)).unwrap();
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(mtime(i) as u64);
+        f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+            .unwrap();
+        drop(f);
+    }
+    // The last closes are written out on a thread of their own: the statistics file's open
+    // waits for them.
+    let _ = fs::read(m.path(".squeezefs-stats")).expect("the statistics file");
+    let trace = strace.finish(&out);
+    let chmods = count(&trace, "chmod") + count(&trace, "fchmod") + count(&trace, "fchmodat");
+    let chowns = count(&trace, "chown")
+        + count(&trace, "fchown")
+        + count(&trace, "fchownat")
+        + count(&trace, "lchown");
+    let utimens = count(&trace, "utimensat");
+    println!(
+        "FIGURES {N} files the tar way: {chmods} chmods, {chowns} chowns, {utimens} utimensat on the backing"
+    );
+    assert_eq!(chowns, 0, "chowns to the owner the file has\n{trace}");
+    assert_eq!(chmods, N / 2, "only the chmods that change the mode\n{trace}");
+    assert!(utimens >= N, "{utimens} utimensat for {N} files\n{trace}");
+    let check = |root: &Path, whence: &str| {
+        for i in 0..N {
+            let md = fs::metadata(root.join(format!("d/f{i}"))).unwrap();
+            let mode = if i % 2 == 0 { 0o644 } else { 0o600 };
+            assert_eq!(md.mode() & 0o7777, mode, "f{i}'s mode {whence}");
+            assert_eq!((md.uid(), md.gid()), (0, 0), "f{i}'s owner {whence}");
+            assert_eq!(md.mtime(), mtime(i), "f{i}'s mtime {whence}");
+            assert!(md.ctime() >= mtime(i), "f{i}'s ctime {whence}");
+        }
+    };
+    check(&m.path(""), "on the mount");
+    m.unmount();
+    check(&dir.join("backing"), "on the backing");
 }

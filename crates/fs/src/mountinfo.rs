@@ -73,6 +73,16 @@ pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The filesystem type (`ext4`, `fuse.glusterfs`) of the mount whose device is `dev`
+/// (`st_dev`), in a mountinfo document.
+pub fn fstype_of_dev(mountinfo: &str, dev: u64) -> Option<String> {
+    let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (left.split(' ').nth(2)? == want).then(|| right.split(' ').next().map(str::to_string))?
+    })
+}
+
 /// This process's view of the squeezefs mounts (none if mountinfo cannot be read).
 pub fn current() -> Vec<Mount> {
     squeezefs_mounts(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
@@ -88,6 +98,20 @@ pub fn mounted_from(backing: &Path) -> Option<Mount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_filesystem_type_of_a_device() {
+        let info = "\
+44 27 0:41 / /other rw,relatime - fuse sshfs#host: rw\n\
+45 27 8:1 / /data rw,relatime - ext4 /dev/sda1 rw\n\
+46 27 0:52 / /vol rw,relatime shared:5 - fuse.glusterfs 10.0.0.1:/v rw,user_id=0\n";
+        assert_eq!(
+            fstype_of_dev(info, libc::makedev(0, 52)).as_deref(),
+            Some("fuse.glusterfs")
+        );
+        assert_eq!(fstype_of_dev(info, libc::makedev(8, 1)).as_deref(), Some("ext4"));
+        assert_eq!(fstype_of_dev(info, libc::makedev(8, 2)), None);
+    }
 
     #[test]
     fn finds_squeezefs_mounts_with_their_flags_and_backing() {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use squeezefs_fs::mountinfo;
 
 pub mod gluster;
+pub mod strace;
 #[allow(unsafe_code)]
 pub mod sys;
 

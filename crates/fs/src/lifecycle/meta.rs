@@ -126,6 +126,7 @@ impl Files {
         if let Some(m) = mode {
             of.meta.mode = Some(m & 0o7777);
         }
+        of.meta.backing_mode = Some(st_mode & 0o7777);
         of.times.ctime = Some(wall_clock());
         if let Some(mtime) = kept.and_then(|k| k.mtime) {
             of.times.mtime = of.times.mtime.or(Some((mtime.0, i64::from(mtime.1))));

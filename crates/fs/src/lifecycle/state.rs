@@ -201,6 +201,11 @@ pub struct Meta {
     pub owner: Option<(u32, u32)>,
     /// The permission bits to set (never setuid or setgid).
     pub mode: Option<u32>,
+    /// The backing file's permission bits as read when the last change was deferred
+    /// (nothing else changes them while something waits: every change made at once puts
+    /// what waits on the backing file first). A mode equal to them changes only the
+    /// change time.
+    pub backing_mode: Option<u32>,
 }
 
 impl Meta {
@@ -276,16 +281,25 @@ impl OpenFile {
     /// The owner and mode waiting in memory (rule 7) go on the backing file: chown, then
     /// chmod.
     /// Both are tried whatever the first did; the first error is returned.
+    ///
+    /// A call whose only effect is the change time is left out when times set through
+    /// the mount wait too: both callers ([`OpenFile::keep_times`], a last close) put them
+    /// on the backing file right after, which moves its change time the same. That is the
+    /// waiting chown (it only ever names the owner the file has) and a chmod to the mode
+    /// the file has — `tar -x`'s fchown and fchmod of every file, one setattr each on the
+    /// backing: on a network backing each a round trip (on GlusterFS replica 2, a
+    /// transaction with locks on both bricks).
     pub fn apply_meta(&mut self) -> io::Result<()> {
         let meta = std::mem::take(&mut self.meta);
+        let times_follow = self.times.ctime.is_some() && self.times.is_set();
         let file = self.container.storage().file();
         let owned = match meta.owner {
-            Some((uid, gid)) => sys::chown(file, Some(uid), Some(gid)),
-            None => Ok(()),
+            Some((uid, gid)) if !times_follow => sys::chown(file, Some(uid), Some(gid)),
+            _ => Ok(()),
         };
         let moded = match meta.mode {
-            Some(mode) => sys::fchmod(file, mode),
-            None => Ok(()),
+            Some(mode) if !(times_follow && meta.backing_mode == Some(mode)) => sys::fchmod(file, mode),
+            _ => Ok(()),
         };
         owned.and(moded)
     }

@@ -209,10 +209,19 @@ impl SqueezeFs {
             )
             .is_ok();
         let background = Arc::new(crate::background::Pass::new(cfg.background.clone(), seen));
+        let root_dev = inodes.get(1).map(|r| r.key.0);
         let exact_names_dev = sys::fs_type(&inodes.root_dir)
             .ok()
-            .filter(|t| names::EXACT_NAME_FILESYSTEMS.contains(t))
-            .and_then(|_| inodes.get(1).map(|r| r.key.0));
+            .filter(|&t| {
+                names::EXACT_NAME_FILESYSTEMS.contains(&t)
+                    || (t == names::FUSE_MAGIC
+                        && root_dev.is_some_and(|dev| {
+                            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                            crate::mountinfo::fstype_of_dev(&info, dev)
+                                .is_some_and(|f| names::EXACT_NAME_FUSE.contains(&f.as_str()))
+                        }))
+            })
+            .and(root_dev);
         // (Files an earlier daemon made ahead and never named are removed at every
         // read-write mount, whatever this one's `dirops=`.)
         let ns = match (read_only, dirops_behind) {

@@ -19,9 +19,9 @@ const NAME_MAX: usize = 255;
 
 /// Backing filesystems whose LOOKUP finds exactly the names `getdents` lists, byte for
 /// byte, outside casefolded and encrypted directories (checked per directory): ext4, xfs,
-/// btrfs, tmpfs, f2fs. Elsewhere a name may be found under another spelling (ZFS's
-/// case-insensitive datasets, CIFS) or without being listed (ZFS's hidden `.zfs`, autofs),
-/// and no directory's names are learnt.
+/// btrfs, tmpfs, f2fs, and GlusterFS's client ([`EXACT_NAME_FUSE`]). Elsewhere a name may
+/// be found under another spelling (ZFS's case-insensitive datasets, CIFS) or without being
+/// listed (ZFS's hidden `.zfs`, autofs), and no directory's names are learnt.
 #[allow(clippy::unnecessary_cast)] // (`c_long`: 32 bits on some targets)
 pub(super) const EXACT_NAME_FILESYSTEMS: [i64; 5] = [
     libc::EXT4_SUPER_MAGIC as i64,
@@ -30,6 +30,16 @@ pub(super) const EXACT_NAME_FILESYSTEMS: [i64; 5] = [
     libc::TMPFS_MAGIC as i64,
     libc::F2FS_SUPER_MAGIC as i64,
 ];
+
+/// FUSE filesystems (all `FUSE_SUPER_MAGIC` to `statfs`; told apart by their mountinfo
+/// type) whose names are as exact: GlusterFS, whose bricks keep the names on ext4 or xfs
+/// and whose client hashes each name byte for byte to the brick that holds it. There a
+/// LOOKUP miss is a network round trip (~1 ms on tests/common/gluster.rs's volume) that a
+/// directory squeezefs made and filled itself need not make.
+pub(super) const EXACT_NAME_FUSE: [&str; 1] = ["fuse.glusterfs"];
+
+/// `FUSE_SUPER_MAGIC`.
+pub(super) const FUSE_MAGIC: i64 = 0x6573_5546;
 
 /// `FS_CASEFOLD_FL`: the directory's names are looked up case-insensitively.
 const FS_CASEFOLD_FL: u32 = 0x4000_0000;

@@ -216,6 +216,13 @@ pub fn chmod(fd: impl AsFd, mode: u32) -> io::Result<()> {
 /// A file's attributes and whether it is append-only or immutable, in one `statx`, as a
 /// chmod or chown that is to wait in memory must know them (`Files::defer_meta`), whose
 /// reply is then made from the same attributes (no second call).
+///
+/// Where `statx` does not say (its attributes mask lacks the two: FUSE filesystems such
+/// as GlusterFS's client, NFS), the inode flags are asked (`FS_IOC_GETFLAGS`), and a
+/// filesystem that keeps none (the ioctl refused: nothing on it can be made append-only
+/// or immutable through it, `chattr` fails the same way) is remembered by device, so its
+/// files cost no second call: there every owner and mode change of a file being written
+/// waited for the network.
 pub fn stat_and_fixed(file: &std::fs::File) -> io::Result<(Stat, bool)> {
     use std::os::fd::AsRawFd;
     let mut stx = std::mem::MaybeUninit::<libc::statx>::uninit();
@@ -234,8 +241,44 @@ pub fn stat_and_fixed(file: &std::fs::File) -> io::Result<(Stat, bool)> {
     // SAFETY: statx succeeded, so `stx` is initialised.
     let stx = unsafe { stx.assume_init() };
     let fixed = (libc::STATX_ATTR_APPEND | libc::STATX_ATTR_IMMUTABLE) as u64;
-    let known = stx.stx_attributes_mask & fixed == fixed;
-    Ok((stat_of(&stx), !known || stx.stx_attributes & fixed != 0))
+    let st = stat_of(&stx);
+    if stx.stx_attributes_mask & fixed == fixed {
+        return Ok((st, stx.stx_attributes & fixed != 0));
+    }
+    Ok((st, flags_fixed(file, st.st_dev)))
+}
+
+/// Devices whose filesystem keeps no inode flags (`FS_IOC_GETFLAGS` refused), learnt as
+/// [`stat_and_fixed`] meets them (a handful at most: the backing filesystem and what is
+/// mounted inside it).
+static NO_FLAGS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether `file` (on device `dev`) is append-only or immutable by its inode flags; false
+/// where its filesystem keeps none; true when they cannot be read otherwise (the caller
+/// then makes its change at once, as for such a file).
+fn flags_fixed(file: &std::fs::File, dev: u64) -> bool {
+    if NO_FLAGS.lock().unwrap().contains(&dev) {
+        return false;
+    }
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes at most a long into `flags`, which lives across the
+    // call; `file` is a live fd borrowed for it.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    if r == 0 {
+        // FS_IMMUTABLE_FL and FS_APPEND_FL (linux/fs.h; not in the libc crate).
+        const FIXED_FL: u32 = 0x10 | 0x20;
+        return flags as u32 & FIXED_FL != 0;
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOTTY | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => {
+            let mut no = NO_FLAGS.lock().unwrap();
+            if !no.contains(&dev) && no.len() < 64 {
+                no.push(dev);
+            }
+            false
+        }
+        _ => true,
+    }
 }
 
 /// The `struct stat` that `fstat` would have given for the attributes `stx` holds.
