@@ -24,13 +24,34 @@ fn c_name(name: &str) -> io::Result<CString> {
 /// The value of xattr `name`, `None` when the file has none of that name.
 pub(crate) fn get_xattr(fd: BorrowedFd<'_>, name: &str) -> io::Result<Option<Vec<u8>>> {
     let n = c_name(name)?;
-    let mut buf = vec![0u8; 256];
-    loop {
+    xattr_loop(|buf| {
         // SAFETY: `n` is a NUL-terminated string that outlives the call, and `buf` is a
         // live, writable allocation of exactly `buf.len()` bytes, which is the size
         // passed: the kernel writes at most that many bytes into it. The fd is kept open
-        // by `BorrowedFd`. Failures come back through errno, read at once below.
-        let r = unsafe { libc::fgetxattr(fd.as_raw_fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        // by `BorrowedFd`. Failures come back through errno, read at once by the loop.
+        unsafe { libc::fgetxattr(fd.as_raw_fd(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+    })
+}
+
+/// [`get_xattr`] of the file an `O_PATH` fd stands for (`fgetxattr` refuses such an fd:
+/// the value is read through `/proc/self/fd/N`, which leads to the file itself).
+pub(crate) fn get_xattr_at_path_fd(fd: BorrowedFd<'_>, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let n = c_name(name)?;
+    let p = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number");
+    xattr_loop(|buf| {
+        // SAFETY: `p` and `n` are NUL-terminated strings that outlive the call, and `buf`
+        // is a live, writable allocation of exactly `buf.len()` bytes, which is the size
+        // passed. The fd the path names is kept open by `BorrowedFd`.
+        unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+    })
+}
+
+/// Calls `get` (an xattr read into the buffer it is given, returning the value's length or
+/// -1 with errno) with a buffer grown until the value fits.
+fn xattr_loop(mut get: impl FnMut(&mut [u8]) -> isize) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        let r = get(&mut buf);
         if r >= 0 {
             buf.truncate(r as usize);
             return Ok(Some(buf));

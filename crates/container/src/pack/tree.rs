@@ -9,15 +9,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::audit::{check_pack, repair_pack, LiveMap, PackReport, GARBAGE_MAX};
+use super::format::LOCATION_XATTR;
 use super::reclaim::{reclaim, victims, Garbage, LiveFile, Mover, Reclaimed, Settle};
-use super::record::{record_state, RecordState};
+use super::record::{record_state, record_state_of_empty, RecordState};
 use super::Packs;
-use crate::open_at::{list_dir_as_owner, open_beneath_as_owner};
+use crate::open_at::{list_dir_as_owner, open_beneath_as_owner, open_with_flags, reopen_as_owner};
 use crate::storage::FileStorage;
+use crate::sys;
 use squeezefs_codec::CodecSpec;
 
 /// The records of a backing directory, as a walk found them.
@@ -103,7 +106,9 @@ pub fn walk_records_with(
             if !kind.is_file() {
                 continue;
             }
-            let f = match open_beneath_as_owner(&top, &name, libc::O_RDONLY | libc::O_NOFOLLOW) {
+            // Opened `O_PATH` (no OPEN, and no FLUSH at its close, on a network backing);
+            // an empty file's record is read through it, the rest opened for reading.
+            let f = match open_beneath_as_owner(&top, &name, libc::O_PATH | libc::O_NOFOLLOW) {
                 Ok(f) => f,
                 Err(e) if vanished(&e) => continue,
                 Err(e) => return Err(e),
@@ -118,7 +123,17 @@ pub fn walk_records_with(
                 Some((t, _)) => t.file(&f, inherited),
                 None => None,
             };
-            match record_state(&FileStorage::new(f)) {
+            let state = match (m.len(), sys::get_xattr_at_path_fd(f.as_fd(), LOCATION_XATTR)) {
+                (0, Ok(value)) => Ok(record_state_of_empty(value.as_deref())),
+                // Data to look at (a superblock may outrank the record), or an xattr this
+                // daemon may read only as the file's owner (a mode-0 file without root).
+                _ => match reopen_for_reading(&f) {
+                    Ok(r) => record_state(&FileStorage::new(r)),
+                    Err(e) if vanished(&e) => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            match state {
                 Ok(RecordState::Current { loc, .. }) => {
                     out.live.add(&loc);
                     let name = name.display().to_string();
@@ -140,6 +155,18 @@ pub fn walk_records_with(
 
 /// An entry removed, renamed, or replaced by a symlink (or a non-directory) since it was
 /// listed.
+/// The file the `O_PATH` fd `f` stands for, opened for reading through `/proc/self/fd`
+/// (the very file a walk found under its name, whatever renames came since), as its owner
+/// where its mode refuses the daemon ([`reopen_as_owner`]).
+fn reopen_for_reading(f: &File) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let proc = format!("/proc/self/fd/{}", f.as_raw_fd());
+    match open_with_flags(Path::new(&proc), libc::O_RDONLY) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => reopen_as_owner(f, libc::O_RDONLY)?.ok_or(e),
+        r => r,
+    }
+}
+
 fn vanished(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
