@@ -201,10 +201,13 @@ pub struct Meta {
     pub owner: Option<(u32, u32)>,
     /// The permission bits to set (never setuid or setgid).
     pub mode: Option<u32>,
-    /// The backing file's permission bits as read when the last change was deferred
-    /// (nothing else changes them while something waits: every change made at once puts
-    /// what waits on the backing file first). A mode equal to them changes only the
-    /// change time.
+    /// The backing file's permission bits as read when the last change was deferred. A
+    /// waiting mode equal to them changes only the change time. Nothing makes them stale
+    /// that matters: a chmod or chown made at once, an xattr or ACL change, put what waits
+    /// on the backing file first; the one change that does not (`ops/attrs.rs`
+    /// `clear_mode_bits`: setuid/setgid dropped after a write, truncate or ACL change) only
+    /// takes bits away that a waiting mode never has, so a `backing_mode` read before it
+    /// still differs from any waiting mode where the file differs.
     pub backing_mode: Option<u32>,
 }
 
@@ -288,7 +291,9 @@ impl OpenFile {
     /// waiting chown (it only ever names the owner the file has) and a chmod to the mode
     /// the file has — `tar -x`'s fchown and fchmod of every file, one setattr each on the
     /// backing: on a network backing each a round trip (on GlusterFS replica 2, a
-    /// transaction with locks on both bricks).
+    /// transaction with locks on both bricks). (On the last close the write-out comes in
+    /// between; should the `utimensat` fail, the change time it would have moved is what is
+    /// lost, logged and kept for the next fsync as the times are.)
     pub fn apply_meta(&mut self) -> io::Result<()> {
         let meta = std::mem::take(&mut self.meta);
         let times_follow = self.times.ctime.is_some() && self.times.is_set();

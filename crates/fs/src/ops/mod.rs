@@ -118,6 +118,10 @@ pub struct Core {
     /// The backing filesystem's device, where its type matches names exactly (see
     /// [`Core::names_exact`]); `None`: no directory's names are ever learnt.
     exact_names_dev: Option<u64>,
+    /// Whether a whole listing teaches a directory's names too (not only its MKDIR): not on
+    /// GlusterFS, whose listing leaves out without an error the entries of a brick it cannot
+    /// reach (they would then be missed from memory once the brick is back).
+    names_from_listings: bool,
     /// Running as root: new files are given to the caller with chown.
     as_root: bool,
     /// The backing directory, for the statistics file.
@@ -210,18 +214,16 @@ impl SqueezeFs {
             .is_ok();
         let background = Arc::new(crate::background::Pass::new(cfg.background.clone(), seen));
         let root_dev = inodes.get(1).map(|r| r.key.0);
-        let exact_names_dev = sys::fs_type(&inodes.root_dir)
-            .ok()
-            .filter(|&t| {
-                names::EXACT_NAME_FILESYSTEMS.contains(&t)
-                    || (t == names::FUSE_MAGIC
-                        && root_dev.is_some_and(|dev| {
-                            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-                            crate::mountinfo::fstype_of_dev(&info, dev)
-                                .is_some_and(|f| names::EXACT_NAME_FUSE.contains(&f.as_str()))
-                        }))
-            })
-            .and(root_dev);
+        let root_type = sys::fs_type(&inodes.root_dir).ok();
+        let local_exact = root_type.is_some_and(|t| names::EXACT_NAME_FILESYSTEMS.contains(&t));
+        let fuse_exact = root_type == Some(names::FUSE_MAGIC)
+            && root_dev.is_some_and(|dev| {
+                let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                crate::mountinfo::fstype_of_dev(&info, dev)
+                    .is_some_and(|f| names::EXACT_NAME_FUSE.contains(&f.as_str()))
+            });
+        let exact_names_dev = root_dev.filter(|_| local_exact || fuse_exact);
+        let names_from_listings = local_exact;
         // (Files an earlier daemon made ahead and never named are removed at every
         // read-write mount, whatever this one's `dirops=`.)
         let ns = match (read_only, dirops_behind) {
@@ -242,6 +244,7 @@ impl SqueezeFs {
             no_open: AtomicBool::new(false),
             known_misses: AtomicU64::new(0),
             exact_names_dev,
+            names_from_listings,
             as_root: sys::euid() == 0,
             backing: backing.display().to_string(),
             dict_dir: backing.join(dicts::DIR_NAME),

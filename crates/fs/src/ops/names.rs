@@ -35,7 +35,11 @@ pub(super) const EXACT_NAME_FILESYSTEMS: [i64; 5] = [
 /// type) whose names are as exact: GlusterFS, whose bricks keep the names on ext4 or xfs
 /// and whose client hashes each name byte for byte to the brick that holds it. There a
 /// LOOKUP miss is a network round trip (~1 ms on tests/common/gluster.rs's volume) that a
-/// directory squeezefs made and filled itself need not make.
+/// directory squeezefs made and filled itself need not make. Only directories made through
+/// the mount are known there, never one learnt from a listing: GlusterFS's distribute layer
+/// lists a directory without the entries of a brick it cannot reach, and says nothing
+/// (`Core::names_from_listings`); its root's `.meta` and `.gfid` are found without being
+/// listed.
 pub(super) const EXACT_NAME_FUSE: [&str; 1] = ["fuse.glusterfs"];
 
 /// `FUSE_SUPER_MAGIC`.

@@ -115,7 +115,11 @@ impl Core {
         let entries = sys::read_dir(&dfd)?;
         // The whole directory was read: its names are known from now on (unless an entry
         // changed since `gen`, read before the listing), for LOOKUP misses.
-        if let Some(d) = inode.dir.as_ref().filter(|_| self.names_exact(&inode)) {
+        if let Some(d) = inode
+            .dir
+            .as_ref()
+            .filter(|_| self.names_from_listings && self.names_exact(&inode))
+        {
             let names: Vec<&[u8]> = entries
                 .iter()
                 .map(|(n, _, _)| n.as_slice())

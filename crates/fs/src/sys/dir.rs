@@ -64,9 +64,9 @@ pub fn fs_type(fd: impl AsFd) -> io::Result<i64> {
 /// fd `dir` stands for; 0 where its filesystem keeps none.
 pub fn dir_flags(dir: impl AsFd) -> io::Result<u32> {
     let f = reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    // (The kernel writes an int, whatever the request's declared size; a long holds it.)
-    let mut flags: libc::c_long = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes at most a long into `flags`, which lives across the call.
+    // (The kernel writes an int, whatever the request's declared size.)
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes an int into `flags`, which lives across the call.
     let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
     if r < 0 {
         let e = io::Error::last_os_error();

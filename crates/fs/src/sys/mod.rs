@@ -234,7 +234,7 @@ pub fn stat_and_fixed(file: &std::fs::File) -> io::Result<(Stat, bool)> {
             file.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
+            libc::STATX_BASIC_STATS | libc::STATX_MNT_ID,
             stx.as_mut_ptr(),
         )
     })?;
@@ -245,24 +245,27 @@ pub fn stat_and_fixed(file: &std::fs::File) -> io::Result<(Stat, bool)> {
     if stx.stx_attributes_mask & fixed == fixed {
         return Ok((st, stx.stx_attributes & fixed != 0));
     }
-    Ok((st, flags_fixed(file, st.st_dev)))
+    // (The mount's ID with the device: an anonymous device number is given again to
+    // another filesystem once its own is unmounted.)
+    let mnt = (stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id);
+    Ok((st, flags_fixed(file, (st.st_dev, mnt))))
 }
 
-/// Devices whose filesystem keeps no inode flags (`FS_IOC_GETFLAGS` refused), learnt as
-/// [`stat_and_fixed`] meets them (a handful at most: the backing filesystem and what is
-/// mounted inside it).
-static NO_FLAGS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+/// Filesystems (device and mount ID) that keep no inode flags (`FS_IOC_GETFLAGS` refused),
+/// learnt as [`stat_and_fixed`] meets them (a handful at most: the backing filesystem and
+/// what is mounted inside it).
+static NO_FLAGS: std::sync::Mutex<Vec<(u64, Option<u64>)>> = std::sync::Mutex::new(Vec::new());
 
-/// Whether `file` (on device `dev`) is append-only or immutable by its inode flags; false
+/// Whether `file` (on filesystem `dev`) is append-only or immutable by its inode flags; false
 /// where its filesystem keeps none; true when they cannot be read otherwise (the caller
 /// then makes its change at once, as for such a file).
-fn flags_fixed(file: &std::fs::File, dev: u64) -> bool {
+fn flags_fixed(file: &std::fs::File, dev: (u64, Option<u64>)) -> bool {
     if NO_FLAGS.lock().unwrap().contains(&dev) {
         return false;
     }
-    let mut flags: libc::c_long = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes at most a long into `flags`, which lives across the
-    // call; `file` is a live fd borrowed for it.
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes an int (whatever the request's declared size) into
+    // `flags`, which lives across the call; `file` is a live fd borrowed for it.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
     if r == 0 {
         // FS_IMMUTABLE_FL and FS_APPEND_FL (linux/fs.h; not in the libc crate).
