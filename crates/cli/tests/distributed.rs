@@ -128,7 +128,7 @@ fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
     for i in 0..N {
         assert!(fs::symlink_metadata(m.join(format!("other/f{i}"))).is_err());
     }
-    let mut made = 0o644;
+    let mut modes = Vec::new();
     for i in 0..N {
         let p = m.join(format!("d/f{i}"));
         assert!(fs::symlink_metadata(&p).is_err());
@@ -142,7 +142,8 @@ fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
         (&f).write_all(b"extracted").unwrap();
         std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
         // (tar's fchmod to the mode the file was made with: 0644 less the umask.)
-        made = f.metadata().unwrap().mode() & 0o7777;
+        let made = f.metadata().unwrap().mode() & 0o7777;
+        modes.push(made);
         f.set_permissions(fs::Permissions::from_mode(made)).unwrap();
         let t = std::time::UNIX_EPOCH + Duration::from_secs(mtime(i) as u64);
         f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
