@@ -171,9 +171,9 @@ fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
     );
     assert_eq!(meta, 0, "chmods or chowns that change nothing\n{trace}");
     let check = |root: &Path, whence: &str| {
-        for i in 0..N {
+        for (i, &mode) in modes.iter().enumerate() {
             let md = fs::metadata(root.join(format!("d/f{i}"))).unwrap();
-            assert_eq!(md.mode() & 0o7777, modes[i], "f{i}'s mode {whence}");
+            assert_eq!(md.mode() & 0o7777, mode, "f{i}'s mode {whence}");
             assert_eq!((md.uid(), md.gid()), (0, 0), "f{i}'s owner {whence}");
             assert_eq!(md.mtime(), mtime(i), "f{i}'s mtime {whence}");
         }
