@@ -123,8 +123,10 @@ pub fn walk_records_with(
                 Some((t, _)) => t.file(&f, inherited),
                 None => None,
             };
-            let state = match (m.len(), sys::get_xattr_at_path_fd(f.as_fd(), LOCATION_XATTR)) {
-                (0, Ok(value)) => Ok(record_state_of_empty(value.as_deref())),
+            // (A file with bytes is not asked through the `O_PATH` fd: it is opened anyway.)
+            let empty = (m.len() == 0).then(|| sys::get_xattr_at_path_fd(f.as_fd(), LOCATION_XATTR));
+            let state = match empty {
+                Some(Ok(value)) => Ok(record_state_of_empty(value.as_deref())),
                 // Data to look at (a superblock may outrank the record), or an xattr this
                 // daemon may read only as the file's owner (a mode-0 file without root).
                 _ => match reopen_for_reading(&f) {
