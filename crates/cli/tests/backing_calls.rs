@@ -6,9 +6,8 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
 use common::strace::{count, Strace};
 use common::*;
@@ -126,30 +125,22 @@ fn a_file_extracted_the_tar_way_gets_its_times_and_no_call_that_changes_nothing(
         .as_secs() as i64;
     let mut modes = Vec::new();
     for i in 0..N {
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(m.path(&format!("d/f{i}")))
-            .unwrap();
-        use std::io::Write;
-        (&f).write_all(b"a small file's bytes").unwrap();
-        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
         // Half keep the mode they were made with (0644 less the umask), half change it.
-        let made = f.metadata().unwrap().mode() & 0o7777;
-        let mode = if i % 2 == 0 {
-            made
-        } else if made == 0o600 {
-            0o640
-        } else {
-            0o600
-        };
+        let (made, mode) = extract_the_tar_way(
+            &m.path(&format!("d/f{i}")),
+            b"a small file's bytes",
+            mtime(i),
+            |made| {
+                if i % 2 == 0 {
+                    made
+                } else if made == 0o600 {
+                    0o640
+                } else {
+                    0o600
+                }
+            },
+        );
         modes.push((mode, mode != made));
-        f.set_permissions(fs::Permissions::from_mode(mode)).unwrap();
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(mtime(i) as u64);
-        f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
-            .unwrap();
-        drop(f);
     }
     let check = |root: &Path, whence: &str| {
         for (i, (mode, _)) in modes.iter().enumerate() {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::gluster::Gluster;
-use common::{scratch, Mount};
+use common::{extract_the_tar_way, scratch, Mount};
 
 /// `squeezefs mount BACKING MNT` in the foreground: the mount, or what the daemon said
 /// when it exited (a failing test unmounts and ends it on drop, so it holds no files on
@@ -106,7 +106,7 @@ fn a_tree_and_fsx_on_a_glusterfs_backing() {
 #[test]
 fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
     use common::strace::{count, Strace};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     let dir = scratch("gluster-tar-way");
     let g = Gluster::start(&dir.join("gl"));
     let (b1, b2) = (g.client(1).join("data"), g.client(2).join("data"));
@@ -132,22 +132,9 @@ fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
     for i in 0..N {
         let p = m.join(format!("d/f{i}"));
         assert!(fs::symlink_metadata(&p).is_err());
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&p)
-            .unwrap();
-        use std::io::Write;
-        (&f).write_all(b"extracted").unwrap();
-        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
         // (tar's fchmod to the mode the file was made with: 0644 less the umask.)
-        let made = f.metadata().unwrap().mode() & 0o7777;
+        let (made, _) = extract_the_tar_way(&p, b"extracted", mtime(i), |made| made);
         modes.push(made);
-        f.set_permissions(fs::Permissions::from_mode(made)).unwrap();
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(mtime(i) as u64);
-        f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
-            .unwrap();
     }
     // The unmount finishes the last closes (the daemon's exit ends the trace).
     d.unmount();

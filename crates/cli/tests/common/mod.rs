@@ -600,3 +600,31 @@ pub fn run_fsx(mnt: &Path, logs: &Path, total: u64, seeds: &[u64]) {
         );
     }
 }
+
+/// Makes `path` as `tar -x` as root makes a file: created (0644 less the umask), `data`
+/// written, `fchown` to root, `fchmod` to `mode_for(the mode it was made with)`, `futimens`
+/// to `mtime` (seconds), closed. Returns the mode it was made with and the one set.
+pub fn extract_the_tar_way(
+    path: &Path,
+    data: &[u8],
+    mtime: i64,
+    mode_for: impl FnOnce(u32) -> u32,
+) -> (u32, u32) {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .unwrap();
+    (&f).write_all(data).unwrap();
+    std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+    let made = f.metadata().unwrap().mode() & 0o7777;
+    let mode = mode_for(made);
+    f.set_permissions(fs::Permissions::from_mode(mode)).unwrap();
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(mtime as u64);
+    f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .unwrap();
+    (made, mode)
+}

@@ -240,6 +240,23 @@ mod tests {
         done
     }
 
+    /// A spin attached to one end of a socket pair (both ends returned, to live as long as
+    /// the test), with `window` and `threads` session threads.
+    fn attached(window: Duration, threads: usize) -> (Arc<Spin>, [std::os::unix::net::UnixStream; 2]) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = Arc::new(Spin::default());
+        spin.attach_with(a.as_fd(), SpinChoice::Window(window), 2, || false, threads)
+            .unwrap();
+        (spin, [a, b])
+    }
+
+    /// A request served on a thread named `name` (its `Serving` guard dropped, as after a
+    /// reply); the flag says it returned.
+    fn served(spin: &Arc<Spin>, name: &str) -> Arc<AtomicBool> {
+        let s = spin.clone();
+        on_thread(name, move || drop(s.serving()))
+    }
+
     fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
         let t = Instant::now();
         while !cond() {
@@ -253,25 +270,18 @@ mod tests {
     /// spins.
     #[test]
     fn a_helper_parks_while_the_spin_lasts_and_returns_when_it_ends() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let spin = Arc::new(Spin::default());
         let window = Duration::from_millis(30);
-        spin.attach_with(a.as_fd(), SpinChoice::Window(window), 2, || false, 3)
-            .unwrap();
+        let (spin, _socket) = attached(window, 3);
         // Not spinning: a helper's request ends at once.
-        let s = spin.clone();
-        let done = on_thread("fuser-0", move || drop(s.serving()));
+        let done = served(&spin, "fuser-0");
         wait_for("a helper without a spin", Duration::from_secs(5), || {
             done.load(Ordering::SeqCst)
         });
         spin.touch();
         assert!(spin.counts().1);
-        let s = spin.clone();
-        let helper = on_thread("fuser-1", move || drop(s.serving()));
-        let s = spin.clone();
-        let spinner = on_thread("fuser-2", move || drop(s.serving()));
-        let s = spin.clone();
-        let other = on_thread("squeezefs-wait", move || drop(s.serving()));
+        let helper = served(&spin, "fuser-1");
+        let spinner = served(&spin, "fuser-2");
+        let other = served(&spin, "squeezefs-wait");
         wait_for(
             "the spinner's and another thread's requests",
             Duration::from_secs(5),
@@ -297,18 +307,10 @@ mod tests {
     /// back (one per window); the unmount's stop releases the rest.
     #[test]
     fn a_stuck_spinner_releases_a_helper_and_stop_releases_all() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let spin = Arc::new(Spin::default());
         let window = Duration::from_millis(20);
-        spin.attach_with(a.as_fd(), SpinChoice::Window(window), 2, || false, 4)
-            .unwrap();
+        let (spin, _socket) = attached(window, 4);
         spin.touch();
-        let helpers: Vec<_> = (0..3)
-            .map(|i| {
-                let s = spin.clone();
-                on_thread(&format!("fuser-{i}"), move || drop(s.serving()))
-            })
-            .collect();
+        let helpers: Vec<_> = (0..3).map(|i| served(&spin, &format!("fuser-{i}"))).collect();
         // Requests keep coming for long enough for all three to park.
         let parked = |n: u64| spin.to_json()["parked"] == n;
         let t = Instant::now();
@@ -352,19 +354,9 @@ mod tests {
     /// governor would see it stuck (a window of 2 s here).
     #[test]
     fn a_spinner_about_to_wait_releases_a_helper_at_once() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let spin = Arc::new(Spin::default());
-        spin.attach_with(
-            a.as_fd(),
-            SpinChoice::Window(Duration::from_secs(2)),
-            2,
-            || false,
-            2,
-        )
-        .unwrap();
+        let (spin, _socket) = attached(Duration::from_secs(2), 2);
         spin.touch();
-        let s = spin.clone();
-        let helper = on_thread("fuser-0", move || drop(s.serving()));
+        let helper = served(&spin, "fuser-0");
         wait_for("the helper to park", Duration::from_secs(5), || {
             spin.to_json()["parked"] == 1
         });
@@ -385,19 +377,9 @@ mod tests {
     /// sends it back to reading (it waits for the end of its own spin, not for no spin).
     #[test]
     fn a_helper_returns_when_its_spin_ended_even_if_another_began() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let spin = Arc::new(Spin::default());
-        spin.attach_with(
-            a.as_fd(),
-            SpinChoice::Window(Duration::from_secs(5)),
-            2,
-            || false,
-            2,
-        )
-        .unwrap();
+        let (spin, _socket) = attached(Duration::from_secs(5), 2);
         spin.touch();
-        let s = spin.clone();
-        let helper = on_thread("fuser-0", move || drop(s.serving()));
+        let helper = served(&spin, "fuser-0");
         wait_for("the helper to park", Duration::from_secs(5), || {
             spin.to_json()["parked"] == 1
         });
