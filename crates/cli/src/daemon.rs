@@ -100,7 +100,11 @@ pub const RECLAIM_BUDGET: u64 = 256 << 20;
 /// After the last file is written out (the backing directory still locked): packs above
 /// 25 % garbage are rewritten, as `check --repair` does, within [`RECLAIM_BUDGET`]. Only
 /// when the directory has packs, the mount could write and `pack_reclaim` is on.
-fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig) {
+///
+/// `clean`: the mount started from a valid clean mark and made no pack garbage, so the
+/// walk (a round trip a file on a network backing) is left out. The mark is written again
+/// after that, or after a walk that ran to the end (`squeezefs_container::pack::clean`).
+fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig, clean: bool) {
     use squeezefs_container::pack::{FsPackDir, Packs};
     let dir = FsPackDir::new(backing, true);
     if cfg.read_only || !cfg.pack_reclaim || !dir.path().is_dir() {
@@ -112,19 +116,36 @@ fn reclaim(backing: &Path, cfg: &squeezefs_fs::MountConfig) {
         Err(e) => return log::warn!("pack garbage not reclaimed: {e}"),
     };
     packs.set_keep_ctime(squeezefs_fs::packing::keeps_ctime(backing));
-    match crate::check::packs::reclaim_tree(backing, &packs, Some(RECLAIM_BUDGET)) {
-        Ok(Some(r)) => log::info!(
-            "reclaimed {} of pack garbage at unmount ({} files moved, {} packs removed) in {:.1} s",
-            crate::ui::human(r.bytes_freed),
-            r.files_moved,
-            r.packs_removed.len(),
-            start.elapsed().as_secs_f64()
-        ),
-        Ok(None) => {}
-        Err(e) => log::warn!(
-            "pack garbage not reclaimed at unmount: {e} (`squeezefs check --repair {}` does it)",
-            backing.display()
-        ),
+    let to_end = if clean {
+        log::info!("no pack garbage made since the last complete reclaim: the tree is not walked");
+        true
+    } else {
+        match crate::check::packs::reclaim_tree(backing, &packs, Some(RECLAIM_BUDGET)) {
+            Ok((r, to_end)) => {
+                if let Some(r) = r {
+                    log::info!(
+                        "reclaimed {} of pack garbage at unmount ({} files moved, {} packs removed) in {:.1} s",
+                        crate::ui::human(r.bytes_freed),
+                        r.files_moved,
+                        r.packs_removed.len(),
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+                to_end
+            }
+            Err(e) => {
+                log::warn!(
+                    "pack garbage not reclaimed at unmount: {e} (`squeezefs check --repair {}` does it)",
+                    backing.display()
+                );
+                false
+            }
+        }
+    };
+    if to_end {
+        if let Err(e) = packs.put_clean_mark() {
+            log::warn!("the clean mark was not written ({e}): the next unmount walks the tree");
+        }
     }
 }
 
@@ -217,7 +238,13 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
     // The "mounting … (format N)" line is squeezefs_fs::mount's: only it knows whether this
     // mount packs small files (format 4).
     if !daemon {
-        return match squeezefs_fs::mount(&backing, &mountpoint, &cfg, || {}, |b| reclaim(b, &cfg)) {
+        return match squeezefs_fs::mount(
+            &backing,
+            &mountpoint,
+            &cfg,
+            || {},
+            |b, clean| reclaim(b, &cfg, clean),
+        ) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         };
@@ -254,7 +281,7 @@ fn run(backing: PathBuf, mountpoint: PathBuf, cfg: MountConfig, daemon: bool) ->
                     let _ = std::env::set_current_dir("/");
                     detach_stdio();
                 },
-                |b| reclaim(b, &cfg),
+                |b, clean| reclaim(b, &cfg, clean),
             );
             match r {
                 Ok(()) => ExitCode::SUCCESS,

@@ -21,14 +21,19 @@ fn is_dict_dir(path: &Path) -> bool {
 }
 
 /// A backing directory's pack directory (`.squeezefs-packs` holding only `ID.pack` files,
-/// and perhaps a probe file a crash left): the packed files' bytes, not files of the tree.
+/// the clean mark, and perhaps a probe file a crash left): the packed files' bytes, not
+/// files of the tree.
 pub fn is_pack_dir(path: &Path) -> bool {
+    use squeezefs_container::pack::clean::is_mark_name;
     use squeezefs_container::pack::dir::{parse_name, DIR_NAME, POOL_PREFIX, PROBE_PREFIX};
     path.file_name().is_some_and(|n| n == DIR_NAME)
         && dir_names_as_owner(path).is_ok_and(|names| {
             names.iter().all(|n| {
                 n.to_str().is_some_and(|n| {
-                    parse_name(n).is_some() || n.starts_with(PROBE_PREFIX) || n.starts_with(POOL_PREFIX)
+                    parse_name(n).is_some()
+                        || n.starts_with(PROBE_PREFIX)
+                        || n.starts_with(POOL_PREFIX)
+                        || is_mark_name(n)
                 })
             })
         })

@@ -647,6 +647,114 @@ fn an_unmount_reclaims_the_garbage_its_mount_left() {
     m.unmount();
 }
 
+/// Whether the unmount just done left its walk of the tree out (the daemon says so).
+fn walk_skipped(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("daemon.log"))
+        .unwrap()
+        .contains("the tree is not walked")
+}
+
+/// No pack of `backing` above the 25 % garbage an unmount reclaims, and no leftover.
+fn no_pack_to_reclaim(backing: &Path) {
+    let (code, doc) = check(backing, false);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["packs"]["leftovers"].as_u64().unwrap(), 0, "{doc}");
+    for p in doc["packs"]["packs"].as_array().unwrap() {
+        let (g, b) = (p["garbage_bytes"].as_u64().unwrap(), p["bytes"].as_u64().unwrap());
+        assert!(g * 4 <= b, "pack {} keeps {g} garbage of {b}: {doc}", p["id"]);
+    }
+}
+
+/// The unmount's reclaim walk (a round trip a file on a network backing) is left out only
+/// when the mount started from the clean mark of a complete reclaim and made no garbage:
+/// new files only. Removing or rewriting files, a kill -9, a mark that no longer matches
+/// the packs, and `check --repair` each make the next unmount walk, and the garbage goes.
+#[test]
+fn an_unmount_walks_the_tree_only_when_its_mount_may_have_left_garbage() {
+    let dir = scratch("pack-clean-mark");
+    let backing = dir.join("backing");
+    let mark = backing.join(".squeezefs-packs/clean");
+    let opts = "compress=zstd:1,pack";
+    // A new backing directory has no pack, so no garbage to start from: the first mount
+    // of it, writing new files only, does not walk either, and leaves the mark.
+    let m = Mount::new(&dir, opts);
+    let mut files = real_tree(&m.path("src"));
+    m.unmount();
+    assert!(walk_skipped(&dir), "a first mount with new files only walked");
+    assert!(mark.exists(), "no mark left");
+    // A mount takes the mark away before it serves anything.
+    let m = Mount::new(&dir, opts);
+    assert!(!mark.exists(), "the mark stays while mounted");
+    // New files and directories only: no walk, and nothing to reclaim.
+    for i in 0..50 {
+        let rel = PathBuf::from(format!("new/{}/f{i}", i % 5));
+        fs::create_dir_all(m.path("src").join(&rel).parent().unwrap()).unwrap();
+        let data = format!("new file {i}\n").repeat(i + 1).into_bytes();
+        fs::write(m.path("src").join(&rel), &data).unwrap();
+        files.push((rel, data));
+    }
+    let st = Command::new("chmod")
+        .arg("-R")
+        .arg("go-w")
+        .arg(m.path("src"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::rename(m.path("src/new/0"), m.path("src/new/moved")).unwrap();
+    for f in files.iter_mut().filter(|f| f.0.starts_with("new/0")) {
+        f.0 = Path::new("new/moved").join(f.0.strip_prefix("new/0").unwrap());
+    }
+    m.unmount();
+    assert!(walk_skipped(&dir), "new files only: the walk is left out");
+    assert!(mark.exists());
+    no_pack_to_reclaim(&backing);
+    // A stale mark (the packs it names have grown since) is no mark.
+    let stale = fs::read(&mark).unwrap();
+    let m = Mount::new(&dir, opts);
+    fs::write(m.path("src/one-more"), b"appended to a pack").unwrap();
+    files.push(("one-more".into(), b"appended to a pack".to_vec()));
+    m.unmount();
+    assert!(walk_skipped(&dir));
+    fs::write(&mark, &stale).unwrap();
+    let m = Mount::new(&dir, opts);
+    m.unmount();
+    assert!(
+        !walk_skipped(&dir),
+        "a mark naming other pack lengths was trusted"
+    );
+    // Rewrite one file in three and remove one in three: garbage, so a walk reclaims it.
+    let m = Mount::new(&dir, opts);
+    files = churn(&m, files);
+    m.unmount();
+    assert!(!walk_skipped(&dir), "files removed and rewritten, yet no walk");
+    no_pack_to_reclaim(&backing);
+    // Removing a file alone is garbage too.
+    let m = Mount::new(&dir, opts);
+    let (gone, _) = files.remove(files.len() / 2);
+    fs::remove_file(m.path("src").join(&gone)).unwrap();
+    m.unmount();
+    assert!(!walk_skipped(&dir), "a file removed, yet no walk");
+    // A daemon killed leaves no mark (it took it at its start): the next unmount walks.
+    let m = Mount::new(&dir, opts);
+    fs::write(m.path("src/before-kill"), b"x".repeat(100)).unwrap();
+    m.kill();
+    assert!(!mark.exists(), "a killed daemon left a mark");
+    let m = Mount::new(&dir, opts);
+    m.unmount();
+    assert!(!walk_skipped(&dir), "after a kill -9, no walk");
+    assert!(mark.exists(), "a complete walk leaves the mark");
+    // `check --repair` takes the mark away too.
+    let (code, doc) = check(&backing, true);
+    assert_eq!(code, 0, "{doc}");
+    assert!(!mark.exists(), "check --repair left the mark");
+    let m = Mount::new(&dir, opts);
+    reads_back(&m, &files);
+    m.unmount();
+    assert!(!walk_skipped(&dir));
+    no_pack_to_reclaim(&backing);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bytes of the pack files of `backing`.
 fn pack_bytes(backing: &Path) -> u64 {
     fs::read_dir(backing.join(".squeezefs-packs"))

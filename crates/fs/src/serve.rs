@@ -31,13 +31,15 @@ pub const UNMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(60)
 /// Serves `backing` at `mountpoint` until unmounted. `ready` runs once the mount is live;
 /// `after_unmount` once every file is written out and the session is over, while this
 /// process still holds the backing directory's lock (nothing else can touch it: pack
-/// garbage is reclaimed there).
+/// garbage is reclaimed there). It is told whether the packs are known clean: the mount
+/// started from a valid clean mark (`squeezefs_container::pack::clean`) and made no pack
+/// garbage, so no walk of the tree can find any to reclaim.
 pub fn mount(
     backing: &Path,
     mountpoint: &Path,
     cfg: &MountConfig,
     ready: impl FnOnce(),
-    after_unmount: impl FnOnce(&Path),
+    after_unmount: impl FnOnce(&Path, bool),
 ) -> io::Result<()> {
     let backing: PathBuf = backing.canonicalize()?;
     devfuse::check()?;
@@ -68,6 +70,21 @@ pub fn mount(
     });
     let mut opts = cfg.container_options();
     let packs = packing::open(&backing, cfg.pack && !cfg.read_only, cfg.pack_cache)?;
+    // Before any request can change a record: a crash from here on leaves no mark.
+    let started_clean = !cfg.read_only
+        && packs.take_clean_mark().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot remove the clean mark {}: {e}",
+                    backing
+                        .join(squeezefs_container::pack::dir::DIR_NAME)
+                        .join(squeezefs_container::pack::clean::MARK_NAME)
+                        .display()
+                ),
+            )
+        })?;
+    let packs_seen = packs.clone();
     // Announced here, once the probe has said whether this mount packs (format 4).
     log::info!(
         "mounting {} at {} (compress={}, extent size {} KiB, format {})",
@@ -128,7 +145,9 @@ pub fn mount(
     drop(own);
     session_ended(ended)?;
     log::info!("unmounted {}: every file written out", mountpoint.display());
-    after_unmount(&backing);
+    let clean = started_clean && packs_seen.made_no_garbage();
+    drop(packs_seen);
+    after_unmount(&backing, clean);
     Ok(())
 }
 

@@ -75,6 +75,13 @@ pub fn main(args: Args) -> Result<u8, String> {
         // A file a repair moves keeps the change time it shows (where records may be 64
         // bytes for free).
         packs.set_keep_ctime(squeezefs_fs::packing::keeps_ctime(&root));
+        // A repair rewrites records and packs: the next unmount walks.
+        packs.take_clean_mark().map_err(|e| {
+            format!(
+                "{}: removing the clean mark: {e}",
+                FsPackDir::new(&root, false).path().display()
+            )
+        })?;
     }
     let pack_bytes: u64 = packs
         .dir()

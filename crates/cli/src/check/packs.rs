@@ -93,8 +93,13 @@ pub fn check(
 /// Reclaims the packs of the backing directory `root` where nothing else writes (after
 /// `compress` rewrote files in it, or at unmount): orphans removed, packs above
 /// [`GARBAGE_MAX`] garbage rewritten (with `budget`, those with the most garbage first).
-pub fn reclaim_tree(root: &Path, packs: &Packs, budget: Option<u64>) -> Result<Option<Reclaimed>, String> {
-    tree::reclaim_tree(
+/// Also says whether it ran to the end (`tree::reclaim_tree_to_end`).
+pub fn reclaim_tree(
+    root: &Path,
+    packs: &Packs,
+    budget: Option<u64>,
+) -> Result<(Option<Reclaimed>, bool), String> {
+    tree::reclaim_tree_to_end(
         root,
         packs,
         TreeReclaim {

@@ -34,6 +34,10 @@ pub(super) fn offline_packs(
     // directory is there on every backing a mount wrote to, for its probes).
     let packs = squeezefs_fs::packing::open(root, pack, squeezefs_container::pack::DEFAULT_CACHE)
         .map_err(|e| err(root, format!("opening its packs: {e}")))?;
+    // Files rewritten here leave garbage the next unmount must look for.
+    packs
+        .take_clean_mark()
+        .map_err(|e| err(root, format!("removing its packs' clean mark: {e}")))?;
     if required && !packs.writable() {
         return Err(format!(
             "{}: files cannot be packed on this filesystem (see the warning above); run with --no-pack",

@@ -496,8 +496,8 @@ pub fn main(args: Args) -> Result<u8, String> {
     for (root, packs) in &whole {
         pb.set_message(format!("reclaiming garbage in {}", root.display()));
         match crate::check::packs::reclaim_tree(root, packs, None) {
-            Ok(Some(r)) => s.reclaimed += r.bytes_freed,
-            Ok(None) => {}
+            Ok((Some(r), _)) => s.reclaimed += r.bytes_freed,
+            Ok((None, _)) => {}
             Err(e) => {
                 s.failed += 1;
                 pb.suspend(|| eprintln!("squeezefs compress: {}: {e}", root.display()));

@@ -250,6 +250,13 @@ impl Packed {
             self.loc_moves = packs.moves();
             self.loc_epoch = self.epoch;
             packs.counters.records_changed.fetch_add(1, Ordering::Relaxed);
+            if len > 0 {
+                packs.counters.slots_recorded.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.loc.as_ref().is_some_and(|l| l.len > 0) {
+                // The bytes the old record named are nobody's now.
+                packs.note_garbage();
+            }
         }
         // The slot kept the pack from reclaim until now; while the bytes are not loaded
         // the pin does.
@@ -322,6 +329,9 @@ impl Packed {
             st.remove_xattr(LOCATION_XATTR)?;
             if let Some(p) = &packs {
                 p.counters.records_changed.fetch_add(1, Ordering::Relaxed);
+                if self.loc.as_ref().is_some_and(|l| l.len > 0) {
+                    p.note_garbage();
+                }
             }
             self.loc_stale = false;
             self.loc = None;

@@ -27,6 +27,11 @@ pub trait PackDir: Send + Sync {
     fn remove(&self, id: u32) -> io::Result<()>;
     /// What to call pack `id` in messages.
     fn describe(&self, id: u32) -> String;
+    /// The clean mark's bytes (`super::clean`), `None` when there is none.
+    fn read_mark(&self) -> io::Result<Option<Vec<u8>>>;
+    /// Replaces the clean mark with `mark`, or removes it (`None`), durably and atomically:
+    /// after a crash the directory holds the old mark or the new one (or none), whole.
+    fn write_mark(&self, mark: Option<&[u8]>) -> io::Result<()>;
 }
 
 /// Packs as files `ID.pack` in a directory (created at the first pack).
@@ -142,6 +147,41 @@ impl PackDir for FsPackDir {
     fn describe(&self, id: u32) -> String {
         self.file(id).display().to_string()
     }
+
+    fn read_mark(&self) -> io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let f = match File::open(self.path.join(super::clean::MARK_NAME)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            f => f?,
+        };
+        // Bounded: a mark this code wrote for the most packs a directory holds; anything
+        // longer is not one (and reads as no mark).
+        let mut b = Vec::new();
+        f.take(1 << 24).read_to_end(&mut b)?;
+        Ok(Some(b))
+    }
+
+    fn write_mark(&self, mark: Option<&[u8]>) -> io::Result<()> {
+        use std::io::Write;
+        let path = self.path.join(super::clean::MARK_NAME);
+        let Some(mark) = mark else {
+            return match fs::remove_file(&path) {
+                Ok(()) => sync_dir(&self.path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+        };
+        // Written beside it, synced, renamed over it, the directory synced. A `.clean-PID`
+        // a crash left is not a pack and is replaced by the next mark this process writes.
+        let tmp = self
+            .path
+            .join(format!("{}{}", super::clean::TMP_PREFIX, std::process::id()));
+        let mut f = File::create(&tmp)?;
+        f.write_all(mark)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        sync_dir(&self.path)
+    }
 }
 
 /// Simulated packs for the crash tests: one [`MemDisk`] per pack, crashing with the disks
@@ -150,6 +190,8 @@ impl PackDir for FsPackDir {
 #[derive(Clone, Debug, Default)]
 pub struct MemPackDir {
     packs: Arc<Mutex<BTreeMap<u32, MemDisk>>>,
+    /// The clean mark (written whole and durably: it survives a crash as it was).
+    mark: Arc<Mutex<Option<Vec<u8>>>>,
     crash: Crash,
 }
 
@@ -157,6 +199,7 @@ impl MemPackDir {
     pub fn new(crash: &Crash) -> MemPackDir {
         MemPackDir {
             packs: Arc::default(),
+            mark: Arc::default(),
             crash: crash.clone(),
         }
     }
@@ -177,6 +220,7 @@ impl MemPackDir {
             .collect();
         MemPackDir {
             packs: Arc::new(Mutex::new(packs)),
+            mark: Arc::new(Mutex::new(self.mark.lock().unwrap().clone())),
             crash: crash.clone(),
         }
     }
@@ -229,6 +273,18 @@ impl PackDir for MemPackDir {
 
     fn describe(&self, id: u32) -> String {
         format!("pack {id}")
+    }
+
+    fn read_mark(&self) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.mark.lock().unwrap().clone())
+    }
+
+    fn write_mark(&self, mark: Option<&[u8]>) -> io::Result<()> {
+        if self.crash.has_crashed() {
+            return Err(io::Error::other("simulated crash"));
+        }
+        *self.mark.lock().unwrap() = mark.map(<[u8]>::to_vec);
+        Ok(())
     }
 }
 

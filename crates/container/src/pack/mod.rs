@@ -35,6 +35,7 @@
 
 pub mod audit;
 pub mod cache;
+pub mod clean;
 pub mod dir;
 pub mod format;
 pub mod moves;
@@ -157,6 +158,13 @@ pub struct PackCounters {
     /// when the bytes a file replaced become garbage a reclaim round can see. (Appends
     /// come before: a round between a file's append and its commit sees no garbage yet.)
     pub records_changed: AtomicU64,
+    /// Slots whose record a commit set (beside `files_packed`, the slots appended: a slot
+    /// appended and never named is garbage, [`Packs::made_no_garbage`]).
+    pub slots_recorded: AtomicU64,
+    /// Changes that may have left bytes in a pack that no record names: a record replaced
+    /// or removed by a commit, a packed file's last name removed (told by the filesystem,
+    /// [`Packs::note_garbage`]), files moved by reclaim or the background pass.
+    pub garbage_events: AtomicU64,
 }
 
 /// What a [`Packs::seal_all`] wrote: the length of every pack with writes not yet known
@@ -288,6 +296,51 @@ impl Packs {
             pins: Mutex::new(HashMap::new()),
             counters: PackCounters::default(),
         })
+    }
+
+    /// Something may have left bytes in a pack that no record names (see
+    /// [`PackCounters::garbage_events`]). Telling it when nothing was left costs only a walk
+    /// at unmount; not telling it when something was would leave the garbage to `check
+    /// --repair`: callers tell whenever they cannot rule it out.
+    pub fn note_garbage(&self) {
+        self.counters.garbage_events.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether everything this `Packs` saw leaves no pack byte unnamed: every slot appended
+    /// got its record, and no record was replaced or removed, no packed file removed, no
+    /// file moved. (Counts, not a walk: `clean`'s mark uses it at unmount.)
+    pub fn made_no_garbage(&self) -> bool {
+        let c = &self.counters;
+        c.garbage_events.load(Ordering::Relaxed) == 0
+            && c.files_packed.load(Ordering::Relaxed) == c.slots_recorded.load(Ordering::Relaxed)
+    }
+
+    /// The packs present and their lengths, ascending by id.
+    pub fn lengths(&self) -> io::Result<Vec<(u32, u64)>> {
+        let mut out = Vec::new();
+        for id in self.dir.list()? {
+            out.push((id, self.dir.open(id)?.len()?));
+        }
+        Ok(out)
+    }
+
+    /// Takes the clean mark away, durably (see `clean`): before anything that may change
+    /// records or packs. Returns whether the state this process starts from is clean: the
+    /// mark was valid for the packs as they are, or there is no pack at all (a new backing
+    /// directory: no pack, no garbage).
+    pub fn take_clean_mark(&self) -> io::Result<bool> {
+        let now = self.lengths()?;
+        let Some(b) = self.dir.read_mark()? else {
+            return Ok(now.is_empty());
+        };
+        self.dir.write_mark(None)?;
+        Ok(now.is_empty() || clean::decode(&b).is_some_and(|p| now == p))
+    }
+
+    /// Writes the clean mark for the packs as they are (only after a walk that ran to the
+    /// end, or a mount that started clean and [`Packs::made_no_garbage`]).
+    pub fn put_clean_mark(&self) -> io::Result<()> {
+        self.dir.write_mark(Some(&clean::encode(&self.lengths()?)))
     }
 
     /// Held shared by a container setting or removing a location record, exclusively by

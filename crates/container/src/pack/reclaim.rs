@@ -452,6 +452,8 @@ pub fn reclaim<S: Storage>(
                         ..f.loc
                     };
                     st.set_xattr(LOCATION_XATTR, &new.encode())?;
+                    // The old bytes stay until their pack goes (not if a round is cut).
+                    packs.note_garbage();
                     match (id, ids.as_mut()) {
                         (Some(id), Some(ids)) => {
                             ids.insert(id);

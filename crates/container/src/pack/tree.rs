@@ -192,15 +192,27 @@ pub struct TreeReclaim<'a> {
 /// Walks `root`, measures the packs' garbage and reclaims those above [`GARBAGE_MAX`].
 /// `Ok(None)`: nothing to do, or a record could not be read (nothing is touched then).
 pub fn reclaim_tree(root: &Path, packs: &Packs, opts: TreeReclaim) -> Result<Option<Reclaimed>, String> {
+    reclaim_tree_to_end(root, packs, opts).map(|(r, _)| r)
+}
+
+/// [`reclaim_tree`], and whether it ran to the end: every record read, and every pack above
+/// [`GARBAGE_MAX`] reclaimed (none left for the budget, no file left in its pack, no round
+/// stopped or kept its packs). After such a walk of a whole tree no pack is above the
+/// threshold (the unmount's clean mark, `clean`).
+pub fn reclaim_tree_to_end(
+    root: &Path,
+    packs: &Packs,
+    opts: TreeReclaim,
+) -> Result<(Option<Reclaimed>, bool), String> {
     let mut ids = packs.dir().list().map_err(|e| e.to_string())?;
     if let Some(only) = &opts.only {
         ids.retain(|id| only.contains(id));
     }
     if ids.is_empty() {
-        return Ok(None);
+        return Ok((None, true));
     }
     let Some(w) = walk_records(root).map_err(|e| format!("{}: {e}", root.display()))? else {
-        return Ok(None);
+        return Ok((None, false));
     };
     let mut reports = BTreeMap::new();
     for id in ids {
@@ -211,6 +223,7 @@ pub fn reclaim_tree(root: &Path, packs: &Packs, opts: TreeReclaim) -> Result<Opt
         reports.insert(id, r);
     }
     let mut v = pick(&reports, opts.budget);
+    let all_picked = v.len() == victims(&reports, GARBAGE_MAX).len();
     if !opts.repair {
         // A pack no file uses any more (`repair_pack` removes those offline) goes too,
         // through the same checks as the others.
@@ -222,11 +235,12 @@ pub fn reclaim_tree(root: &Path, packs: &Packs, opts: TreeReclaim) -> Result<Opt
         );
     }
     if v.is_empty() {
-        return Ok(None);
+        return Ok((None, true));
     }
-    reclaim_files(root, packs, &v, &w.files, &mut Garbage, opts.settle)
-        .map(Some)
-        .map_err(|e| format!("reclaiming packs: {e}"))
+    let r = reclaim_files(root, packs, &v, &w.files, &mut Garbage, opts.settle)
+        .map_err(|e| format!("reclaiming packs: {e}"))?;
+    let to_end = all_picked && r.left.is_empty() && r.aborted.is_none() && !r.stopped;
+    Ok((Some(r), to_end))
 }
 
 /// The packs above [`GARBAGE_MAX`] garbage; with `budget`, those with the most garbage

@@ -245,10 +245,12 @@ impl Core {
         self.check_writable()?;
         self.drain_names();
         let at = self.at(parent, name)?;
-        let stays = if flags == 0 {
-            self.entry_changes(&at, true)?.1
+        // (rmdir removes an empty directory: no file's bytes.)
+        let (stays, last_link) = if flags == 0 {
+            let e = self.entry_changes(&at, true)?;
+            (e.file, e.last_link)
         } else {
-            None
+            (None, false)
         };
         let names = self.inodes.change_names();
         let going = self.inodes.named(&at.dir, &at.name);
@@ -260,6 +262,9 @@ impl Core {
         }
         if let Some(r) = &self.reclaimer {
             r.note_removed();
+        }
+        if last_link {
+            self.note_garbage();
         }
         self.dir_changed(parent, Change::Gone(name.as_bytes()));
         Ok(())
@@ -277,9 +282,10 @@ impl Core {
         self.drain_names();
         let from = self.at_new(parent, name)?;
         let to = self.at_new(newparent, newname)?;
-        let (_, from_file) = self.entry_changes(&from, false)?;
-        let (to_exists, to_file) = self.entry_changes(&to, !flags.contains(RenameFlags::RENAME_EXCHANGE))?;
-        let moved = [from_file, to_file];
+        let from_file = self.entry_changes(&from, false)?.file;
+        let to_entry = self.entry_changes(&to, !flags.contains(RenameFlags::RENAME_EXCHANGE))?;
+        let (to_exists, replaced_last_link) = (to_entry.exists, to_entry.last_link);
+        let moved = [from_file, to_entry.file];
         // Background pack reclaim must see every file that moves (`reclaim.rs`, rule 3).
         let guard = self.reclaimer.as_ref().map(|r| r.namespace_guard());
         // Path mode: the inodes that move get their new names with the rename, under the
@@ -305,6 +311,9 @@ impl Core {
             }
         }
         drop(guard);
+        if replaced_last_link {
+            self.note_garbage();
+        }
         for i in moved.iter().flatten() {
             self.files.drop_kept_times_after(i);
         }
@@ -365,28 +374,58 @@ impl Core {
     /// A directory's rename also tells the background pass: what is below it may inherit
     /// another target now, without a ctime of its own moving.
     ///
-    /// Returns whether the entry exists (`None`: its `stat` failed otherwise than with
-    /// ENOENT), and the file, for [`Files::drop_kept_times_after`] once the call is made.
-    fn entry_changes(
-        &self,
-        at: &super::names::At,
-        other_links_only: bool,
-    ) -> Result<(Option<bool>, Option<Arc<Inode>>), Errno> {
+    /// Returns whether the entry exists, whether it is a file whose last link goes (with
+    /// `other_links_only`), and the file, for [`Files::drop_kept_times_after`] once the
+    /// call is made.
+    fn entry_changes(&self, at: &super::names::At, other_links_only: bool) -> Result<Entry, Errno> {
         let st = match sys::stat_at(&at.dir, &at.name) {
             Ok(st) => st,
             // (The call itself reports ENOENT.)
-            Err(e) => return Ok(((e.kind() == io::ErrorKind::NotFound).then_some(false), None)),
+            Err(e) => {
+                let missing = e.kind() == io::ErrorKind::NotFound;
+                return Ok(Entry {
+                    exists: missing.then_some(false),
+                    file: None,
+                    // Not known: it may be a packed file's last link.
+                    last_link: other_links_only && !missing,
+                });
+            }
         };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR && !other_links_only {
             self.background.moved();
         }
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || (other_links_only && st.st_nlink < 2) {
-            return Ok((Some(true), None));
+        let is_reg = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        let mut e = Entry {
+            exists: Some(true),
+            file: None,
+            last_link: other_links_only && is_reg && st.st_nlink < 2,
+        };
+        if !is_reg || (other_links_only && st.st_nlink < 2) {
+            return Ok(e);
         }
         let Some(i) = self.inodes.known((st.st_dev, st.st_ino)) else {
-            return Ok((Some(true), None));
+            return Ok(e);
         };
         self.files.drop_kept_times(&i)?;
-        Ok((Some(true), Some(i)))
+        e.file = Some(i);
+        Ok(e)
     }
+
+    /// A file whose bytes may be in a pack lost its last name: the unmount walks the tree
+    /// for garbage (`Packs::note_garbage`).
+    fn note_garbage(&self) {
+        if let Some(p) = &self.files.opts().packs {
+            p.note_garbage();
+        }
+    }
+}
+
+/// What [`SqueezeFs::entry_changes`] found of an entry about to be renamed or removed.
+struct Entry {
+    /// `None`: its `stat` failed otherwise than with ENOENT.
+    exists: Option<bool>,
+    /// A regular file (with another link, when only those count) the table knows.
+    file: Option<Arc<Inode>>,
+    /// A regular file whose last link goes, or one that could not be looked at.
+    last_link: bool,
 }
