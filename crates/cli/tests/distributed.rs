@@ -136,6 +136,18 @@ fn a_tar_like_extract_on_glusterfs_waits_for_the_network_only_to_create() {
         let (made, _) = extract_the_tar_way(&p, b"extracted", mtime(i), |made| made);
         modes.push(made);
     }
+    // `spin=auto` does not spin over GlusterFS's FUSE client: its daemon needs the CPU.
+    let stats: serde_json::Value =
+        serde_json::from_slice(&fs::read(m.join(".squeezefs-stats")).unwrap()).unwrap();
+    assert_eq!(stats["spin"]["mode"], "auto", "{}", stats["spin"]);
+    assert_eq!(stats["spin"]["window_us"], 0, "{}", stats["spin"]);
+    assert!(
+        stats["spin"]["declined"]
+            .as_str()
+            .is_some_and(|w| w.contains("fuse.glusterfs")),
+        "{}",
+        stats["spin"]
+    );
     // The unmount finishes the last closes (the daemon's exit ends the trace).
     d.unmount();
     let trace = strace.finish(&out);

@@ -323,7 +323,11 @@ fn check_verifies_packs_reclaims_garbage_and_names_damage() {
 
     // A pack nothing points into is a leftover: --repair removes it.
     let packs = backing.join(".squeezefs-packs");
-    let some = fs::read_dir(&packs).unwrap().next().unwrap().unwrap().path();
+    let some = fs::read_dir(&packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .expect("a pack");
     let orphan = packs.join("999.pack");
     let mut bytes = fs::read(&some).unwrap();
     bytes[16..20].copy_from_slice(&999u32.to_le_bytes());
@@ -673,7 +677,7 @@ fn no_pack_to_reclaim(backing: &Path) {
 fn an_unmount_walks_the_tree_only_when_its_mount_may_have_left_garbage() {
     let dir = scratch("pack-clean-mark");
     let backing = dir.join("backing");
-    let mark = backing.join(".squeezefs-packs/clean");
+    let mark = backing.join(".squeezefs-packs/.probe-clean");
     let opts = "compress=zstd:1,pack";
     // A new backing directory has no pack, so no garbage to start from: the first mount
     // of it, writing new files only, does not walk either, and leaves the mark.

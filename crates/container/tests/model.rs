@@ -510,9 +510,10 @@ fn garbage_is_told(dir: &MemPackDir, packs: &Packs, disk: &MemDisk) -> Result<()
     if !packs.made_no_garbage() {
         return Ok(());
     }
+    // As the walk judges: only a record that is the file (not one a superblock outranks).
     let mut live = LiveMap::default();
-    if let Some(l) = squeezefs_container::pack::record::read_record(disk).unwrap() {
-        live.add(&l);
+    if let RecordState::Current { loc, .. } = record_state(disk).unwrap() {
+        live.add(&loc);
     }
     for id in dir.list().unwrap() {
         let r = check_pack(packs, id, &live, false).unwrap();

@@ -119,7 +119,12 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     {
         use std::os::fd::AsFd;
-        if let Err(e) = spin.attach(session.as_fd(), cfg.spin, threads) {
+        let (choice, why) = cfg.spin.for_backing(backing_type(&backing).as_deref());
+        if let Some(why) = why {
+            log::info!("{why}");
+            spin.decline(why);
+        }
+        if let Err(e) = spin.attach(session.as_fd(), choice, threads) {
             log::warn!("not spinning on /dev/fuse: {e}");
         }
     }
@@ -149,6 +154,14 @@ pub fn mount(
     drop(packs_seen);
     after_unmount(&backing, clean);
     Ok(())
+}
+
+/// The mountinfo type (`ext4`, `fuse.glusterfs`, …) of the filesystem holding `backing`.
+fn backing_type(backing: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(backing).ok()?.dev();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    crate::mountinfo::fstype_of_dev(&info, dev)
 }
 
 /// What `fuser::Session::run` returned, with the end of an unmount that raced a request

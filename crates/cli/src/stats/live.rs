@@ -278,6 +278,9 @@ fn spin(v: &Value) -> String {
         return "spin              (not reported by this daemon)".to_string();
     };
     let probe = &sp["probe"];
+    if let Some(declined) = sp["declined"].as_str() {
+        return format!("spin              not spinning (auto: {declined})");
+    }
     let why = match (mode, probe["blocking_us"].as_f64(), probe["spinning_us"].as_f64()) {
         ("off", ..) => return "spin              off (spin=0)".to_string(),
         ("fixed", ..) => "spin=MICROS".to_string(),
@@ -350,6 +353,12 @@ mod tests {
         assert_eq!(
             line(json!({"mode": "off", "window_us": 0})),
             "spin              off (spin=0)"
+        );
+        assert_eq!(
+            line(
+                json!({"mode": "auto", "window_us": 0, "probe": null, "declined": "BACKING is on a FUSE filesystem (fuse.glusterfs)"})
+            ),
+            "spin              not spinning (auto: BACKING is on a FUSE filesystem (fuse.glusterfs))"
         );
         assert!(line(json!({"window_us": 0})).contains("not reported"));
     }

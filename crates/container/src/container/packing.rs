@@ -303,6 +303,14 @@ impl Packed {
             self.backing_stale = false;
         }
         self.loc_stale = true;
+        if let (Some(l), Some(p)) = (&self.loc, &self.packs) {
+            // Its bytes are nobody's once the superblock replaces the record: told now,
+            // not only when the record is removed (the container may be dropped first,
+            // leaving a stale record the walk counts as garbage).
+            if l.len > 0 {
+                p.note_garbage();
+            }
+        }
         self.sb_dirty = true;
         Ok(())
     }

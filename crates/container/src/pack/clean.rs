@@ -1,4 +1,4 @@
-//! The clean mark: `.squeezefs-packs/clean`, written at unmount to say "no pack was above
+//! The clean mark: `.squeezefs-packs/.probe-clean`, written at unmount to say "no pack was above
 //! the reclaim threshold when this daemon stopped, and these were the packs", so the next
 //! unmount may leave the walk of the whole tree out when its mount made no garbage.
 //!
@@ -29,12 +29,15 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The mark's file name in the pack directory (not a pack name: older versions ignore it).
-pub const MARK_NAME: &str = "clean";
+/// The mark's file name in the pack directory. A probe file's name (`dir::PROBE_PREFIX`):
+/// every older squeezefs skips those there (a name it did not know would make its tree
+/// walks take the pack directory for a directory of files, and an offline `compress`
+/// rewrite the packs themselves).
+pub const MARK_NAME: &str = ".probe-clean";
 
-/// How the name of a mark being written begins (`.clean-PID`, renamed over [`MARK_NAME`]
-/// once synced; one a crash left is never read, and replaced by that process id's next).
-pub const TMP_PREFIX: &str = ".clean-";
+/// How the name of a mark being written begins (`.probe-clean-PID`, renamed over
+/// [`MARK_NAME`] once synced; one a crash left is never read).
+pub const TMP_PREFIX: &str = ".probe-clean-";
 
 /// Whether `name` in the pack directory is the mark or a mark being written.
 pub fn is_mark_name(name: &str) -> bool {

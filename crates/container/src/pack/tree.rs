@@ -209,7 +209,8 @@ pub fn reclaim_tree_to_end(
         ids.retain(|id| only.contains(id));
     }
     if ids.is_empty() {
-        return Ok((None, true));
+        // (With `only`, the packs left out were not looked at.)
+        return Ok((None, opts.only.is_none()));
     }
     let Some(w) = walk_records(root).map_err(|e| format!("{}: {e}", root.display()))? else {
         return Ok((None, false));

@@ -214,6 +214,10 @@ impl Target for Core {
             pool.name.to_string_lossy()
         );
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        // Its pool file goes (`ns`): bytes a commit packed for it are garbage.
+        if let Some(p) = &self.files.opts().packs {
+            p.note_garbage();
+        }
         obj.file.lost_write(errno);
         parent.file.lost_write(errno);
         if let Some(d) = parent.dir.as_ref() {

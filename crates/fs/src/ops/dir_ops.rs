@@ -374,7 +374,7 @@ impl Core {
     /// A directory's rename also tells the background pass: what is below it may inherit
     /// another target now, without a ctime of its own moving.
     ///
-    /// Returns whether the entry exists, whether it is a file whose last link goes (with
+    /// Returns whether the entry exists, whether it is a regular file that may go (with
     /// `other_links_only`), and the file, for [`Files::drop_kept_times_after`] once the
     /// call is made.
     fn entry_changes(&self, at: &super::names::At, other_links_only: bool) -> Result<Entry, Errno> {
@@ -398,7 +398,9 @@ impl Core {
         let mut e = Entry {
             exists: Some(true),
             file: None,
-            last_link: other_links_only && is_reg && st.st_nlink < 2,
+            // Whatever its link count: two links removed at once by two requests both see
+            // two here, and the file goes.
+            last_link: other_links_only && is_reg,
         };
         if !is_reg || (other_links_only && st.st_nlink < 2) {
             return Ok(e);
@@ -426,6 +428,7 @@ struct Entry {
     exists: Option<bool>,
     /// A regular file (with another link, when only those count) the table knows.
     file: Option<Arc<Inode>>,
-    /// A regular file whose last link goes, or one that could not be looked at.
+    /// A regular file that goes or may go (whatever its links), or one that could not be
+    /// looked at.
     last_link: bool,
 }

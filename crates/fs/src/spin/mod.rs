@@ -88,11 +88,33 @@ impl std::str::FromStr for SpinChoice {
     }
 }
 
+impl SpinChoice {
+    /// What `auto` comes to for a backing directory on a filesystem of mountinfo type
+    /// `backing_type`: on a FUSE filesystem (`fuse.glusterfs`, `fuse.sshfs`, …) no spinning,
+    /// with why. Every backing call there is served by that filesystem's own daemon, which
+    /// needs the CPU a spinning thread would take: on a GlusterFS backing (2 vCPUs, its
+    /// client and brick daemons busy) a `tar xf` took 44.7–53.7 s without spinning against
+    /// 54.8–58.2 s with (docs/BENCHMARKS.md, session 25). A window asked for is kept.
+    pub fn for_backing(self, backing_type: Option<&str>) -> (SpinChoice, Option<String>) {
+        match (self, backing_type) {
+            (SpinChoice::Auto, Some(t)) if t == "fuse" || t.starts_with("fuse.") || t.starts_with("fuseblk") => (
+                SpinChoice::Window(Duration::ZERO),
+                Some(format!(
+                    "BACKING is on a FUSE filesystem ({t}), whose daemon needs the CPU a spinning thread would take: not spinning on /dev/fuse (spin=100 asks for it)"
+                )),
+            ),
+            (c, _) => (c, None),
+        }
+    }
+}
+
 /// The spin of one mount; does nothing until [`Spin::attach`]ed to the session's channel.
 #[derive(Default)]
 pub struct Spin {
     shared: OnceLock<Arc<Shared>>,
     governor: Mutex<Option<JoinHandle<()>>>,
+    /// Why `auto` was not attached at all ([`SpinChoice::for_backing`]).
+    declined: OnceLock<String>,
 }
 
 struct Shared {
@@ -152,6 +174,12 @@ impl Spin {
         let allowed = crate::sys::cpu::allowed_cpus().unwrap_or_default();
         let cpus = allowed.len().max(1);
         self.attach_with(fd, choice, cpus, load::Idle::new(allowed), threads)
+    }
+
+    /// `auto` decided against spinning before anything was measured (`why`): the
+    /// statistics file says so, as `mode` "auto" with `declined`.
+    pub fn decline(&self, why: String) {
+        let _ = self.declined.set(why);
     }
 
     /// Held by a thread while it serves a request, from before anything is done for it
@@ -257,7 +285,8 @@ impl Spin {
     }
 
     /// The statistics file's `spin`: `{"mode", "window_us", "bursts", "spinning", "yields",
-    /// "parked", "released", "probe"}` (`mode` "auto", "fixed" or "off"; `window_us` 0: not
+    /// "parked", "released", "probe", "declined"}` (`mode` "auto", "fixed" or "off";
+    /// `declined`: why `auto` did not spin at all, or null; `window_us` 0: not
     /// spinning, or not decided yet; `parked`: times a session thread stood aside while
     /// spinning, `released`: times one was called back because the spinner was held up
     /// ([`park`]); `probe` the wake-up measurement, `{"blocking_us", "spinning_us",
@@ -268,6 +297,7 @@ impl Spin {
         let mode = match s.map(|s| s.choice) {
             Some(SpinChoice::Auto) => "auto",
             Some(SpinChoice::Window(_)) => "fixed",
+            None if self.declined.get().is_some() => "auto",
             None => "off",
         };
         let window = s.map_or(0, |s| s.window_us.load(Ordering::Relaxed));
@@ -289,6 +319,7 @@ impl Spin {
             "parked": s.map_or(0, |s| s.parks.load(Ordering::Relaxed)),
             "released": s.map_or(0, |s| s.released.load(Ordering::Relaxed)),
             "probe": probe,
+            "declined": self.declined.get(),
         })
     }
 
@@ -569,6 +600,21 @@ mod tests {
 
     /// `spin=auto`: nothing spins before the probe has decided; afterwards a request spins
     /// exactly where the probe said spinning pays; the statistics say what was measured.
+    #[test]
+    fn auto_does_not_spin_on_a_fuse_backing_and_a_window_asked_for_stays() {
+        use SpinChoice::{Auto, Window};
+        let w = Window(Duration::from_micros(100));
+        for t in ["fuse.glusterfs", "fuse.sshfs", "fuse", "fuseblk"] {
+            let (c, why) = Auto.for_backing(Some(t));
+            assert_eq!(c, Window(Duration::ZERO), "{t}");
+            assert!(why.unwrap().contains(t));
+            assert_eq!(w.for_backing(Some(t)), (w, None), "{t}: asked for");
+        }
+        for t in [Some("ext4"), Some("xfs"), Some("nfs4"), Some("fusectl"), None] {
+            assert_eq!(Auto.for_backing(t), (Auto, None), "{t:?}");
+        }
+    }
+
     #[test]
     fn auto_spins_where_the_probe_says_it_pays() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
