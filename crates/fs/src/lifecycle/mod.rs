@@ -224,12 +224,22 @@ impl Files {
             if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
                 if let Err(e) = of.container.fsync() {
                     error!("{}: flush at unmount failed: {e}", self.inodes.describe(&inode));
+                    self.unsure_of_packs();
                 }
                 self.keep_times(&inode, of);
             }
         }
         if let Err(e) = self.inodes.syncfs() {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
+            self.unsure_of_packs();
+        }
+    }
+
+    /// A write-out or sync at unmount failed: records may not be durable, so the unmount
+    /// walks the packs rather than trusting the counters (`pack::clean`).
+    fn unsure_of_packs(&self) {
+        if let Some(p) = &self.opts.packs {
+            p.note_garbage();
         }
     }
 }
