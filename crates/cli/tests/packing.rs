@@ -636,13 +636,7 @@ fn an_unmount_reclaims_the_garbage_its_mount_left() {
     let kept = churn(&m, files);
     m.unmount();
     // Reclaimed before the daemon let go of the directory: no pack above 25 % garbage.
-    let (code, doc) = check(&backing, false);
-    assert_eq!(code, 0, "{doc}");
-    assert_eq!(doc["packs"]["leftovers"].as_u64().unwrap(), 0, "{doc}");
-    for p in doc["packs"]["packs"].as_array().unwrap() {
-        let (g, b) = (p["garbage_bytes"].as_u64().unwrap(), p["bytes"].as_u64().unwrap());
-        assert!(g * 4 <= b, "pack {} keeps {g} garbage of {b}: {doc}", p["id"]);
-    }
+    let doc = no_pack_to_reclaim(&backing);
     let after = doc["packs"]["bytes"].as_u64().unwrap();
     println!("FIGURES packs {before} bytes; after rewriting 1/3 and deleting 1/3 and unmounting: {after}");
     assert!(after < before, "{before} → {after}");
@@ -658,8 +652,9 @@ fn walk_skipped(dir: &Path) -> bool {
         .contains("the tree is not walked")
 }
 
-/// No pack of `backing` above the 25 % garbage an unmount reclaims, and no leftover.
-fn no_pack_to_reclaim(backing: &Path) {
+/// No pack of `backing` above the 25 % garbage an unmount reclaims, and no leftover;
+/// `check`'s document.
+fn no_pack_to_reclaim(backing: &Path) -> Value {
     let (code, doc) = check(backing, false);
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["packs"]["leftovers"].as_u64().unwrap(), 0, "{doc}");
@@ -667,6 +662,7 @@ fn no_pack_to_reclaim(backing: &Path) {
         let (g, b) = (p["garbage_bytes"].as_u64().unwrap(), p["bytes"].as_u64().unwrap());
         assert!(g * 4 <= b, "pack {} keeps {g} garbage of {b}: {doc}", p["id"]);
     }
+    doc
 }
 
 /// The unmount's reclaim walk (a round trip a file on a network backing) is left out only

@@ -171,8 +171,8 @@ impl PackDir for FsPackDir {
                 Err(e) => Err(e),
             };
         };
-        // Written beside it, synced, renamed over it, the directory synced. A `.clean-PID`
-        // a crash left is not a pack and is replaced by the next mark this process writes.
+        // Written beside it, synced, renamed over it, the directory synced. A
+        // `.probe-clean-PID` a crash left is a probe file's name: every reader skips it.
         let tmp = self
             .path
             .join(format!("{}{}", super::clean::TMP_PREFIX, std::process::id()));

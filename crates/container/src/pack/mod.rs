@@ -298,51 +298,6 @@ impl Packs {
         })
     }
 
-    /// Something may have left bytes in a pack that no record names (see
-    /// [`PackCounters::garbage_events`]). Telling it when nothing was left costs only a walk
-    /// at unmount; not telling it when something was would leave the garbage to `check
-    /// --repair`: callers tell whenever they cannot rule it out.
-    pub fn note_garbage(&self) {
-        self.counters.garbage_events.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Whether everything this `Packs` saw leaves no pack byte unnamed: every slot appended
-    /// got its record, and no record was replaced or removed, no packed file removed, no
-    /// file moved. (Counts, not a walk: `clean`'s mark uses it at unmount.)
-    pub fn made_no_garbage(&self) -> bool {
-        let c = &self.counters;
-        c.garbage_events.load(Ordering::Relaxed) == 0
-            && c.files_packed.load(Ordering::Relaxed) == c.slots_recorded.load(Ordering::Relaxed)
-    }
-
-    /// The packs present and their lengths, ascending by id.
-    pub fn lengths(&self) -> io::Result<Vec<(u32, u64)>> {
-        let mut out = Vec::new();
-        for id in self.dir.list()? {
-            out.push((id, self.dir.open(id)?.len()?));
-        }
-        Ok(out)
-    }
-
-    /// Takes the clean mark away, durably (see `clean`): before anything that may change
-    /// records or packs. Returns whether the state this process starts from is clean: the
-    /// mark was valid for the packs as they are, or there is no pack at all (a new backing
-    /// directory: no pack, no garbage).
-    pub fn take_clean_mark(&self) -> io::Result<bool> {
-        let now = self.lengths()?;
-        let Some(b) = self.dir.read_mark()? else {
-            return Ok(now.is_empty());
-        };
-        self.dir.write_mark(None)?;
-        Ok(now.is_empty() || clean::decode(&b).is_some_and(|p| now == p))
-    }
-
-    /// Writes the clean mark for the packs as they are (only after a walk that ran to the
-    /// end, or a mount that started clean and [`Packs::made_no_garbage`]).
-    pub fn put_clean_mark(&self) -> io::Result<()> {
-        self.dir.write_mark(Some(&clean::encode(&self.lengths()?)))
-    }
-
     /// Held shared by a container setting or removing a location record, exclusively by
     /// reclaim checking and replacing records.
     pub fn records(&self) -> &RwLock<()> {

@@ -224,20 +224,23 @@ impl Files {
             if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
                 if let Err(e) = of.container.fsync() {
                     error!("{}: flush at unmount failed: {e}", self.inodes.describe(&inode));
-                    self.unsure_of_packs();
+                    // (Records may not be durable: the unmount walks, not the counters.)
+                    self.note_pack_garbage();
                 }
                 self.keep_times(&inode, of);
             }
         }
         if let Err(e) = self.inodes.syncfs() {
             error!("syncfs of the backing filesystem at unmount failed: {e}");
-            self.unsure_of_packs();
+            self.note_pack_garbage();
         }
     }
 
-    /// A write-out or sync at unmount failed: records may not be durable, so the unmount
-    /// walks the packs rather than trusting the counters (`pack::clean`).
-    fn unsure_of_packs(&self) {
+    /// Something may have left bytes in a pack that no record names (a file removed, a
+    /// name behind that could not be applied, a write-out or sync at unmount that failed):
+    /// the unmount walks the tree for garbage rather than trusting the counters
+    /// (`Packs::note_garbage`, `pack::clean`).
+    pub(crate) fn note_pack_garbage(&self) {
         if let Some(p) = &self.opts.packs {
             p.note_garbage();
         }

@@ -215,9 +215,7 @@ impl Target for Core {
         );
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
         // Its pool file goes (`ns`): bytes a commit packed for it are garbage.
-        if let Some(p) = &self.files.opts().packs {
-            p.note_garbage();
-        }
+        self.files.note_pack_garbage();
         obj.file.lost_write(errno);
         parent.file.lost_write(errno);
         if let Some(d) = parent.dir.as_ref() {

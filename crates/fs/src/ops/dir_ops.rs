@@ -264,7 +264,7 @@ impl Core {
             r.note_removed();
         }
         if last_link {
-            self.note_garbage();
+            self.files.note_pack_garbage();
         }
         self.dir_changed(parent, Change::Gone(name.as_bytes()));
         Ok(())
@@ -312,7 +312,7 @@ impl Core {
         }
         drop(guard);
         if replaced_last_link {
-            self.note_garbage();
+            self.files.note_pack_garbage();
         }
         for i in moved.iter().flatten() {
             self.files.drop_kept_times_after(i);
@@ -411,14 +411,6 @@ impl Core {
         self.files.drop_kept_times(&i)?;
         e.file = Some(i);
         Ok(e)
-    }
-
-    /// A file whose bytes may be in a pack lost its last name: the unmount walks the tree
-    /// for garbage (`Packs::note_garbage`).
-    fn note_garbage(&self) {
-        if let Some(p) = &self.files.opts().packs {
-            p.note_garbage();
-        }
     }
 }
 
