@@ -256,7 +256,8 @@ fn properties_are_inherited_visible_as_xattrs_and_survive_remounting() {
 fn incompressible_data_is_judged_flagged_and_backed_off_unless_forced() {
     let dir = scratch("incompressible");
     let noise = random(4 << 20, 42);
-    let m = Mount::new(&dir, "compress=zstd:3");
+    // (128 KiB extents named: a file written whole would take 1 MiB ones, four in all.)
+    let m = Mount::new(&dir, "compress=zstd:3,extent_size=128K");
     write_file(&m.path("noise"), &noise);
     let s = live_stats(&m);
     // 32 extents, all stored raw: at least BACKOFF_AFTER (8) judged by the heuristic before
@@ -284,7 +285,7 @@ fn incompressible_data_is_judged_flagged_and_backed_off_unless_forced() {
     );
     assert_eq!(codec, Some(0), "raw");
 
-    let m = Mount::new(&dir, "compress-force=zstd:3");
+    let m = Mount::new(&dir, "compress-force=zstd:3,extent_size=128K");
     write_file(&m.path("noise2"), &noise);
     let s = live_stats(&m);
     assert_eq!(
@@ -582,4 +583,71 @@ fn an_adaptive_mount_writes_within_its_range_and_properties_still_win() {
             "{bad}: {err}"
         );
     }
+}
+
+/// The backing file's bytes on disk (its allocated blocks).
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn files_written_whole_take_1m_extents_and_store_noise_at_its_size_others_keep_the_mounts() {
+    let dir = scratch("grow-extents");
+    let doc = text(3 << 20);
+    let noise = random(20 << 20, 7);
+    let m = Mount::new(&dir, "compress=zstd:1");
+    // Written whole from the start, as `cp` and `tar` do (1 MiB WRITEs from the page cache).
+    write_file(&m.path("doc"), &doc);
+    write_file(&m.path("noise"), &noise);
+    // Written at scattered offsets first (a database's pages): keeps 128 KiB extents.
+    let mut pages = vec![0u8; 3 << 20];
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::File::create(m.path("pages")).unwrap();
+        for i in (0..(3 << 20) / 4096).rev().step_by(7) {
+            let page = &doc[i * 4096..(i + 1) * 4096];
+            f.write_all_at(page, (i * 4096) as u64).unwrap();
+            f.sync_data().unwrap();
+            pages[i * 4096..(i + 1) * 4096].copy_from_slice(page);
+        }
+    }
+    // At most 1 MiB and fsynced while open: keeps 128 KiB extents.
+    write_file(&m.path("small"), &doc[..1 << 20]);
+    // Closed whole without a sync (most files `cp -r` and `tar` write): one 1 MiB extent,
+    // so on this mount a packed file, its noise stored in a block of its own size.
+    let mid = random(300 << 10, 8);
+    fs::write(m.path("mid"), &mid).unwrap();
+    let s = live_stats(&m);
+    assert_eq!(n(&s, "files", "grown_to_largest_extents"), 3, "{s}");
+    m.unmount();
+    let shift = |name: &str| backing_layout(&dir.join("backing").join(name), 0).0.extent_shift;
+    assert_eq!(
+        [shift("doc"), shift("noise"), shift("pages"), shift("small")],
+        [20, 20, 17, 17]
+    );
+    // Noise takes its size on disk within 0.5 % (with 128 KiB extents each raw extent's
+    // header costs a 33rd block: 103 %), the two superblocks (8 KiB) aside.
+    let on_disk = allocated_bytes(&dir.join("backing/noise")) - 8192;
+    assert!(
+        on_disk as f64 <= noise.len() as f64 * 1.005,
+        "{on_disk} bytes on disk for {} of noise",
+        noise.len()
+    );
+
+    // A mount that names its extent size keeps it for every file.
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
+    assert!(fs::read(m.path("doc")).unwrap() == doc);
+    assert!(fs::read(m.path("noise")).unwrap() == noise);
+    assert!(fs::read(m.path("pages")).unwrap() == pages);
+    assert!(fs::read(m.path("mid")).unwrap() == mid);
+    assert_eq!(
+        fs::metadata(dir.join("backing/mid")).unwrap().len(),
+        0,
+        "a packed file keeps only its record"
+    );
+    write_file(&m.path("doc2"), &doc);
+    m.unmount();
+    assert_eq!(shift("doc2"), 17);
+    common::check_clean(&dir.join("backing"), "files with 1 MiB and 128 KiB extents");
 }

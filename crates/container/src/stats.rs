@@ -36,6 +36,7 @@ pub struct Stats {
     heuristic_overruled: AtomicU64,
     inline_files: AtomicU64,
     packed_files: AtomicU64,
+    files_grown: AtomicU64,
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
     checksum_errors: AtomicU64,
@@ -79,6 +80,9 @@ pub struct Snapshot {
     pub inline_files: u64,
     /// Files written to a pack (each write-out of a packed file counts).
     pub packed_files: u64,
+    /// Files written whole from their start that took the largest extent size before their
+    /// first write-out (`container/grow.rs`).
+    pub files_grown: u64,
     /// Files flagged incompressible / unflagged after a successful retry.
     pub files_flagged: u64,
     pub files_unflagged: u64,
@@ -169,6 +173,10 @@ impl Stats {
         add(&self.packed_files, 1);
     }
 
+    pub fn extents_grown(&self) {
+        add(&self.files_grown, 1);
+    }
+
     pub fn flagged(&self, on: bool) {
         add(
             if on {
@@ -219,6 +227,7 @@ impl Stats {
             heuristic_overruled: g(&self.heuristic_overruled),
             inline_files: g(&self.inline_files),
             packed_files: g(&self.packed_files),
+            files_grown: g(&self.files_grown),
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),
             checksum_errors: g(&self.checksum_errors),

@@ -72,6 +72,21 @@ fn dirty_strategy() -> impl Strategy<Value = usize> {
     ]
 }
 
+/// How much larger extents a new file written whole from its start takes (`grow.rs`):
+/// none (a mount with `extent_size=`), or 2 or 4 times the mount's, so that the small
+/// files of these tests cross it.
+fn grow_strategy() -> impl Strategy<Value = Option<u8>> {
+    prop_oneof![Just(None), Just(Some(1u8)), Just(Some(2u8))]
+}
+
+/// `options` with a new file growing its extents by `grow` (log2 steps over `shift`).
+fn growing(opts: Options, shift: u8, grow: Option<u8>) -> Options {
+    Options {
+        grow_extent_shift: grow.map(|k| shift + k),
+        ..opts
+    }
+}
+
 /// What a group commit's `syncfs` does: every pack and the backing file durable, metadata
 /// included.
 fn syncfs(disk: &MemDisk, opts: &Options) -> Result<(), Error> {
@@ -117,7 +132,8 @@ enum Op {
     /// Background recompression of the file's extents to `RECOMPRESS_TARGETS[i]` (bytes
     /// unchanged; durable when done), keeping [`KEPT_TIMES`] as the change time shown.
     Recompress(u8),
-    /// What the filesystem does at a last close: `write_back`; with nothing left to do the
+    /// What the filesystem does at a last close: `writer_closed` (a new file written whole
+    /// may take larger extents), `write_back`; with nothing left to do the
     /// container is dropped unflushed and opened again; otherwise a sync, `commit`, a sync,
     /// `settle`.
     Close,
@@ -259,6 +275,9 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         // Inside the first extent: files that stay small enough to be packed.
         3 => (0..extent, 0..(extent as usize), any::<u8>(), any::<u8>())
             .prop_map(|(off, len, kind, seed)| Op::Write { off, len, kind, seed }),
+        // From the start: a file written whole (`cp`, `tar`), which may grow its extents.
+        2 => (1..max as usize, any::<u8>(), any::<u8>())
+            .prop_map(|(len, kind, seed)| Op::Write { off: 0, len, kind, seed }),
         // Whole extents, the path that starts from zeros instead of the old bytes.
         2 => (0..6u64, 1..3u64, any::<u8>(), any::<u8>()).prop_map(move |(i, n, kind, seed)| {
             Op::Write { off: i * extent, len: (n * extent) as usize, kind, seed }
@@ -436,6 +455,7 @@ fn apply_container(
             c.commit(c.ticket()).map(|_| None)
         }
         Op::Close => {
+            c.writer_closed();
             match c.write_back()? {
                 WriteBack::Done => {}
                 WriteBack::Commit(t) => {
@@ -554,10 +574,11 @@ proptest! {
         }),
         packed in any::<bool>(),
         dirty in dirty_strategy(),
+        grow in grow_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref(), dirty);
+        let opts = growing(options(codec, shift, packs.as_ref(), dirty), shift, grow);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         let mut model = Vec::new();
         // The file's own properties, kept by superblocks and location records alike (a
@@ -624,25 +645,28 @@ proptest! {
         reboot_seed in any::<u64>(),
         packed in any::<bool>(),
         dirty in dirty_strategy(),
+        grow in grow_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref(), dirty);
+        let opts = growing(options(codec, shift, packs.as_ref(), dirty), shift, grow);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
-        c.fsync().unwrap(); // the file exists durably, empty
+        // The file exists durably, empty (and may still grow its extents).
+        c.fsync().unwrap();
         disk.crash_after(crash_at);
         let (since_sync, forces) = until_crash(&mut c, &disk, &opts, &ops)?;
         let mut rand = xorshift(reboot_seed);
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
-        let opts = options(codec, shift, packs2.as_ref(), dirty);
+        let opts = growing(options(codec, shift, packs2.as_ref(), dirty), shift, grow);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
         prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
-        let e = 1u64 << shift;
+        // (The file's own extent size: a file that grew its extents has larger ones.)
+        let e = c.extent_size().unwrap_or(1 << shift);
         let mut recovered = Vec::new();
         let mut i = 0;
         while i * e < size {
@@ -718,10 +742,11 @@ proptest! {
         packed in any::<bool>(),
         fresh in any::<bool>(),
         dirty in dirty_strategy(),
+        grow in grow_strategy(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = options(codec, shift, packs.as_ref(), dirty);
+        let opts = growing(options(codec, shift, packs.as_ref(), dirty), shift, grow);
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         if !fresh {
             // The file exists durably, empty; a fresh one gets its first superblock below
@@ -734,13 +759,13 @@ proptest! {
         let crash2 = Crash::new();
         let disk2 = disk.reboot_killed_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_killed_into(&crash2, &mut rand));
-        let opts = options(codec, shift, packs2.as_ref(), dirty);
+        let opts = growing(options(codec, shift, packs2.as_ref(), dirty), shift, grow);
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
         prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());
         let size = c.size().unwrap();
         prop_assert!(since_sync.iter().any(|s| s.len() as u64 == size), "size {} never existed", size);
-        let e = 1u64 << shift;
+        let e = c.extent_size().unwrap_or(1 << shift);
         let mut i = 0;
         while i * e < size {
             let (lo, hi) = (i * e, size.min((i + 1) * e));

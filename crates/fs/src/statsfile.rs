@@ -117,6 +117,9 @@ pub fn render(
             "compress": opts.compress_name(),
             "force": opts.force,
             "extent_size": 1u64 << opts.extent_shift,
+            // What a new file written whole from its start takes past one such extent
+            // (null: `extent_size=` was given).
+            "whole_file_extent_size": opts.grow_extent_shift.map(|s| 1u64 << s),
             "read_only": read_only,
         },
         "extents": {
@@ -141,6 +144,7 @@ pub fn render(
         "heuristic_overruled": s.heuristic_overruled,
         "files": {
             "inline": s.inline_files,
+            "grown_to_largest_extents": s.files_grown,
             "flagged_incompressible": s.files_flagged,
             "unflagged": s.files_unflagged,
         },

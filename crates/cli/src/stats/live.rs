@@ -32,7 +32,7 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
     line(
         &mut o,
         format!(
-            "squeezefs at {} (backing {}): {}={}, extent size {}",
+            "squeezefs at {} (backing {}): {}={}, extent size {}{}",
             mountpoint.display(),
             s(v, &["mount", "backing"]),
             if v["mount"]["force"].as_bool() == Some(true) {
@@ -41,7 +41,11 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
                 "compress"
             },
             s(v, &["mount", "compress"]),
-            human(n(v, &["mount", "extent_size"]))
+            human(n(v, &["mount", "extent_size"])),
+            match v["mount"]["whole_file_extent_size"].as_u64() {
+                Some(b) => format!(" ({} for files written whole)", human(b)),
+                None => String::new(),
+            }
         ),
     );
     line(&mut o, String::new());
@@ -81,8 +85,9 @@ pub fn render(v: &Value, mountpoint: &Path) -> String {
     line(
         &mut o,
         format!(
-            "files             {} inline, {} flagged incompressible, {} unflagged",
+            "files             {} inline, {} written whole into the largest extents, {} flagged incompressible, {} unflagged",
             n(v, &["files", "inline"]),
+            n(v, &["files", "grown_to_largest_extents"]),
             n(v, &["files", "flagged_incompressible"]),
             n(v, &["files", "unflagged"])
         ),

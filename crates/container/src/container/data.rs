@@ -171,9 +171,26 @@ impl<S: Storage> Container<S> {
                 }
                 // Extents that writes have now covered entirely go out now, in parallel;
                 // partial ones stay in memory until covered, the file is written back, or
-                // the mount's dirty budget is spent (`dirty.rs`).
-                let mut out: Vec<u64> = touched.iter().filter(|t| t.1).map(|t| t.0).collect();
-                if p.share.must_write_out() {
+                // the mount's dirty budget is spent (`dirty.rs`). A new file that may
+                // still take larger extents writes nothing early (`grow.rs`); once it
+                // took them, every extent its writes covered goes.
+                let spent = p.share.must_write_out();
+                let undecided = p.grow_to.is_some();
+                p.decide_extent_size(spent);
+                let mut out: Vec<u64> = if undecided && p.grow_to.is_none() {
+                    // Decided now: what earlier writes covered goes too.
+                    let len = p.extent_len() as u32;
+                    p.exts
+                        .iter()
+                        .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
+                        .map(|(i, _)| *i)
+                        .collect()
+                } else if p.grow_to.is_some() {
+                    Vec::new()
+                } else {
+                    touched.iter().filter(|t| t.1).map(|t| t.0).collect()
+                };
+                if spent {
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
                 }
                 // (A file that goes to a pack at its write-out has nothing to write early.)
@@ -195,6 +212,9 @@ impl<S: Storage> Container<S> {
                     return Err(Error::TooLarge);
                 }
                 p.changed();
+                if size != p.size {
+                    p.keep_extent_size();
+                }
                 if size > p.size {
                     p.grow(&self.storage, size)
                 } else {
@@ -216,6 +236,7 @@ impl<S: Storage> Container<S> {
                     return Ok(());
                 }
                 p.changed();
+                p.keep_extent_size();
                 let e = p.extent_len() as u64;
                 let first_whole = off.div_ceil(e);
                 let end_whole = end / e;

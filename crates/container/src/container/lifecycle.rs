@@ -85,6 +85,15 @@ impl WriteBack {
 }
 
 impl<S: Storage> Container<S> {
+    /// The file's last writer closed it (call before its write-back): a new file written
+    /// whole from its start, larger than one extent of the mount's size and not yet
+    /// written out, takes the large extent size (`grow.rs`). Nothing is written here.
+    pub fn writer_closed(&mut self) {
+        if let Mode::Packed(p) = &mut self.mode {
+            p.decide_closed();
+        }
+    }
+
     /// Writes everything dirty and the superblock, in crash-safe order. Not a durability
     /// promise by itself (see [`Container::fsync`]): after a crash the file is either as
     /// before or as written, never a mix of a new size with missing data.

@@ -34,6 +34,7 @@ mod ahead;
 mod cache;
 mod data;
 mod dirty;
+mod grow;
 mod lifecycle;
 mod packing;
 mod policy;
@@ -51,6 +52,7 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 pub use ahead::{AheadPlan, Fetched};
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
+pub use grow::{give_up_at, grow_at};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 pub use recompress::{Recompressed, StatTimes};
@@ -93,6 +95,10 @@ pub struct Options {
     /// are written at follows this controller (`adapt.rs`); `codec` is then zstd at its
     /// starting level.
     pub adapt: Option<Arc<crate::adapt::Adaptive>>,
+    /// The extent size (log2) a new file written whole from its start past one extent of
+    /// it takes ([`grow_at`], `grow.rs`); `None`: every new file keeps `extent_shift` (a
+    /// mount whose `extent_size=` was given).
+    pub grow_extent_shift: Option<u8>,
 }
 
 impl Options {
@@ -118,6 +124,7 @@ impl Default for Options {
             packs: None,
             dirty: Arc::default(),
             adapt: None,
+            grow_extent_shift: None,
         }
     }
 }
@@ -133,6 +140,14 @@ pub struct Container<S: Storage> {
 }
 
 impl Packed {
+    /// A new, empty file (nothing of it on disk): undecided between the mount's extent size
+    /// and `opts.grow_extent_shift` (`grow.rs`).
+    fn new_undecided(opts: &Options) -> Packed {
+        let mut p = Packed::new(opts.extent_shift, opts, 0);
+        p.grow_to = opts.grow_extent_shift.filter(|g| *g > opts.extent_shift);
+        p
+    }
+
     /// The state of a file opened with `opts`: nothing known about its disk yet.
     fn new(shift: u8, opts: &Options, size: u64) -> Packed {
         Packed {
@@ -142,6 +157,7 @@ impl Packed {
             codec: opts.codec,
             codec_prop: false,
             shift_prop: false,
+            grow_to: None,
             mount_codec: opts.codec,
             adapt: opts.adapt.clone(),
             rewrite_codec: None,
@@ -200,7 +216,7 @@ impl<S: Storage> Container<S> {
     pub fn create(storage: S, opts: &Options) -> Container<S> {
         Container {
             storage,
-            mode: Mode::Packed(Box::new(Packed::new(opts.extent_shift, opts, 0))),
+            mode: Mode::Packed(Box::new(Packed::new_undecided(opts))),
         }
     }
 
@@ -232,7 +248,7 @@ impl<S: Storage> Container<S> {
         };
         let blocks = match blocks {
             Head::Empty => {
-                let p = Packed::new(opts.extent_shift, opts, 0);
+                let p = Packed::new_undecided(opts);
                 return Ok(Container {
                     storage,
                     mode: Mode::Packed(Box::new(p)),

@@ -95,6 +95,9 @@ impl<S: Storage> Container<S> {
             }
         }
         p.shift_prop = shift.is_some();
+        if p.shift_prop {
+            p.keep_extent_size();
+        }
         p.sb_dirty = true;
         p.changed();
         Ok(())
@@ -121,6 +124,9 @@ impl<S: Storage> Container<S> {
             return Err(Error::Invalid("dictionary id 0 is not a dictionary".into()));
         }
         p.dict = dict;
+        if dict.is_some() {
+            p.keep_extent_size();
+        }
         p.sb_dirty = true;
         p.changed();
         Ok(())

@@ -132,6 +132,10 @@ pub(super) struct Packed {
     pub(super) codec_prop: bool,
     /// The extent size was chosen as the file's property (`PROP_EXTENT_SIZE`).
     pub(super) shift_prop: bool,
+    /// Undecided: a new file with nothing on disk yet, which takes this (larger) extent
+    /// size if it is written whole from its start past one extent of it (`grow.rs`). While
+    /// set, its covered extents are not written out early.
+    pub(super) grow_to: Option<u8>,
     /// The mount's codec, used again when the file's property is removed.
     pub(super) mount_codec: CodecSpec,
     /// The mount's adaptive zstd level (`compress=zstd:adapt`), followed while the file has

@@ -67,6 +67,9 @@ impl Packed {
 
     /// [`Packed::write_extents`] without the recount.
     fn write_extents_counted_after<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+        // `idxs` are extents of the size the file has now: it keeps it (the callers that
+        // may let it grow decide before they pick them).
+        self.keep_extent_size();
         // Nothing goes to the backing file of a packed file before it leaves its pack.
         self.leave_pack(st)?;
         // An inline file's superblock holds its bytes, and readers look nowhere else: one
@@ -281,6 +284,8 @@ impl Packed {
     /// Writes everything out; with `defer`, stops before a superblock that needs a sync
     /// first and returns true.
     pub(super) fn flush<S: Storage>(&mut self, st: &S, defer: bool) -> Result<bool> {
+        // The first write-out of a new file decides its extent size (`grow.rs`).
+        self.decide_extent_size(true);
         let e = self.extent_len() as u64;
         let count = self.extent_count();
         if !self.sb_dirty && !self.exts.values().any(|x| x.dirty) {

@@ -106,6 +106,8 @@ impl Files {
         if let Err(e) = of.apply_meta() {
             commit::lost_meta(&self.inodes, inode, &e);
         }
+        // Its writer is done: a new file written whole decides its extent size now.
+        of.container.writer_closed();
         let written = of.container.write_back().map(Ticketed::from);
         self.keep_times(inode, of);
         match written {

@@ -32,6 +32,10 @@ pub struct MountConfig {
     /// backoff or the early abort.
     pub force: bool,
     pub extent_shift: u8,
+    /// `extent_size=` was given: every new file keeps `extent_shift`. Otherwise a new file
+    /// written whole from its start past 1 MiB takes 1 MiB extents (the container's
+    /// `grow.rs`).
+    pub extent_size_given: bool,
     pub allow_other: bool,
     pub default_permissions: bool,
     pub read_only: bool,
@@ -134,6 +138,7 @@ impl Default for MountConfig {
             adapt: None,
             force: false,
             extent_shift: DEFAULT_EXTENT_SHIFT,
+            extent_size_given: false,
             allow_other: false,
             default_permissions: true,
             read_only: false,
@@ -193,6 +198,7 @@ impl MountConfig {
                 }
                 ("extent_size", Some(v)) | ("extent-size", Some(v)) => {
                     self.extent_shift = parse_extent_size(v)?;
+                    self.extent_size_given = true;
                     // An extent size chosen for the mount is kept by the background pass
                     // too, unless `background_extent_size=` says otherwise.
                     if !self.background.extent_shift_given {
@@ -376,6 +382,8 @@ impl MountConfig {
                 .adapt
                 .map(|(min, max)| squeezefs_container::adapt::Adaptive::new(min, max)),
             extent_shift: self.extent_shift,
+            grow_extent_shift: (!self.extent_size_given)
+                .then_some(squeezefs_container::format::MAX_EXTENT_SHIFT),
             force: self.force,
             stats: Default::default(),
             packs: None,
