@@ -288,7 +288,9 @@ fn mount_help() -> String {
         (without it, files larger than an extent starting like JPEG, MP4,\n                              \
         MP3, ZIP/DOCX, gzip, xz, zstd, bzip2 or 7z are stored raw, not\n                              \
         tried; small packed ones compress well together and are not sniffed)\n  \
-        extent_size=SIZE            extent size of new files, 4K..1M (default 128K)\n  \
+        extent_size=SIZE            extent size of new files, 4K..1M (default 128K; without it a\n                              \
+        new file written whole from its start, as cp and tar write, takes\n                              \
+        1M extents once past 1M, or one 1M extent when closed past 128K)\n  \
         rules=\"GLOBS=SETTINGS; ...\"  settings of new files by name where no directory has rules\n                              \
         of its own (property rules); the first rule whose glob matches the\n                              \
         name wins; SETTINGS: a codec, force (as compress-force=, for\n                              \

@@ -3,7 +3,10 @@
 //! user who mounted it, with contents and times unchanged; directory and file properties
 //! choose other targets or keep the pass away; a file open for writing waits; what cannot
 //! be compressed is left and the pass converges; a crash (kill -9) anywhere in the pass
-//! loses nothing.
+//! loses nothing. Files are written with 128 KiB extents named (`extent_size=128K`, the
+//! pass's target staying `background_extent_size=1M`): files written whole would otherwise
+//! take 1 MiB extents, or go to a pack, when written (`container/grow.rs`), and what the pass
+//! does to files in small extents is what these tests are about.
 
 #![deny(unsafe_code)]
 
@@ -121,7 +124,11 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     common::open_to_others(&d);
     // Written at zstd:1 by a first mount, which also settles what the writes left (so the
     // times seen below are the files' final ones).
-    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    let m = Mount::as_user(
+        &d,
+        "compress=zstd:1,extent_size=128K,background_extent_size=1M",
+        "tests",
+    );
     let mnt = m.mnt.display().to_string();
     sh(&format!(
         "cd {mnt} && mkdir logs keep arch && \
@@ -136,7 +143,7 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     m.unmount();
     let m = Mount::as_user(
         &d,
-        "compress=zstd:1,background_compression=zstd:12,background_idle=1",
+        "compress=zstd:1,extent_size=128K,background_extent_size=1M,background_compression=zstd:12,background_idle=1",
         "tests",
     );
     // A writer keeps held.txt open throughout the first pass.
@@ -224,7 +231,11 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
     common::check_clean(&b, "after the pass");
 
     // The kept times live in the superblocks: a new mount shows them too.
-    let m = Mount::as_user(&d, "compress=zstd:1", "tests");
+    let m = Mount::as_user(
+        &d,
+        "compress=zstd:1,extent_size=128K,background_extent_size=1M",
+        "tests",
+    );
     let again = seen(&m, &FILES);
     // (ro.txt, which the pass left, is not compared across mounts: its change time as a
     // non-root mount shows it moves at a remount whatever the pass does.)
@@ -253,7 +264,10 @@ fn the_pass_recompresses_idle_files_to_their_targets_keeping_bytes_and_times() {
 #[test]
 fn a_mount_without_a_target_walks_nothing_and_reports_nothing_pending() {
     let d = scratch("background-off");
-    let m = Mount::new(&d, "compress=zstd:1,background_idle=1");
+    let m = Mount::new(
+        &d,
+        "compress=zstd:1,extent_size=128K,background_extent_size=1M,background_idle=1",
+    );
     fs::write(m.path("f"), "x".repeat(1 << 20)).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let v: Value = serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
@@ -295,7 +309,7 @@ fn a_mount_without_a_target_walks_nothing_and_reports_nothing_pending() {
 #[test]
 fn kill_9_during_the_pass_loses_nothing() {
     let d = scratch("background-kill");
-    let opts = "compress=zstd:1,background_compression=zstd:9,background_idle=1,background_rate=1M";
+    let opts = "compress=zstd:1,extent_size=128K,background_extent_size=1M,background_compression=zstd:9,background_idle=1,background_rate=1M";
     let m = Mount::new(&d, opts);
     let mut want = Vec::new();
     for i in 0..6usize {

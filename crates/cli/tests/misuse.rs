@@ -339,17 +339,18 @@ fn a_non_root_unmount_with_mode_0_files_and_directories_logs_nothing_alarming() 
 fn check_and_stats_by_the_owner_enter_mode_0_directories() {
     common::require_root("prepares the user `tests` (CI runs as root)");
     let d = scratch("mode0-walk");
-    // `seq 1 50000`: 288,894 bytes, more than two 128 KiB extents.
+    // `seq 1 200000`: 1,288,895 bytes, more than one 1 MiB extent (a file written whole
+    // takes them; a smaller one would go to a pack as one).
     tree_as_tests(
         &d,
         "mkdir -p d/sub e && echo hello > d/a && echo world > d/b && echo nested > d/sub/c && \
-         seq 1 50000 > d/big && echo y > e/h && echo x > g",
+         seq 1 200000 > d/big && echo y > e/h && echo x > g",
         "chmod 0 d/sub d && chmod 100 e",
     );
     let b = d.join("backing");
     let modes = || ["d", "d/sub", "e"].map(|p| fs::symlink_metadata(b.join(p)).unwrap().mode() & 0o7777);
     assert_eq!(modes(), [0, 0, 0o100], "as chmod left them");
-    let sizes = [6u64, 6, 7, 288_894, 2, 2];
+    let sizes = [6u64, 6, 7, 1_288_895, 2, 2];
     let backing = b.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     let run = |args: &[&str]| -> serde_json::Value {

@@ -1,5 +1,8 @@
 //! The per-file path (issue 15): what the kernel asks the daemon for, per file, on a real
-//! mount. The statistics file counts the requests that reach the daemon (`requests`).
+//! mount. The statistics file counts the requests that reach the daemon (`requests`). Mounts
+//! that write name `extent_size=128K`: these tests count 128 KiB extents and containers, and
+//! files written whole would otherwise take 1 MiB extents or go to a pack
+//! (`container/grow.rs`).
 
 #![deny(unsafe_code)]
 
@@ -40,7 +43,10 @@ fn reads(m: &Mount) -> u64 {
 #[test]
 fn a_re_read_is_served_by_the_page_cache_and_never_stale() {
     let _turn = page_cache_turn();
-    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+    for opts in [
+        "compress=zstd:1,extent_size=128K",
+        "compress=zstd:1,extent_size=128K,nopack",
+    ] {
         let dir = scratch("keep-cache");
         let m = Mount::new(&dir, opts);
         let p = m.path("f");
@@ -143,7 +149,10 @@ fn a_missing_name_is_asked_for_once_and_appears_when_made() {
 fn a_lazy_read_only_handle_reads_after_unlink_and_beside_a_writer() {
     let _turn = page_cache_turn();
     common::require_root("this test needs root to drop the page cache (CI runs as root)");
-    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+    for opts in [
+        "compress=zstd:1,extent_size=128K",
+        "compress=zstd:1,extent_size=128K,nopack",
+    ] {
         let dir = scratch("lazy-open");
         let m = Mount::new(&dir, opts);
         let data: Vec<u8> = (0..400_000u32)
@@ -218,7 +227,10 @@ fn chattr(flag: &str, p: &std::path::Path) {
 /// backing file immutable before the close.
 #[test]
 fn close_sends_no_flush_and_a_later_write_out_error_reaches_fsync() {
-    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+    for opts in [
+        "compress=zstd:1,extent_size=128K",
+        "compress=zstd:1,extent_size=128K,nopack",
+    ] {
         let dir = scratch("noflush");
         let m = Mount::new(&dir, opts);
         for i in 0..20 {
@@ -268,7 +280,10 @@ fn close_sends_no_flush_and_a_later_write_out_error_reaches_fsync() {
 #[test]
 fn a_walk_sends_no_lookup_per_file_and_lists_damaged_files() {
     use squeezefs_container::format::{sb_offset, MAGIC};
-    for opts in ["compress=zstd:1", "compress=zstd:1,nopack"] {
+    for opts in [
+        "compress=zstd:1,extent_size=128K",
+        "compress=zstd:1,extent_size=128K,nopack",
+    ] {
         let dir = scratch("readdirplus");
         let m = Mount::new(&dir, opts);
         fs::create_dir(m.path("d")).unwrap();
@@ -349,7 +364,7 @@ fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
     common::require_root("drops the page cache");
     let _turn = page_cache_turn();
     let dir = scratch("read-ahead");
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     let p = m.path("big");
     const EXTENTS: usize = 128;
     let data: Vec<u8> = (0..)
@@ -358,7 +373,7 @@ fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
         .collect();
     fs::write(&p, &data).unwrap();
     m.unmount();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     assert_eq!(fs::read(&p).unwrap(), data);
     let (loaded, ahead, _) = loads(&m);
     assert!(
@@ -411,7 +426,7 @@ fn a_sequential_read_is_loaded_ahead_and_a_writer_beside_it_is_never_undone() {
     assert_eq!(got.len(), want.len());
     drop(w);
     m.unmount();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     assert!(fs::read(&p).unwrap() == want, "wrong bytes after a remount");
     m.unmount();
     common::check_clean(&dir.join("backing"), "after the read-ahead test");
@@ -457,10 +472,13 @@ fn a_random_read_puts_its_whole_extent_in_the_page_cache() {
     let _turn = page_cache_turn();
     let dir = scratch("fill-cache");
     let data = sixteen_extents();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     fs::write(m.path("f"), &data).unwrap();
     m.unmount();
-    for (opts, fills) in [("compress=zstd:1", true), ("compress=zstd:1,nofill_cache", false)] {
+    for (opts, fills) in [
+        ("compress=zstd:1,extent_size=128K", true),
+        ("compress=zstd:1,extent_size=128K,nofill_cache", false),
+    ] {
         // A new mount: a new inode in the kernel, nothing of the file cached.
         let m = Mount::new(&dir, opts);
         let f = fs::File::open(m.path("f")).unwrap();
@@ -520,11 +538,11 @@ fn stores_beside_writers_never_bring_back_old_bytes() {
     let _turn = page_cache_turn();
     let dir = scratch("fill-race");
     let mut want = sixteen_extents();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     let p = m.path("f");
     fs::write(&p, &want).unwrap();
     m.unmount();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = (0..2u64)
         .map(|t| {
@@ -588,7 +606,7 @@ fn stores_beside_writers_never_bring_back_old_bytes() {
         "the readers' READs stored only {stores} extents ({reads_done} reads)"
     );
     m.unmount();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     assert!(fs::read(&p).unwrap() == want, "wrong bytes after a remount");
     m.unmount();
     common::check_clean(&dir.join("backing"), "after the store race");
@@ -603,7 +621,7 @@ fn stores_beside_writers_never_bring_back_old_bytes() {
 #[test]
 fn ls_l_asks_for_the_selinux_label_once_per_run() {
     let dir = scratch("selinux");
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     fs::create_dir(m.path("d")).unwrap();
     for i in 0..200 {
         fs::write(m.path(&format!("d/f{i}")), format!("file {i}")).unwrap();
@@ -688,7 +706,7 @@ fn a_large_directorys_listing_comes_from_the_kernels_cache_and_follows_changes()
     // drop_caches would empty.
     let _turn = page_cache_turn();
     let dir = scratch("dircache");
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     fs::create_dir(m.path("d")).unwrap();
     const N: usize = 1500;
     for i in 0..N {
@@ -766,7 +784,7 @@ fn a_read_only_mount_opens_nothing_and_its_statistics_stay_fresh() {
     let _turn = page_cache_turn();
     let dir = scratch("ro-noopen");
     let data = sixteen_extents();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     for i in 0..50 {
         fs::write(m.path(&format!("f{i}")), format!("file {i}\n").repeat(200 + i)).unwrap();
     }
@@ -871,14 +889,14 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
     use std::os::unix::fs::FileExt;
     let dir = scratch("dirty");
     let data = sixteen_extents();
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     fs::write(m.path("f"), &data).unwrap();
     m.unmount();
     let ext = 128 << 10;
     // 16 extents written twice, a page at a time, in two rounds the kernel writes back:
     // with room for them all, and with room for four.
     for (max, large) in [("64M", true), ("512K", false)] {
-        let m = Mount::new(&dir, &format!("compress=zstd:1,max_dirty={max}"));
+        let m = Mount::new(&dir, &format!("compress=zstd:1,extent_size=128K,max_dirty={max}"));
         let mut model = fs::read(m.path("f")).unwrap();
         let f = fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
         let before = extents_compressed(&m);
@@ -913,7 +931,7 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
     }
     // The write-behind: files left open with partial extents dirty, one of them grown,
     // one new. Written behind and committed, they survive a kill -9 with no fsync.
-    let m = Mount::new(&dir, "compress=zstd:1,dirty_expire=1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K,dirty_expire=1");
     let mut model = fs::read(m.path("f")).unwrap();
     let f = fs::OpenOptions::new().write(true).open(m.path("f")).unwrap();
     a_page_per_extent(&f, &mut model, 4, 9, b'z');
@@ -956,7 +974,7 @@ fn partial_writes_wait_in_memory_and_each_extent_is_compressed_once() {
     }
     m.kill();
     drop((f, g));
-    let m = Mount::new(&dir, "compress=zstd:1");
+    let m = Mount::new(&dir, "compress=zstd:1,extent_size=128K");
     assert!(
         fs::read(m.path("f")).unwrap() == model,
         "written behind, then killed"

@@ -608,7 +608,6 @@ fn files_written_whole_take_1m_extents_and_store_noise_at_its_size_others_keep_t
         for i in (0..(3 << 20) / 4096).rev().step_by(7) {
             let page = &doc[i * 4096..(i + 1) * 4096];
             f.write_all_at(page, (i * 4096) as u64).unwrap();
-            f.sync_data().unwrap();
             pages[i * 4096..(i + 1) * 4096].copy_from_slice(page);
         }
     }

@@ -432,8 +432,9 @@ fn an_unmount_racing_queued_releases_ends_the_daemon_cleanly() {
 fn check_reports_damage_by_file_and_extent_refuses_while_mounted_and_repairs_leftovers() {
     use squeezefs_container::format::{half_offset, EXTENT_HEADER_LEN};
     let dir = scratch("check");
-    // Containers: their extents are what is damaged below.
-    let m = Mount::new(&dir, "compress=zstd:1,nopack");
+    // Containers of 128 KiB extents (named: written whole, the file would take one 1 MiB
+    // extent): their extents are what is damaged below.
+    let m = Mount::new(&dir, "compress=zstd:1,nopack,extent_size=128K");
     let text: Vec<u8> = include_bytes!("reliability.rs")
         .iter()
         .cycle()

@@ -4,6 +4,9 @@
 //! own property beats them; a rename keeps the data as it is; `property get` names the
 //! rule that applies; a bad rule is refused saying where; `squeezefs compress` applies
 //! rules to files written before them, and `stats --by rule` shows what each rule holds.
+//! The mounts name `extent_size=128K`: the files here are written whole, and would otherwise
+//! take 1 MiB extents or go to a pack (`container/grow.rs`) where these tests count 128 KiB
+//! extents and containers.
 
 #![deny(unsafe_code)]
 
@@ -42,7 +45,7 @@ fn rules_choose_codec_level_and_extent_size_by_name_for_a_user_mount() {
     common::require_root("prepares the user `tests` (CI runs as root)");
     let d = scratch("rules");
     common::open_to_others(&d);
-    let opts = r#"compress=zstd:3,rules="*.log,*.txt=zstd:9; *.jpg,*.png=none""#;
+    let opts = r#"compress=zstd:3,extent_size=128K,rules="*.log,*.txt=zstd:9; *.jpg,*.png=none""#;
     let m = Mount::as_user(&d, opts, "tests");
     let mnt = m.mnt.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
@@ -186,7 +189,7 @@ fn already_compressed_files_are_stored_raw_without_a_trial() {
     common::require_root("prepares the user `tests` (CI runs as root)");
     let d = scratch("content-type");
     common::open_to_others(&d);
-    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let m = Mount::as_user(&d, "compress=zstd:3,extent_size=128K", "tests");
     let mnt = m.mnt.display().to_string();
     ok(&format!(
         "cd {mnt} && seq 1 400000 | gzip -1 > big.gz && seq 1 3000 | gzip -1 > small.gz && \
@@ -280,7 +283,7 @@ fn compress_applies_rules_to_files_written_before_them() {
         .unwrap()
         .success());
     let orig = orig.display().to_string();
-    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let m = Mount::as_user(&d, "compress=zstd:3,extent_size=128K", "tests");
     let mnt = m.mnt.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     let b = d.join("backing");
@@ -443,7 +446,11 @@ fn compress_applies_rules_to_files_written_before_them() {
     // The mount's `rules=` (after a remount), where a directory has no rules of its own:
     // the root and `sub`, not `data`.
     m.unmount();
-    let m = Mount::as_user(&d, r#"compress=zstd:3,rules="*.txt=zlib:6""#, "tests");
+    let m = Mount::as_user(
+        &d,
+        r#"compress=zstd:3,extent_size=128K,rules="*.txt=zlib:6""#,
+        "tests",
+    );
     assert_eq!(stored(&m.mnt.join("top.txt")).0, ["zstd:3"]);
     let s = run(&mnt);
     assert_eq!(
@@ -495,7 +502,11 @@ fn force_by_rule_directory_and_file_compresses_what_the_sniff_would_skip() {
     let d = scratch("rules-force");
     common::open_to_others(&d);
     let b = d.join("backing");
-    let m = Mount::as_user(&d, r#"compress=zstd:3,rules="*.forced=force""#, "tests");
+    let m = Mount::as_user(
+        &d,
+        r#"compress=zstd:3,extent_size=128K,rules="*.forced=force""#,
+        "tests",
+    );
     let mnt = m.mnt.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     // 5 extents of text behind a gzip header: what the content sniff stores raw.
@@ -573,7 +584,7 @@ fn force_by_rule_directory_and_file_compresses_what_the_sniff_would_skip() {
     let sum = ok(&format!("md5sum < {mnt}/fd/x.bin"));
     m.unmount();
     common::check_clean(&b, "after force");
-    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let m = Mount::as_user(&d, "compress=zstd:3,extent_size=128K", "tests");
     let mnt = m.mnt.display().to_string();
     for f in ["fd/x.bin", "own", "a.forced", "fd/small.txt"] {
         let got = ok(&format!("{bin} property get {mnt}/{f} compression_force"));
@@ -608,7 +619,7 @@ fn compress_extent_size_beats_rules_and_hard_links_get_none() {
         .status()
         .unwrap()
         .success());
-    let m = Mount::as_user(&d, "compress=zstd:3", "tests");
+    let m = Mount::as_user(&d, "compress=zstd:3,extent_size=128K", "tests");
     let mnt = m.mnt.display().to_string();
     let bin = env!("CARGO_BIN_EXE_squeezefs");
     ok(&format!(

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use squeezefs_container::format::{sb_offset, Superblock, BLOCK, MAX_EXTENT_SHIFT};
+use squeezefs_container::pack::record::{record_state, RecordState};
+use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::MemDisk;
 use squeezefs_container::{give_up_at, grow_at, Container, DirtyBudget, Options, Stats};
 use squeezefs_testdata::{random, text};
@@ -89,7 +91,7 @@ fn writes_that_arrive_out_of_order_still_make_a_whole_file() {
 }
 
 #[test]
-fn files_with_a_gap_or_of_at_most_one_large_extent_keep_the_mounts_extents() {
+fn files_with_a_gap_or_synced_at_one_large_extent_keep_the_mounts_extents() {
     // A gap (a sparse file, or a database's scattered pages) left when the file is written out.
     let disk = MemDisk::new();
     let o = opts(true);
@@ -102,7 +104,7 @@ fn files_with_a_gap_or_of_at_most_one_large_extent_keep_the_mounts_extents() {
     c.fsync().unwrap();
     reads_back(&disk, &o, &want, 17);
 
-    // Exactly one large extent: it would be one extent either way.
+    // Exactly one large extent, synced before its close: not past it while written.
     let disk = MemDisk::new();
     let mut c = Container::create(disk.clone(), &o);
     let data = random(MIB, 5);
@@ -231,4 +233,40 @@ fn a_file_closed_whole_by_its_writer_takes_one_large_extent_unless_synced_before
     want[..E as usize].fill(0);
     reads_back(&disk, &o, &want, 17);
     assert_eq!(o.stats.snapshot().files_grown, 1);
+}
+
+#[test]
+fn a_file_closed_whole_goes_to_a_pack_as_one_large_extent_and_leaves_it_when_it_grows() {
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let o = Options {
+        packs: Some(Arc::new(
+            Packs::new(Box::new(dir.clone()), true, DEFAULT_CACHE).unwrap(),
+        )),
+        ..opts(true)
+    };
+    // An empty file written out first (a record naming no bytes), then written whole.
+    let mut c = Container::create(disk.clone(), &o);
+    c.fsync().unwrap();
+    let data = text(600 << 10);
+    write_in(&mut c, 0, &data, 128 << 10);
+    c.writer_closed();
+    c.fsync().unwrap();
+    assert_eq!(o.stats.snapshot().files_grown, 1);
+    assert!(
+        matches!(record_state(&disk).unwrap(), RecordState::Current { loc, .. } if loc.extent_shift == MAX_EXTENT_SHIFT),
+        "packed, as one 1 MiB extent"
+    );
+    assert!(disk.contents().is_empty(), "no container bytes beside the record");
+    drop(c);
+    // Reopened, appended past 1 MiB: it leaves its pack as a container of 1 MiB extents.
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    assert_eq!(c.read(0, data.len() + 1).unwrap(), data);
+    let more = text(900 << 10);
+    c.write(data.len() as u64, &more).unwrap();
+    c.fsync().unwrap();
+    drop(c);
+    let mut want = data.clone();
+    want.extend_from_slice(&more);
+    reads_back(&disk, &o, &want, MAX_EXTENT_SHIFT);
 }

@@ -9,7 +9,7 @@
 //! other core idles. docs/BENCHMARKS.md ("Large files") has the profile and the figures.
 //!
 //! What: each open file keeps a [`Stream`] (where its last read ended). When a READ
-//! continues the previous one, the extents of the next [`AHEAD_BYTES`] not in memory are
+//! continues the previous one, the extents of the next [`ahead_bytes`] not in memory are
 //! planned under the file's lock ([`Container::plan_ahead`]) and handed to [`AHEAD_WORKERS`]
 //! threads, which read and decode them without that lock, on a descriptor of the backing
 //! file shared by the jobs of one plan (closed with the last of them), and cache them if the
@@ -30,9 +30,17 @@ use squeezefs_container::{AheadPlan, FileStorage};
 use crate::inode::Inode;
 use crate::lifecycle::state::{OpenFile, Stream};
 
-/// How far ahead of a sequential reader extents are loaded: eight 128 KiB extents (the
-/// file's extent cache grows by as much while it is read ahead).
+/// How far ahead of a sequential reader extents are loaded at least: eight 128 KiB extents
+/// (the file's extent cache grows by as much while it is read ahead).
 pub const AHEAD_BYTES: u64 = 1 << 20;
+
+/// How far ahead a sequential reader of a file with `extent`-byte extents is read:
+/// [`AHEAD_BYTES`], and at least one extent per worker, so that files of large extents
+/// (1 MiB: files written whole, `container/grow.rs`) are decoded on every core too, not one
+/// extent at a time.
+pub fn ahead_bytes(extent: u64) -> u64 {
+    AHEAD_BYTES.max(extent.saturating_mul(AHEAD_WORKERS as u64))
+}
 /// Threads that load extents ahead. Most of a load is waiting for the backing file, so more
 /// threads than cores pay (docs/BENCHMARKS.md has the table this was chosen from).
 pub const AHEAD_WORKERS: usize = 4;
@@ -49,7 +57,7 @@ impl Stream {
     /// answer two READs of one stream out of order: a gap of up to two READs counts),
     /// returns the byte range whose extents to plan; a jump starts a new stream (what is
     /// in flight stays marked: a READ still waits for it rather than loading it twice).
-    fn advance(&mut self, off: u64, len: u64) -> Option<(u64, u64)> {
+    fn advance(&mut self, off: u64, len: u64, ahead: u64) -> Option<(u64, u64)> {
         let end = off.saturating_add(len);
         if !self.continues(off, len) {
             self.next = end;
@@ -57,7 +65,7 @@ impl Stream {
             return None;
         }
         self.next = self.next.max(end);
-        let to = self.next.saturating_add(AHEAD_BYTES);
+        let to = self.next.saturating_add(ahead);
         let from = self.next.max(self.planned_to);
         (from < to).then_some((from, to))
     }
@@ -180,7 +188,8 @@ impl ReadAhead {
         if !self.started.load(Ordering::Acquire) {
             return;
         }
-        let Some((from, to)) = of.stream.advance(off, len as u64) else {
+        let ahead = ahead_bytes(of.container.extent_size().unwrap_or(0));
+        let Some((from, to)) = of.stream.advance(off, len as u64, ahead) else {
             return;
         };
         let mut plans = of.container.plan_ahead(from, to);
@@ -207,7 +216,7 @@ impl ReadAhead {
             }
         };
         if !of.stream.reserved {
-            of.container.reserve_ahead(AHEAD_BYTES);
+            of.container.reserve_ahead(ahead);
             of.stream.reserved = true;
         }
         for plan in plans {

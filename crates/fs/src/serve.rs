@@ -62,10 +62,12 @@ pub fn mount(
     }
     let limit = raise_fd_limit();
     // The zstd workspace pool: one compressing thread per core (plus the reserved
-    // max-level workspace), tables sized for this mount's extents.
+    // max-level workspace), tables sized for this mount's largest extents (those of files
+    // written whole, `grow_extent_shift`, where the mount did not name its extent size).
+    let largest = cfg.extent_shift.max(cfg.grow_extent_shift().unwrap_or(0));
     squeezefs_codec::workspace::configure(squeezefs_codec::workspace::PoolConfig {
         max_workspaces: std::thread::available_parallelism().map_or(2, |n| n.get()) + 1,
-        input_size: 1 << cfg.extent_shift,
+        input_size: 1 << largest,
         ..Default::default()
     });
     let mut opts = cfg.container_options();

@@ -177,8 +177,10 @@ impl<S: Storage> Container<S> {
                 let spent = p.share.must_write_out();
                 let undecided = p.grow_to.is_some();
                 p.decide_extent_size(spent);
-                let mut out: Vec<u64> = if undecided && p.grow_to.is_none() {
-                    // Decided now: what earlier writes covered goes too.
+                let held_back = std::mem::take(&mut p.held_back);
+                let mut out: Vec<u64> = if (undecided && p.grow_to.is_none()) || held_back {
+                    // Decided now (or since the last write, by another change): what
+                    // earlier writes covered goes too.
                     let len = p.extent_len() as u32;
                     p.exts
                         .iter()
@@ -212,7 +214,9 @@ impl<S: Storage> Container<S> {
                     return Err(Error::TooLarge);
                 }
                 p.changed();
-                if size != p.size {
+                // (Only an empty file truncated to empty, as `O_TRUNC` on a new file does,
+                // stays undecided.)
+                if size != p.size || size != 0 {
                     p.keep_extent_size();
                 }
                 if size > p.size {

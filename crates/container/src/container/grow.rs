@@ -30,12 +30,11 @@
 //! A file regrouped this way that is later written at random offsets pays for it (a 4 KiB
 //! write rewrites 1 MiB); docs/BENCHMARKS.md measures issue 29's random I/O on such a file.
 
-use super::state::{Ext, Packed};
+use super::state::{Ext, Packed, PendingLoc};
 
-/// A file written from its start without a gap takes the larger extent size once it holds
-/// more than one extent of it (1 MiB for a mount's 1 MiB). A file of at most that size keeps
-/// the mount's extent size (its tail would be one extent either way, and a file of one
-/// extent is packed).
+/// A file written from its start without a gap takes the larger extent size (`to`) once
+/// writes covered more than one extent of it (1 MiB); a smaller one only when its writer
+/// closes it whole ([`Packed::decide_closed`]).
 pub fn grow_at(to: u8) -> u64 {
     1 << to
 }
@@ -107,9 +106,12 @@ impl Packed {
         }
     }
 
-    /// The file keeps the extent size it has (a change that is not a plain write came).
+    /// The file keeps the extent size it has (a change that is not a plain write came):
+    /// the extents writes covered while it was undecided go out with the next write.
     pub(super) fn keep_extent_size(&mut self) {
-        self.grow_to = None;
+        if self.grow_to.take().is_some() {
+            self.held_back = true;
+        }
     }
 
     /// Regroups the extents in memory into extents of `1 << to` bytes: each new extent holds
@@ -118,8 +120,19 @@ impl Packed {
     /// record (a superblock describing no data, no extent ever written), which the first
     /// write-out replaces like any other.
     fn regroup(&mut self, to: u8) {
-        debug_assert!(!self.sb_covers && self.loc.is_none_or(|l| l.len == 0));
-        debug_assert!(self.exts.values().all(|e| !e.written));
+        // What makes an undecided file (every path that writes data out decides first):
+        // checked anyway, since regrouping over data laid out by the old size would lose it.
+        let on_disk = self.sb_covers
+            || self.loc.is_some_and(|l| l.len > 0)
+            || matches!(self.loc_pending, Some(PendingLoc::Bytes(_)))
+            || self
+                .exts
+                .values()
+                .any(|e| e.written || e.disk.is_some_and(|d| d.cur.is_some()));
+        if on_disk {
+            debug_assert!(false, "regroup over data on disk");
+            return;
+        }
         let (from, len) = (self.shift, 1usize << to);
         let k = to - from;
         let old = std::mem::take(&mut self.exts);

@@ -158,6 +158,7 @@ impl Packed {
             codec_prop: false,
             shift_prop: false,
             grow_to: None,
+            held_back: false,
             mount_codec: opts.codec,
             adapt: opts.adapt.clone(),
             rewrite_codec: None,

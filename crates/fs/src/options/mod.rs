@@ -375,6 +375,12 @@ impl MountConfig {
         Ok(())
     }
 
+    /// The extent size (log2) a new file written whole takes (`container/grow.rs`): 1 MiB,
+    /// unless `extent_size=` was given.
+    pub fn grow_extent_shift(&self) -> Option<u8> {
+        (!self.extent_size_given).then_some(squeezefs_container::format::MAX_EXTENT_SHIFT)
+    }
+
     pub fn container_options(&self) -> Options {
         Options {
             codec: self.codec,
@@ -382,8 +388,7 @@ impl MountConfig {
                 .adapt
                 .map(|(min, max)| squeezefs_container::adapt::Adaptive::new(min, max)),
             extent_shift: self.extent_shift,
-            grow_extent_shift: (!self.extent_size_given)
-                .then_some(squeezefs_container::format::MAX_EXTENT_SHIFT),
+            grow_extent_shift: self.grow_extent_shift(),
             force: self.force,
             stats: Default::default(),
             packs: None,
