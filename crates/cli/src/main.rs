@@ -320,7 +320,9 @@ fn mount_help() -> String {
         `getfattr -n user.squeezefs.reclaim MOUNTPOINT` shows the last round)\n  \
         nofill_cache                hand the kernel only the pages a read asks for; by default\n                              \
         the rest of each extent a read decompressed goes into the page\n                              \
-        cache too (as btrfs keeps it), while memory is not short\n  \
+        cache too (as btrfs keeps it), while memory is not short; and\n                              \
+        a reader walking a directory in its listing order (tar, cp -r)\n                              \
+        finds the next files' first MiB there\n  \
         max_dirty=SIZE              memory for bytes written but not compressed yet, all files\n                              \
         together (default: a tenth of the memory available at mount,\n                              \
         8M to 4G). A write that fills an extent is compressed at once;\n                              \

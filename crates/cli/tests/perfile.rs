@@ -1214,3 +1214,137 @@ fn last_closes_handed_on_by_the_spinning_thread_are_all_written() {
     let m = Mount::new(&d, "");
     all_back(&m, "after a remount");
 }
+
+/// `page_cache.ahead_files` of the statistics file once it reaches `want` (a store follows
+/// the open that queued it: given up to 5 s), or as it is then.
+fn ahead_files_once(m: &Mount, want: u64) -> u64 {
+    let get = || stats_doc(m)["page_cache"]["ahead_files"].as_u64().unwrap();
+    let mut n = get();
+    for _ in 0..1000 {
+        if n >= want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        n = get();
+    }
+    n
+}
+
+/// The bytes of file `i` of the walk test, generation `gen`: about 300 KiB of text for
+/// most, 3 MiB for the one that spans several extents.
+fn walked(i: usize, gen: u32) -> Vec<u8> {
+    let lines = if i == 4 { 300_000 } else { 30_000 };
+    (0..lines)
+        .flat_map(|k| format!("{gen} file {i} line {k}\n").into_bytes())
+        .collect()
+}
+
+/// A reader walking a directory in the order it lists its files (`tar`, `cp -r`) finds the
+/// next files' first MiB in the kernel's page cache before it opens them
+/// (`crate::siblings`): no READ reaches the daemon for a file that fits, and every byte
+/// reads right. A file written after its bytes were stored ahead reads what was written
+/// (rule 11: a writer waits for a store under way, and the kernel's own write replaces its
+/// pages). With `nofill_cache` nothing is stored; opens in another order store nothing past
+/// the first files.
+#[test]
+fn a_walk_in_listing_order_finds_the_next_files_cached() {
+    let _turn = page_cache_turn();
+    let dir = scratch("siblings");
+    let m = Mount::new(&dir, "compress=zstd:1");
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..8 {
+        fs::write(m.path(&format!("d/f{i}")), walked(i, 0)).unwrap();
+    }
+    fs::create_dir(m.path("d/sub")).unwrap();
+    fs::write(m.path("d/sub/x"), b"in a subdirectory").unwrap();
+    m.unmount();
+    let index =
+        |p: &std::path::Path| -> usize { p.file_name().unwrap().to_str().unwrap()[1..].parse().unwrap() };
+    for (opts, fills) in [("compress=zstd:1", true), ("compress=zstd:1,nofill_cache", false)] {
+        let m = Mount::new(&dir, opts);
+        let order: Vec<std::path::PathBuf> = fs::read_dir(m.path("d"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert_eq!(order.len(), 8, "{opts}");
+        for (k, p) in order.iter().enumerate() {
+            let want = walked(index(p), 0);
+            let mut f = fs::File::open(p).unwrap();
+            let before = reads(&m);
+            if fills && k >= 1 {
+                // Opening file k - 1 queued file k (the first open queued the next two).
+                assert!(
+                    ahead_files_once(&m, k as u64) >= k as u64,
+                    "{opts}: file {k} not stored ahead"
+                );
+                let first = want.len().min(1 << 20);
+                let cached = common::sys::pages_cached(&f, first);
+                assert!(
+                    cached.iter().all(|c| *c),
+                    "{opts}: {} of the first {} pages of {p:?} cached",
+                    cached.iter().filter(|c| **c).count(),
+                    cached.len()
+                );
+            }
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut got).unwrap();
+            assert!(got == want, "{opts}: wrong bytes in {p:?}");
+            if fills && k >= 1 && want.len() <= 1 << 20 {
+                assert_eq!(reads(&m), before, "{opts}: {p:?} was read from the daemon");
+            }
+        }
+        let ahead = stats_doc(&m)["page_cache"]["ahead_files"].as_u64().unwrap();
+        if fills {
+            assert_eq!(ahead, 7, "{opts}: every file after the first, once");
+        } else {
+            assert_eq!(ahead, 0, "{opts}");
+        }
+        m.unmount();
+    }
+
+    // Opens in another order: nothing stored past what the first open of the listing's
+    // first file would store.
+    let m = Mount::new(&dir, "compress=zstd:1");
+    let mut order: Vec<std::path::PathBuf> = fs::read_dir(m.path("d"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    order.reverse();
+    for p in &order {
+        assert!(fs::read(p).unwrap() == walked(index(p), 0));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let ahead = stats_doc(&m)["page_cache"]["ahead_files"].as_u64().unwrap();
+    assert!(ahead <= 2, "a backwards walk stored {ahead} files ahead");
+    m.unmount();
+
+    // Writers racing the stores: each round opens the listing's first file (which queues
+    // the next two) and at once rewrites the second; it must read back what was written.
+    for round in 1..=20u32 {
+        let m = Mount::new(&dir, "compress=zstd:1");
+        let order: Vec<std::path::PathBuf> = fs::read_dir(m.path("d"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        let first = fs::File::open(&order[0]).unwrap();
+        let new = walked(index(&order[1]), round);
+        fs::write(&order[1], &new).unwrap();
+        assert!(
+            fs::read(&order[1]).unwrap() == new,
+            "round {round}: stale bytes after a write"
+        );
+        drop(first);
+        m.unmount();
+        let m = Mount::new(&dir, "compress=zstd:1");
+        assert!(
+            fs::read(&order[1]).unwrap() == new,
+            "round {round}: stale bytes after a remount"
+        );
+        m.unmount();
+    }
+    common::check_clean(&dir.join("backing"), "after the walk test");
+    fs::remove_dir_all(&dir).unwrap();
+}

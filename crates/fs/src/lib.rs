@@ -31,6 +31,7 @@ pub mod reclaim;
 mod requests;
 pub mod rules;
 mod serve;
+mod siblings;
 mod sizes;
 mod space;
 mod spin;

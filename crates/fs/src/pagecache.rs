@@ -52,6 +52,10 @@ pub struct Counts {
     pub refused: AtomicU64,
     /// Extents not stored because the store thread was behind.
     pub skipped_busy: AtomicU64,
+    /// Files whose first bytes were stored ahead of a reader walking their directory
+    /// (`crate::siblings`), and those bytes (also counted in `stores` and `bytes`).
+    pub ahead_files: AtomicU64,
+    pub ahead_bytes: AtomicU64,
 }
 
 impl PageCache {
@@ -80,6 +84,11 @@ impl PageCache {
 
     /// Hands `spill` to the store thread (dropped, which lets the file change again, when
     /// the thread is behind).
+    /// Whether stores are on (`fill_cache`, the default).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     pub fn send(&self, ino: INodeNo, spill: Spill) {
         let Some(q) = &self.queue else { return };
         match q.try_send((ino, spill)) {
@@ -124,6 +133,8 @@ impl PageCache {
             "skipped_low_memory": get(&c.skipped_low_memory),
             "skipped_busy": get(&c.skipped_busy),
             "refused": get(&c.refused),
+            "ahead_files": get(&c.ahead_files),
+            "ahead_bytes": get(&c.ahead_bytes),
         })
     }
 }
@@ -135,6 +146,7 @@ impl PageCache {
 fn store_thread(rx: Receiver<(INodeNo, Spill)>, notifier: Arc<OnceLock<Notifier>>, c: Arc<Counts>) {
     for (ino, spill) in rx {
         let Some(n) = notifier.get() else { continue };
+        let mut sent = 0;
         for (off, bytes) in spill.pieces() {
             if n.store(ino, off, bytes).is_err() {
                 c.refused.fetch_add(1, Ordering::Relaxed);
@@ -142,6 +154,11 @@ fn store_thread(rx: Receiver<(INodeNo, Spill)>, notifier: Arc<OnceLock<Notifier>
             }
             c.stores.fetch_add(1, Ordering::Relaxed);
             c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            sent += bytes.len() as u64;
+        }
+        if spill.ahead() && sent > 0 {
+            c.ahead_files.fetch_add(1, Ordering::Relaxed);
+            c.ahead_bytes.fetch_add(sent, Ordering::Relaxed);
         }
     }
 }

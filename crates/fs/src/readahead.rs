@@ -192,6 +192,21 @@ impl ReadAhead {
         let Some((from, to)) = of.stream.advance(off, len as u64, ahead) else {
             return;
         };
+        self.queue(inode, of, from, to, ahead);
+    }
+
+    /// Loads the extents of `[from, to)` of a file no reader has asked for yet (`crate::
+    /// siblings`), on the workers: a READ of them meanwhile waits for them, as for any
+    /// read-ahead ([`ReadAhead::wait_for`]).
+    pub fn load(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64) {
+        if self.started.load(Ordering::Acquire) {
+            self.queue(inode, of, from, to, to - from);
+        }
+    }
+
+    /// Plans the extents of `[from, to)` not in memory and queues them; `ahead`: the bytes
+    /// the file's extent cache is grown by for it.
+    fn queue(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64, ahead: u64) {
         let mut plans = of.container.plan_ahead(from, to);
         plans.truncate(PLAN_MAX);
         of.stream.planned_to = match plans.last() {

@@ -581,6 +581,13 @@ impl Inodes {
         self.t.read().unwrap().inode_of(key)
     }
 
+    /// The number (as the kernel knows it) and inode of backing file `key`, if known.
+    pub fn known_numbered(&self, key: (u64, u64)) -> Option<(u64, Arc<Inode>)> {
+        let t = self.t.read().unwrap();
+        let n = t.number_of(key)?;
+        t.get(n).map(|i| (n, i.clone()))
+    }
+
     /// Every known inode (for flushing at unmount).
     pub fn all(&self) -> Vec<Arc<Inode>> {
         self.t.read().unwrap().all().cloned().collect()

@@ -28,6 +28,7 @@ impl Files {
             // A writer may change the kernel's pages: no store may be under way (rule 11).
             // Returns at once for the FUSE handlers, which came through `hold_spills`.
             open = self.wait_spills(inode, open);
+            open.stored_ahead = false;
         }
         let of = match open.as_mut() {
             Some(of) => {
@@ -72,6 +73,7 @@ impl Files {
     /// read back); a handle racing in meanwhile keeps the container it opened.
     pub fn attach_new(&self, inode: &Arc<Inode>, container: Container<FileStorage>) {
         let mut open = inode.file.open.lock().unwrap();
+        open.stored_ahead = false;
         match open.as_mut() {
             Some(of) => {
                 of.handles += 1;

@@ -35,9 +35,16 @@ pub struct Spill {
     bytes: Vec<u8>,
     /// The READ's own pages, left out (the kernel has them locked until the reply).
     skip: Range<u64>,
+    /// Stored ahead of a reader (`crate::siblings`), not after a READ.
+    ahead: bool,
 }
 
 impl Spill {
+    /// Whether it was taken ahead of a reader (`crate::siblings`).
+    pub fn ahead(&self) -> bool {
+        self.ahead
+    }
+
     /// The pieces to store: `(offset, bytes)`, at most two, none empty.
     pub fn pieces(&self) -> impl Iterator<Item = (u64, &[u8])> {
         around(self.start..self.start + self.bytes.len() as u64, &self.skip)
@@ -124,6 +131,74 @@ impl Files {
             start: ext.start,
             bytes,
             skip,
+            ahead: false,
+        })
+    }
+
+    /// The first `max` bytes of a file no reader has asked for yet, to store ahead of a
+    /// reader walking its directory (`crate::siblings`): under the conditions of
+    /// [`Files::spill`] (no writer, no hold, a trusted cache, memory), and not when they
+    /// were stored ahead before. Opens the file's container as a READ of a file without
+    /// state does (kept, rule 9). The in-file read-ahead of its reader then continues from
+    /// where these bytes end (`readahead.rs`).
+    pub fn spill_ahead(
+        &self,
+        ino: u64,
+        inode: &Arc<Inode>,
+        max: u64,
+        may: impl FnOnce() -> bool,
+    ) -> Option<Spill> {
+        let quiet = |open: &super::state::OpenGuard| {
+            !open.stored_ahead
+                && inode.file.holds.load(std::sync::atomic::Ordering::Acquire) == 0
+                && !inode.file.cache_suspect()
+        };
+        let open = inode.file.open.lock().unwrap();
+        if !quiet(&open) {
+            return None;
+        }
+        if open.is_none() {
+            drop(open);
+            self.with_kept(ino, inode, |_| Ok(()), "read ahead").ok()?;
+        } else {
+            drop(open);
+        }
+        // The extents decoded on the read-ahead workers, without the file's lock (its
+        // reader's OPEN and READs do not wait behind a decode), then taken under it.
+        let mut open = inode.file.open.lock().unwrap();
+        let of = open.as_mut()?;
+        let len = of.container.size().ok()?.min(max);
+        if len == 0 || of.writers > 0 || !may() {
+            return None;
+        }
+        self.ahead.load(inode, of, 0, len);
+        let mut open = self.ahead.wait_for(inode, open, 0, len as usize);
+        if !quiet(&open) {
+            return None;
+        }
+        let of = open.as_mut()?;
+        if of.writers > 0 {
+            return None;
+        }
+        let len = of.container.size().ok()?.min(max);
+        if len == 0 {
+            return None;
+        }
+        let bytes = of.container.read(0, len as usize).ok()?;
+        if of.stream.next == 0 {
+            of.stream.next = bytes.len() as u64;
+        }
+        open.stored_ahead = true;
+        inode
+            .file
+            .spilling
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Some(Spill {
+            inode: inode.clone(),
+            start: 0,
+            bytes,
+            skip: 0..0,
+            ahead: true,
         })
     }
 

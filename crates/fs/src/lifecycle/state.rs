@@ -367,6 +367,10 @@ pub struct FileSlot {
     /// Read-only handles opened without a container (rule 9): they hold no state, only
     /// the inode's fd (the fd cache keeps it while any exists).
     pub lazy: u32,
+    /// Its first bytes were stored in the kernel's page cache ahead of a reader walking
+    /// its directory (`crate::siblings`), and no writer opened it since: not stored again
+    /// (a hint only: the kernel may have dropped them since).
+    pub stored_ahead: bool,
     /// [`FileState::share`]s held.
     shared: u16,
     /// A [`FileState::exclusive`] is held, or waits for the shares to end (no new one

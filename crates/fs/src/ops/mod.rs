@@ -159,6 +159,9 @@ pub struct Core {
     ns_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Last closes the spinning session thread hands on (`closer.rs`; read-write mounts).
     closer: closer::Closer,
+    /// Files stored ahead of a reader walking a directory (`crate::siblings`; with
+    /// `fill_cache`).
+    siblings: crate::siblings::Siblings,
 }
 
 impl SqueezeFs {
@@ -263,7 +266,12 @@ impl SqueezeFs {
             ns,
             ns_thread: Mutex::new(None),
             closer: Default::default(),
+            siblings: Default::default(),
         });
+        if core.page_cache.enabled() {
+            let load: std::sync::Weak<dyn crate::siblings::Load> = Arc::downgrade(&core) as _;
+            core.siblings.start(load)?;
+        }
         if !read_only {
             let serve: std::sync::Weak<dyn closer::Serve> = Arc::downgrade(&core) as _;
             core.closer.start(serve, closer::queue_for(fd_limit))?;
@@ -306,6 +314,25 @@ impl closer::Serve for Core {
         let _done = Done(&self.files);
         // An error is logged and kept for the file's next fsync there (rule 10).
         let _ = self.files.release(job.ino, &job.inode, job.writable);
+    }
+}
+
+impl crate::siblings::Load for Core {
+    fn load_ahead(&self, key: crate::siblings::Key) {
+        let Some((ino, inode)) = self.inodes.known_numbered(key) else {
+            return;
+        };
+        if !inode.is_reg {
+            return;
+        }
+        let spill = self
+            .files
+            .spill_ahead(ino, &inode, crate::siblings::FILE_BYTES, || {
+                self.page_cache.may_store()
+            });
+        if let Some(spill) = spill {
+            self.page_cache.send(INodeNo(ino), spill);
+        }
     }
 }
 

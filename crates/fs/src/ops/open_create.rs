@@ -52,6 +52,10 @@ impl Core {
         }
         let writable = acc != libc::O_RDONLY;
         let truncate = flags & libc::O_TRUNC != 0 && writable;
+        if !writable {
+            // A reader walking its directory: the next files go to the page cache ahead.
+            self.siblings.queue(self.siblings.opened(inode.key));
+        }
         if !writable && self.files.open_lazy(&inode) {
             return Ok((inode.file.keep_cache(), true));
         }

@@ -137,6 +137,15 @@ impl Core {
                 .collect();
             self.prefetch.directory(dfd, files);
         }
+        // The order a walk will open its files in (`crate::siblings`).
+        let dev = inode.key.0;
+        self.siblings.listed(
+            ino.0,
+            entries
+                .iter()
+                .filter(|(_, _, t)| *t == libc::DT_REG)
+                .map(|(_, d_ino, _)| (dev, *d_ino)),
+        );
         let fresh = Arc::new(self.dir_list(ino.0, &inode, entries));
         if let Some(h) = self.dirs.lock().unwrap().get_mut(&fh) {
             h.list = Some(fresh.clone());
