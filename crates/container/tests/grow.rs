@@ -7,7 +7,7 @@ use squeezefs_container::format::{sb_offset, Superblock, BLOCK, MAX_EXTENT_SHIFT
 use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{give_up_at, grow_at, Container, DirtyBudget, Options, Stats};
+use squeezefs_container::{give_up_at, give_up_dense_at, grow_at, Container, DirtyBudget, Options, Stats};
 use squeezefs_testdata::{random, text};
 
 const MIB: usize = 1 << 20;
@@ -172,27 +172,72 @@ fn without_the_option_a_spent_budget_or_a_gap_kept_too_long_nothing_grows() {
     c.fsync().unwrap();
     reads_back(&disk, &o, &data, 17);
 
-    // A gap at the start while writes cover 8 MiB elsewhere: decided then, and written
-    // as usual.
+    // Scattered extents (a database's pages, each a whole 128 KiB extent here, one in four)
+    // covering 8 MiB: decided then, and written as usual.
+    // (A budget that holds them all: a spent one decides at once, tested above.)
+    let roomy = || Options {
+        dirty: DirtyBudget::new(1 << 30),
+        ..opts(true)
+    };
     let disk = MemDisk::new();
-    let o = opts(true);
+    let o = roomy();
     let mut c = Container::create(disk.clone(), &o);
     let to = MAX_EXTENT_SHIFT;
     assert_eq!((grow_at(to), give_up_at(to)), (1 << 20, 8 << 20));
-    let tail = text(give_up_at(to) as usize);
-    write_in(&mut c, E as usize, &tail[..tail.len() - MIB], MIB);
-    assert!(disk.contents().is_empty(), "7 MiB covered: still undecided");
-    c.write((E as usize + tail.len() - MIB) as u64, &tail[tail.len() - MIB..])
-        .unwrap();
+    let page = text(E as usize);
+    let pages = give_up_at(to) / E;
+    let stride = 4 * E;
+    let mut want = vec![0u8; (pages * stride) as usize];
+    for i in 1..pages {
+        c.write(i * stride, &page).unwrap();
+        want[(i * stride) as usize..][..E as usize].copy_from_slice(&page);
+    }
+    assert!(
+        disk.contents().is_empty(),
+        "8 MiB less an extent covered: still undecided"
+    );
+    c.write(pages * stride, &page).unwrap();
+    want.extend_from_slice(&page);
     assert!(
         !disk.contents().is_empty(),
         "decided at 8 MiB: covered extents went out"
     );
-    c.write(0, &tail[..E as usize]).unwrap();
+    c.write(0, &page).unwrap();
+    want[..E as usize].copy_from_slice(&page);
     c.fsync().unwrap();
-    let mut want = tail[..E as usize].to_vec();
-    want.extend_from_slice(&tail);
     reads_back(&disk, &o, &want, 17);
+    assert_eq!(o.stats.snapshot().files_grown, 0);
+
+    // A sequential writer whose first WRITE comes late (a session thread not scheduled):
+    // all but its start covered densely past 8 MiB, it waits, and grows once the start
+    // comes.
+    let disk = MemDisk::new();
+    let mut c = Container::create(disk.clone(), &o);
+    let tail = text(2 * give_up_at(to) as usize);
+    write_in(&mut c, MIB, &tail[MIB..], MIB);
+    assert!(disk.contents().is_empty(), "dense past 8 MiB: still undecided");
+    c.write(0, &tail[..MIB]).unwrap();
+    c.fsync().unwrap();
+    reads_back(&disk, &o, &tail, to);
+    assert_eq!(o.stats.snapshot().files_grown, 1);
+
+    // …but not beyond 64 MiB.
+    let disk = MemDisk::new();
+    let o = roomy();
+    let mut c = Container::create(disk.clone(), &o);
+    assert_eq!(give_up_dense_at(to), 64 << 20);
+    let tail = text(give_up_dense_at(to) as usize + MIB);
+    write_in(&mut c, MIB, &tail[MIB..tail.len() - MIB], MIB);
+    assert!(
+        disk.contents().is_empty(),
+        "64 MiB less one covered: still undecided"
+    );
+    c.write((tail.len() - MIB) as u64, &tail[tail.len() - MIB..])
+        .unwrap();
+    assert!(!disk.contents().is_empty(), "decided at 64 MiB");
+    c.write(0, &tail[..MIB]).unwrap();
+    c.fsync().unwrap();
+    reads_back(&disk, &o, &tail, 17);
     assert_eq!(o.stats.snapshot().files_grown, 0);
 }
 

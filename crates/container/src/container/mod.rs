@@ -52,7 +52,7 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 pub use ahead::{AheadPlan, Fetched};
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
-pub use grow::{give_up_at, grow_at};
+pub use grow::{give_up_at, give_up_dense_at, grow_at};
 pub use lifecycle::{Ticket, WriteBack};
 pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 pub use recompress::{Recompressed, StatTimes};
