@@ -37,6 +37,9 @@ pub struct Stats {
     inline_files: AtomicU64,
     packed_files: AtomicU64,
     files_grown: AtomicU64,
+    extents_copied: AtomicU64,
+    copied_logical: AtomicU64,
+    copied_stored: AtomicU64,
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
     checksum_errors: AtomicU64,
@@ -83,6 +86,11 @@ pub struct Snapshot {
     /// Files written whole from their start that took the largest extent size before their
     /// first write-out (`container/grow.rs`).
     pub files_grown: u64,
+    /// Stored extents copied as they are by `copy_file_range` (`container/copy.rs`), the
+    /// bytes they hold and their payloads' bytes.
+    pub extents_copied: u64,
+    pub copied_logical: u64,
+    pub copied_stored: u64,
     /// Files flagged incompressible / unflagged after a successful retry.
     pub files_flagged: u64,
     pub files_unflagged: u64,
@@ -177,6 +185,13 @@ impl Stats {
         add(&self.files_grown, 1);
     }
 
+    /// A stored extent copied as it is (`container/copy.rs`).
+    pub fn extent_copied(&self, logical: usize, stored: usize) {
+        add(&self.extents_copied, 1);
+        add(&self.copied_logical, logical as u64);
+        add(&self.copied_stored, stored as u64);
+    }
+
     pub fn flagged(&self, on: bool) {
         add(
             if on {
@@ -228,6 +243,9 @@ impl Stats {
             inline_files: g(&self.inline_files),
             packed_files: g(&self.packed_files),
             files_grown: g(&self.files_grown),
+            extents_copied: g(&self.extents_copied),
+            copied_logical: g(&self.copied_logical),
+            copied_stored: g(&self.copied_stored),
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),
             checksum_errors: g(&self.checksum_errors),

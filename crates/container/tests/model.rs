@@ -105,6 +105,17 @@ enum Op {
         kind: u8,
         seed: u8,
     },
+    /// `copy_file_range` from another container (made for it, `payload(src_len, kind, seed)`
+    /// written whole and fsynced, at the file's extent size or grown): `len` bytes at
+    /// `off_in` copied to `off_out`, whole extents as stored where aligned.
+    CopyFrom {
+        src_len: usize,
+        kind: u8,
+        seed: u8,
+        off_in: u64,
+        off_out: u64,
+        len: u64,
+    },
     Read {
         off: u64,
         len: usize,
@@ -235,6 +246,9 @@ const KEPT_TIMES: KeptTimes = KeptTimes {
 fn kept_after(before: Option<StatTimes>, op: &Op, size_before: u64, ctime: u64) -> Vec<Option<StatTimes>> {
     match op {
         Op::Write { len, .. } if *len > 0 => vec![None],
+        Op::CopyFrom {
+            src_len, off_in, len, ..
+        } if (*off_in as usize) < *src_len && *len > 0 => vec![None],
         Op::SetSize(_) | Op::SetCodec(_) | Op::SetDict(_) | Op::SetForce(_) | Op::ForgetTimes => {
             vec![None]
         }
@@ -282,6 +296,21 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         2 => (0..6u64, 1..3u64, any::<u8>(), any::<u8>()).prop_map(move |(i, n, kind, seed)| {
             Op::Write { off: i * extent, len: (n * extent) as usize, kind, seed }
         }),
+        // Copies from another file: mostly extent aligned (copied as stored), some not;
+        // to the source's end or not.
+        2 => (2..7u64, 0..2u8, 0..6u64, 0..6u64, 0..3u8, 0..8u64, (any::<u8>(), any::<u8>()))
+            .prop_map(move |(n_src, cut, i, j, skew, n, (kind, seed))| {
+                let src_len = (n_src * extent - u64::from(cut) * (extent / 3)) as usize;
+                let (a, b) = match skew { 0 | 1 => (0, 0), _ => (100 % extent, 0) };
+                Op::CopyFrom {
+                    src_len,
+                    kind,
+                    seed,
+                    off_in: i * extent + a,
+                    off_out: j * extent + b,
+                    len: n * extent + u64::from(skew == 1) * (extent / 2),
+                }
+            }),
         3 => (off.clone(), 0..(max as usize)).prop_map(|(off, len)| Op::Read { off, len }),
         2 => (0..max).prop_map(Op::SetSize),
         1 => Just(Op::SetSize(0)),
@@ -340,6 +369,26 @@ fn apply_model(model: &mut Vec<u8>, op: &Op) {
                 model.resize(end, 0);
             }
             model[*off as usize..end].copy_from_slice(&data);
+        }
+        Op::CopyFrom {
+            src_len,
+            kind,
+            seed,
+            off_in,
+            off_out,
+            len,
+        } => {
+            let src = payload(*src_len, *kind, *seed);
+            let from = (*off_in as usize).min(src.len());
+            let n = (*len as usize).min(src.len() - from);
+            if n == 0 {
+                return;
+            }
+            let end = *off_out as usize + n;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[*off_out as usize..end].copy_from_slice(&src[from..from + n]);
         }
         Op::SetSize(n) => model.resize(*n as usize, 0),
         Op::Punch { off, len } => {
@@ -415,6 +464,26 @@ fn apply_container(
             c.fsync().map(|_| None)
         }
         Op::Write { off, len, kind, seed } => c.write(*off, &payload(*len, *kind, *seed)).map(|_| None),
+        Op::CopyFrom {
+            src_len,
+            kind,
+            seed,
+            off_in,
+            off_out,
+            len,
+        } => {
+            // The source: a file of its own (no packs: a file of one extent would go to
+            // one, and the packs are the test file's), written whole and durable.
+            let so = Options {
+                packs: None,
+                ..opts.clone()
+            };
+            let mut src = Container::create(MemDisk::new(), &so);
+            src.write(0, &payload(*src_len, *kind, *seed))?;
+            src.writer_closed();
+            src.fsync()?;
+            c.copy_from(&mut src, *off_in, *off_out, *len).map(|_| None)
+        }
         Op::Read { off, len } => c.read(*off, *len).map(Some),
         Op::SetSize(n) => c.set_size(*n).map(|_| None),
         Op::Punch { off, len } => c.punch_hole(*off, *len).map(|_| None),

@@ -149,6 +149,11 @@ pub fn render(
             "unflagged": s.files_unflagged,
         },
         "checksum_errors": s.checksum_errors,
+        "copied": {
+            "extents": s.extents_copied,
+            "bytes": s.copied_logical,
+            "stored_bytes": s.copied_stored,
+        },
         "reads": {
             "extents_loaded": s.extents_loaded,
             "ahead_installed": s.ahead_installed,

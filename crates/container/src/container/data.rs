@@ -17,7 +17,7 @@ use crate::{Error, Result};
 /// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
-const MAX_SIZE: u64 = 1 << 50;
+pub(super) const MAX_SIZE: u64 = 1 << 50;
 
 impl<S: Storage> Container<S> {
     /// Rewrites the extents overlapping `range` with the codec in force now (`squeezefs

@@ -139,6 +139,29 @@ impl Packed {
         }
     }
 
+    /// Whether anything of the file's data is on disk (a superblock describing data, a
+    /// record naming bytes, an extent written).
+    fn data_on_disk(&self) -> bool {
+        self.sb_covers
+            || self.loc.is_some_and(|l| l.len > 0)
+            || matches!(self.loc_pending, Some(PendingLoc::Bytes(_)))
+            || self
+                .exts
+                .values()
+                .any(|e| e.written || e.disk.is_some_and(|d| d.cur.is_some()))
+    }
+
+    /// A copy of stored extents (`copy.rs`) into a new, empty file that has not decided
+    /// its extent size: it takes the source's (`to`), when larger than its own. True when
+    /// its extent size is `to` afterwards.
+    pub(super) fn adopt_extent_size(&mut self, to: u8) -> bool {
+        if self.grow_to.is_some() && self.size == 0 && to > self.shift && !self.data_on_disk() {
+            self.grow_to = None;
+            self.regroup(to);
+        }
+        self.shift == to
+    }
+
     /// Regroups the extents in memory into extents of `1 << to` bytes: each new extent holds
     /// the bytes, the written ranges and the dirty mark of the old ones it covers. Nothing
     /// on disk is laid out by the old size: at most an empty file's superblock or location
@@ -147,14 +170,7 @@ impl Packed {
     fn regroup(&mut self, to: u8) {
         // What makes an undecided file (every path that writes data out decides first):
         // checked anyway, since regrouping over data laid out by the old size would lose it.
-        let on_disk = self.sb_covers
-            || self.loc.is_some_and(|l| l.len > 0)
-            || matches!(self.loc_pending, Some(PendingLoc::Bytes(_)))
-            || self
-                .exts
-                .values()
-                .any(|e| e.written || e.disk.is_some_and(|d| d.cur.is_some()));
-        if on_disk {
+        if self.data_on_disk() {
             debug_assert!(false, "regroup over data on disk");
             return;
         }

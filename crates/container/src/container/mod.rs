@@ -32,6 +32,7 @@
 
 mod ahead;
 mod cache;
+mod copy;
 mod data;
 mod dirty;
 mod grow;

@@ -7,10 +7,12 @@
 use rayon::prelude::*;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
-use super::state::{DiskState, Packed};
+use std::collections::BTreeMap;
+
+use super::state::{Copy as StoredCopy, DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
-    sb_offset, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
+    sb_offset, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
     PROP_DICTIONARY, PROP_EXTENT_SIZE, PROP_FORCE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
 use crate::storage::Storage;
@@ -60,13 +62,41 @@ impl Packed {
     /// outcome, the dirty share and the clean count are exact afterwards (one recount on
     /// every exit, early errors included).
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
-        let r = self.write_extents_counted_after(st, idxs);
+        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new());
         self.recount();
         r
     }
 
-    /// [`Packed::write_extents`] without the recount.
-    fn write_extents_counted_after<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
+    /// Writes stored copies of another file's extents as they are (`copy.rs`): each
+    /// `(index, copy)` goes into the extent's free half under the same rules as a
+    /// compressed one, its header renumbered (index, generation), its payload untouched. The
+    /// extents must hold no dirty bytes (a copy replaces them whole).
+    pub(super) fn write_stored<S: Storage>(
+        &mut self,
+        st: &S,
+        copies: BTreeMap<u64, StoredCopy>,
+    ) -> Result<()> {
+        let idxs: Vec<u64> = copies.keys().copied().collect();
+        for &idx in &idxs {
+            // The copy replaces the extent whole: bytes written there before are gone.
+            let e = self.exts.entry(idx).or_default();
+            e.dirty = false;
+            e.covered.clear();
+            e.data = None;
+        }
+        let r = self.write_extents_counted_after(st, &idxs, &copies);
+        self.recount();
+        r
+    }
+
+    /// [`Packed::write_extents`] without the recount; the extents in `stored` are written
+    /// from those copies instead of their bytes.
+    fn write_extents_counted_after<S: Storage>(
+        &mut self,
+        st: &S,
+        idxs: &[u64],
+        stored: &BTreeMap<u64, StoredCopy>,
+    ) -> Result<()> {
         // `idxs` are extents of the size the file has now: it keeps it (the callers that
         // may let it grow decide before they pick them).
         self.keep_extent_size();
@@ -96,7 +126,7 @@ impl Packed {
                         },
                         Err(e) => return Err(e),
                     };
-                    self.exts.get_mut(&idx).expect("dirty extent").disk = Some(s);
+                    self.exts.get_mut(&idx).expect("an extent to write").disk = Some(s);
                     s
                 }
             };
@@ -150,17 +180,24 @@ impl Packed {
             half: u8,
             gen: u64,
             careful: Careful,
-            data: &'a [u8],
+            data: Src<'a>,
+        }
+        /// What a job writes: bytes to compress, or a stored copy as it is.
+        enum Src<'a> {
+            Bytes(&'a [u8]),
+            Stored(&'a StoredCopy),
         }
         let mut plans = Vec::new();
         let mut holes = Vec::new();
         for &idx in idxs {
             let logical = self.logical_len(idx);
             let e = &self.exts[&idx];
-            let data = e.data.as_deref().expect("dirty extent has data");
-            if logical == 0 || data[..logical].iter().all(|&b| b == 0) {
-                holes.push(idx);
-                continue;
+            if !stored.contains_key(&idx) {
+                let data = e.data.as_deref().expect("dirty extent has data");
+                if logical == 0 || data[..logical].iter().all(|&b| b == 0) {
+                    holes.push(idx);
+                    continue;
+                }
             }
             let d = e.disk.expect("probed");
             let (half, other_dirty, how) = match d.cur {
@@ -177,7 +214,10 @@ impl Packed {
             let how = if careful { how } else { Careful::No };
             plans.push((idx, half, gen, other_dirty, how));
         }
-        if plans.first().is_some_and(|p| p.0 == 0) {
+        if plans
+            .first()
+            .is_some_and(|p| p.0 == 0 && !stored.contains_key(&0))
+        {
             let n = self.logical_len(0).min(SNIFF_LEN);
             let head = self.exts[&0].data.as_deref().expect("data")[..n].to_vec();
             self.sniff(&head);
@@ -193,7 +233,12 @@ impl Packed {
                 half,
                 gen,
                 careful,
-                data: &self.exts[&idx].data.as_deref().expect("data")[..self.logical_len(idx)],
+                data: match stored.get(&idx) {
+                    Some(copy) => Src::Stored(copy),
+                    None => {
+                        Src::Bytes(&self.exts[&idx].data.as_deref().expect("data")[..self.logical_len(idx)])
+                    }
+                },
             })
             .collect();
         // 3. Compress and write in parallel; each job writes its own half.
@@ -201,18 +246,35 @@ impl Packed {
         // the backoff skips are not compressed, and teach it nothing).
         let adapt = self.adaptive();
         let run = |(j, skip): (&Job<'_>, &bool)| {
-            // (Nor extents stored raw for their content type: not compressed either.)
-            let timed = adapt
-                .filter(|_| !*skip && !policy.compressed_content)
-                .map(|a| a.compressing());
-            let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, j.data);
-            drop(timed);
-            self.stats
-                .extent(&outcome, j.data.len(), half.len() - EXTENT_HEADER_LEN);
+            let (half, outcome) = match j.data {
+                Src::Bytes(data) => {
+                    // (Nor extents stored raw for their content type: not compressed either.)
+                    let timed = adapt
+                        .filter(|_| !*skip && !policy.compressed_content)
+                        .map(|a| a.compressing());
+                    let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, data);
+                    drop(timed);
+                    self.stats
+                        .extent(&outcome, data.len(), half.len() - EXTENT_HEADER_LEN);
+                    (half, Some(outcome))
+                }
+                Src::Stored((h, payload)) => {
+                    let h = ExtentHeader {
+                        index: j.idx,
+                        generation: j.gen,
+                        ..*h
+                    };
+                    let mut half = Vec::with_capacity(EXTENT_HEADER_LEN + payload.len());
+                    half.extend_from_slice(&h.encode());
+                    half.extend_from_slice(payload);
+                    self.stats.extent_copied(h.logical_len as usize, payload.len());
+                    (half, None)
+                }
+            };
             write_half(st, &half, geo.half(j.idx, j.half), j.careful).map(|()| outcome)
         };
         // One extent (most closes of small files): no thread hand-off.
-        let results: Vec<std::io::Result<Outcome>> = if jobs.len() == 1 {
+        let results: Vec<std::io::Result<Option<Outcome>>> = if jobs.len() == 1 {
             jobs.iter().zip(&skips).map(run).collect()
         } else {
             jobs.par_iter().zip(&skips).map(run).collect()
@@ -223,8 +285,12 @@ impl Packed {
         for ((idx, half, gen, other_dirty, _), res) in plans.into_iter().zip(results) {
             match res {
                 Ok(outcome) => {
-                    self.learn(&outcome);
-                    if matches!(outcome, Outcome::Compressed { dict: true, .. }) && !self.dict_used {
+                    // (A stored copy teaches the backoff nothing; one with a dictionary
+                    // is never copied as it is.)
+                    if let Some(outcome) = &outcome {
+                        self.learn(outcome);
+                    }
+                    if matches!(outcome, Some(Outcome::Compressed { dict: true, .. })) && !self.dict_used {
                         // The superblock must say so (version 3) at the next flush.
                         self.dict_used = true;
                         self.sb_dirty = true;

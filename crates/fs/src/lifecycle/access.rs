@@ -12,7 +12,6 @@ use super::commit::Ticketed;
 use super::state::{Closed, OpenFile};
 use super::Files;
 use crate::inode::Inode;
-use crate::sys;
 
 impl Files {
     /// Runs `f` on the file's container: the shared one in memory (rule 2 of
@@ -57,13 +56,7 @@ impl Files {
             if matches!(change, Change::Data) {
                 of.times = of.times.forgotten(of.meta.is_set());
             } else if matches!(change, Change::KernelWrite) {
-                // The kernel's mtime stays what it was until it sends another (rule 7):
-                // the backing file's, pinned before our write-out can move it.
-                if of.times.mtime.is_none() {
-                    if let Ok(st) = sys::fstat(of.container.storage().file()) {
-                        of.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
-                    }
-                }
+                of.pin_kernel_mtime();
             } else if of.meta_waits() {
                 // Times, owner and mode waiting to go on the backing file go first: an
                 // fsync then makes them durable with the rest (rule 7).

@@ -20,6 +20,7 @@ mod access;
 mod attrs;
 pub mod behind;
 pub mod commit;
+mod copy;
 mod handles;
 mod kept;
 mod meta;

@@ -26,6 +26,12 @@ impl Files {
         if !write_out {
             return Ok(());
         }
+        self.write_out(inode)
+    }
+
+    /// An open file's extents written out now, partial last one included (rule 10: near a
+    /// full backing filesystem, a WRITE's or a copy's error reaches its caller).
+    pub fn write_out(&self, inode: &Arc<Inode>) -> Result<(), Errno> {
         let mut open = inode.file.open.lock().unwrap();
         let Some(of) = open.as_mut().filter(|of| of.handles > 0) else {
             return Ok(());

@@ -119,6 +119,8 @@
 //! rewriting waits for one step, as an open does). So `Inodes::forget` is never called
 //! with `open` held (drop it first, as `lifecycle::commit` does). The fd
 //! cache's queue and `Files::idle` look at another inode's `open` only with `try_lock`.
+//! Two files' `open` at once only for a copy between them (`lifecycle/copy.rs`), in the
+//! order of their inodes' addresses, nothing else held.
 //! The group commit's queue lock is held alone. The read-ahead queue is sent to with `open`
 //! held (never blocking: a full queue drops the plan); its workers take `open` alone, after
 //! their read, and a READ waiting for one releases `open` while it waits.
@@ -147,6 +149,19 @@ pub struct OpenFile {
     pub meta: Meta,
     /// Where its sequential reader is, for the read-ahead (`readahead.rs`).
     pub stream: Stream,
+}
+
+impl OpenFile {
+    /// Rule 7 for a change the kernel made (a WRITE, a copy): the kernel's mtime stays what
+    /// it was until it sends another, so the backing file's is pinned before our write-out
+    /// can move it.
+    pub fn pin_kernel_mtime(&mut self) {
+        if self.times.mtime.is_none() {
+            if let Ok(st) = crate::sys::fstat(self.container.storage().file()) {
+                self.times.mtime = Some((st.st_mtime, st.st_mtime_nsec));
+            }
+        }
+    }
 }
 
 /// Access and modification times set explicitly (`None`: not set, left as they are).

@@ -9,10 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::attrs::SetAttr;
@@ -295,6 +295,36 @@ impl Filesystem for SqueezeFs {
         match self.do_write(&req.into(), ino, offset, data, wf) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// Never ENOSYS, which would turn copies off for the mount: the statistics file is
+    /// refused with EOPNOTSUPP, and the kernel copies it through reads and writes.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _serving = self.spin.serving();
+        match (route(ino_in), route(ino_out)) {
+            (Node::Backing(i), Node::Backing(o)) => {
+                match self.do_copy_range(i, offset_in, o, offset_out, len, flags.bits()) {
+                    Ok(n) => {
+                        self.background.touched(n);
+                        reply.written(n as u32)
+                    }
+                    Err(e) => reply.error(e),
+                }
+            }
+            _ => reply.error(Errno::EOPNOTSUPP),
         }
     }
 

@@ -254,6 +254,34 @@ impl Core {
         self.files.write(&i, offset, data, now)
     }
 
+    /// copy_file_range(2) within the mount (`lifecycle/copy.rs`): the bytes copied.
+    pub(super) fn do_copy_range(
+        &self,
+        ino_in: INodeNo,
+        off_in: u64,
+        ino_out: INodeNo,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> Result<u64, Errno> {
+        self.check_writable()?;
+        if flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (src, dst) = (self.inode(ino_in)?, self.inode(ino_out)?);
+        if !src.is_reg || !dst.is_reg {
+            return Err(Errno::EINVAL);
+        }
+        let n = self
+            .files
+            .copy_range(ino_in.0, &src, off_in, &dst, off_out, len)?;
+        // Near a full backing filesystem nothing waits for the last close (rule 10).
+        if self.space.low(|| self.free_space()) {
+            self.files.write_out(&dst)?;
+        }
+        Ok(n)
+    }
+
     /// Bytes of the backing filesystem free for us, less what the dirty extents waiting in
     /// memory may take once written (at most their decompressed size).
     pub(super) fn free_space(&self) -> std::io::Result<u64> {
