@@ -92,3 +92,104 @@ fn copy_file_range_copies_stored_extents_and_the_copy_reads_back_after_a_remount
     common::check_clean(&dir.join("backing"), "after copies");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Bytes in use on the filesystem holding `path` (`df`).
+fn used(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=used", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines().nth(1).unwrap().trim().parse().unwrap()
+}
+
+fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
+    let st = std::process::Command::new(cmd).args(args).status().unwrap();
+    assert!(st.success(), "{cmd} {args:?} failed");
+}
+
+/// On an XFS backing with reflinks, a copy shares its source's blocks: the backing's used
+/// space grows by less than 1 % of the file's stored size (its superblocks and the header
+/// blocks are its own), the copy reads back after a remount, and a write to the copy
+/// changes it alone (the backing's copy on write). Root: a loop-mounted XFS image
+/// (`scripts/test-deps` installs xfsprogs).
+#[test]
+fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
+    common::require_root("this test loop-mounts an XFS image");
+    let dir = scratch("copy-xfs");
+    let img = dir.join("xfs.img");
+    fs::File::create(&img).unwrap().set_len(1 << 30).unwrap();
+    run(
+        "mkfs.xfs",
+        &[
+            "-q".as_ref(),
+            "-m".as_ref(),
+            "reflink=1".as_ref(),
+            img.as_os_str(),
+        ],
+    );
+    let backing = dir.join("backing");
+    run(
+        "mount",
+        &[
+            "-o".as_ref(),
+            "loop".as_ref(),
+            img.as_os_str(),
+            backing.as_os_str(),
+        ],
+    );
+    // (1 MiB extents named: the subject here is sharing, not which size a file takes.)
+    let opts = "compress=zstd:1,extent_size=1M";
+    let m = Mount::new(&dir, opts);
+    // Half text, half noise: about half of it stored.
+    let data: Vec<u8> = (0..64u64)
+        .flat_map(|i| {
+            let mut mib = text(512 << 10);
+            mib.extend_from_slice(&random(512 << 10, i));
+            mib
+        })
+        .collect();
+    fs::write(m.path("a"), &data).unwrap();
+    fs::File::open(m.path("a")).unwrap().sync_all().unwrap();
+    let before = used(&backing);
+
+    let src = fs::File::open(m.path("a")).unwrap();
+    let dst = fs::File::create(m.path("b")).unwrap();
+    assert_eq!(copy_all(&src, &dst, data.len()), data.len());
+    dst.sync_all().unwrap();
+    drop((src, dst));
+    let after = used(&backing);
+    let doc = stats(&m);
+    let stored = doc["copied"]["stored_bytes"].as_u64().unwrap();
+    let shared = doc["copied"]["shared_bytes"].as_u64().unwrap();
+    assert_eq!(doc["copied"]["extents"], 64, "{}", doc["copied"]);
+    assert!(shared > stored, "every extent shared: {}", doc["copied"]);
+    let added = after.saturating_sub(before);
+    assert!(
+        added * 100 < stored,
+        "the copy added {added} bytes to the backing, its extents store {stored}"
+    );
+    assert!(fs::read(m.path("b")).unwrap() == data);
+
+    // A write to the copy: the source keeps its bytes.
+    let mut want = data.clone();
+    want[10 << 20..(10 << 20) + 5].copy_from_slice(b"HELLO");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(m.path("b")).unwrap();
+        f.write_all_at(b"HELLO", 10 << 20).unwrap();
+        f.sync_all().unwrap();
+    }
+    m.unmount();
+    let m = Mount::new(&dir, opts);
+    assert!(
+        fs::read(m.path("a")).unwrap() == data,
+        "the source after a remount"
+    );
+    assert!(fs::read(m.path("b")).unwrap() == want, "the copy after a remount");
+    m.unmount();
+    common::check_clean(&backing, "after copies on XFS");
+    run("umount", &[backing.as_os_str()]);
+    fs::remove_dir_all(&dir).unwrap();
+}

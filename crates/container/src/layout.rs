@@ -205,8 +205,13 @@ pub(crate) fn read_payload<S: Storage>(
     half: u8,
     h: &ExtentHeader,
 ) -> Result<Option<Vec<u8>>> {
+    read_payload_at(st, geo.half(idx, half), h)
+}
+
+/// [`read_payload`] of the half at byte `at` of the file.
+pub(crate) fn read_payload_at<S: Storage>(st: &S, at: u64, h: &ExtentHeader) -> Result<Option<Vec<u8>>> {
     let mut payload = vec![0u8; h.stored_len as usize];
-    let n = read_full(st, &mut payload, geo.half(idx, half) + EXTENT_HEADER_LEN as u64)?;
+    let n = read_full(st, &mut payload, at + EXTENT_HEADER_LEN as u64)?;
     Ok((n == payload.len() && payload_ok(h, &payload)).then_some(payload))
 }
 

@@ -61,6 +61,8 @@ struct Inner {
     /// xattr, to a value of [`CLOCK`]; kept by a reboot (a test reads it back only to
     /// compare it with what a record keeps).
     ctime: u64,
+    /// Bytes [`Storage::share_from`] shared into this disk.
+    shared: u64,
 }
 
 /// The simulated clock behind [`MemDisk`] change times: strictly increasing, so a moved
@@ -139,6 +141,12 @@ impl MemDisk {
     /// The durable-or-not current value of xattr `name` (what reads see now).
     pub fn xattr(&self, name: &str) -> Option<Vec<u8>> {
         self.inner.lock().unwrap().xattrs.get(name).cloned()
+    }
+
+    /// Bytes shared into this disk from others ([`Storage::share_from`], as a backing
+    /// filesystem with reflinks would).
+    pub fn shared_bytes(&self) -> u64 {
+        self.inner.lock().unwrap().shared
     }
 
     /// Number of completed syncs (for tests that check syncing happens).
@@ -331,6 +339,32 @@ impl Storage for MemDisk {
 
     fn punch(&self, off: u64, len: u64) -> io::Result<()> {
         self.mutate(Some(Op::Punch(off, len)))
+    }
+
+    /// As XFS with reflinks: block-aligned offsets, a block-aligned length unless the range
+    /// ends at the source's end, and then a destination range ending at or past its end;
+    /// refused (`Ok(false)`) otherwise. The shared bytes land as one write (torn by a crash
+    /// like any: stricter than a filesystem's remap, which is all or nothing per extent).
+    fn share_from(&self, src: &Self, src_off: u64, len: u64, dst_off: u64) -> io::Result<bool> {
+        const B: u64 = 4096;
+        if self.has_crashed() {
+            return Err(crashed());
+        }
+        let bytes = {
+            let g = src.inner.lock().unwrap();
+            let src_len = g.current.len() as u64;
+            let end = src_off.saturating_add(len);
+            if src_off % B != 0 || dst_off % B != 0 || end > src_len || (len % B != 0 && end != src_len) {
+                return Ok(false);
+            }
+            g.current[src_off as usize..end as usize].to_vec()
+        };
+        if len % B != 0 && dst_off + len < self.inner.lock().unwrap().current.len() as u64 {
+            return Ok(false);
+        }
+        self.mutate(Some(Op::Write(dst_off, bytes)))?;
+        self.inner.lock().unwrap().shared += len;
+        Ok(true)
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -40,6 +40,7 @@ pub struct Stats {
     extents_copied: AtomicU64,
     copied_logical: AtomicU64,
     copied_stored: AtomicU64,
+    copied_shared: AtomicU64,
     files_flagged: AtomicU64,
     files_unflagged: AtomicU64,
     checksum_errors: AtomicU64,
@@ -91,6 +92,8 @@ pub struct Snapshot {
     pub extents_copied: u64,
     pub copied_logical: u64,
     pub copied_stored: u64,
+    /// Bytes of copied extents whose blocks the backing filesystem shares (reflinks).
+    pub copied_shared: u64,
     /// Files flagged incompressible / unflagged after a successful retry.
     pub files_flagged: u64,
     pub files_unflagged: u64,
@@ -185,6 +188,11 @@ impl Stats {
         add(&self.files_grown, 1);
     }
 
+    /// A copied extent's `bytes` shared with its source by the backing filesystem.
+    pub fn extent_shared(&self, bytes: u64) {
+        add(&self.copied_shared, bytes);
+    }
+
     /// A stored extent copied as it is (`container/copy.rs`).
     pub fn extent_copied(&self, logical: usize, stored: usize) {
         add(&self.extents_copied, 1);
@@ -246,6 +254,7 @@ impl Stats {
             extents_copied: g(&self.extents_copied),
             copied_logical: g(&self.copied_logical),
             copied_stored: g(&self.copied_stored),
+            copied_shared: g(&self.copied_shared),
             files_flagged: g(&self.files_flagged),
             files_unflagged: g(&self.files_unflagged),
             checksum_errors: g(&self.checksum_errors),

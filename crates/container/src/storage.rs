@@ -53,6 +53,18 @@ pub trait Storage: Send + Sync {
     fn sync_all(&self) -> io::Result<()> {
         self.sync_data()
     }
+    /// Makes `[dst_off, dst_off + len)` of this file share the bytes of `[src_off, src_off +
+    /// len)` of `src` where the storage can without copying them (a backing filesystem with
+    /// reflinks: XFS, btrfs), both offsets block aligned and `len` too unless the range ends
+    /// at `src`'s end. `Ok(false)`: it cannot here (nothing was done; the caller writes the
+    /// bytes). The shared blocks are written like any write: durable at the next sync.
+    fn share_from(&self, src: &Self, src_off: u64, len: u64, dst_off: u64) -> io::Result<bool>
+    where
+        Self: Sized,
+    {
+        let _ = (src, src_off, len, dst_off);
+        Ok(false)
+    }
     /// Which file this is (device and inode number), when the storage can tell: pack reclaim
     /// checks that a name still leads to the file a walk found there.
     fn identity(&self) -> io::Result<Option<(u64, u64)>> {
@@ -203,6 +215,29 @@ impl Storage for FileStorage {
         let w = self.writer()?;
         self.modifies();
         w.write_all_at(buf, off)
+    }
+
+    fn share_from(&self, src: &Self, src_off: u64, len: u64, dst_off: u64) -> io::Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        let w = self.writer()?;
+        self.modifies();
+        match sys::clone_range(w.as_fd(), dst_off, src.file.as_fd(), src_off, len) {
+            Ok(()) => Ok(true),
+            // No reflinks here (ext4, tmpfs, a network filesystem: EOPNOTSUPP, ENOTTY,
+            // EXDEV across filesystems), or a range the filesystem will not share (EINVAL:
+            // alignment, a range ending inside the destination past its last block).
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EXDEV | libc::EINVAL | libc::ENOSYS)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn punch(&self, off: u64, len: u64) -> io::Result<()> {

@@ -1,7 +1,8 @@
 //! The Linux calls `FileStorage` and `open_at` need that std does not wrap: punching a hole
 //! (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
 //! location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
-//! and `openat2(2)` for pack reclaim (std has neither).
+//! and `openat2(2)` for pack reclaim (std has neither), and the `FICLONERANGE` ioctl that
+//! shares blocks between two files (`copy_file_range` within a mount).
 //!
 //! The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
 //! the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
@@ -182,6 +183,46 @@ pub(crate) fn seek_data(fd: BorrowedFd<'_>, off: i64) -> io::Result<i64> {
     let r = unsafe { libc::lseek(fd.as_raw_fd(), off, libc::SEEK_DATA) };
     if r >= 0 {
         Ok(r)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `struct file_clone_range` of `linux/fs.h`.
+#[repr(C)]
+struct FileCloneRange {
+    src_fd: i64,
+    src_offset: u64,
+    src_length: u64,
+    dest_offset: u64,
+}
+
+/// `FICLONERANGE` = `_IOW(0x94, 13, struct file_clone_range)`.
+const FICLONERANGE: libc::c_ulong = 0x4020_940d;
+
+/// Makes `[dst_off, dst_off + len)` of `dst` share the blocks of `[src_off, src_off + len)` of
+/// `src` (`ioctl(FICLONERANGE)`: XFS with reflink, btrfs). Offsets block aligned; `len` too
+/// unless the range ends at `src`'s end.
+pub(crate) fn clone_range(
+    dst: BorrowedFd<'_>,
+    dst_off: u64,
+    src: BorrowedFd<'_>,
+    src_off: u64,
+    len: u64,
+) -> io::Result<()> {
+    let arg = FileCloneRange {
+        src_fd: i64::from(src.as_raw_fd()),
+        src_offset: src_off,
+        src_length: len,
+        dest_offset: dst_off,
+    };
+    // SAFETY: `arg` is a live, properly laid out `struct file_clone_range` (repr(C), four
+    // 64-bit fields) that the kernel only reads, for the duration of the call; both
+    // descriptors are borrowed, so open for the whole call. Failures come back through
+    // errno, read at once below.
+    let r = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONERANGE as _, &arg as *const FileCloneRange) };
+    if r == 0 {
+        Ok(())
     } else {
         Err(io::Error::last_os_error())
     }

@@ -65,6 +65,10 @@ fn whole_extents_are_copied_as_stored_the_rest_read_and_written() {
     assert!(reopened(&disk, &o) == data, "after a reopen");
     let stored = o.stats.snapshot();
     assert!(stored.copied_logical == data.len() as u64 && stored.copied_stored < stored.copied_logical);
+    // Same places, generations above the new file's: every half's blocks shared (as a
+    // backing filesystem with reflinks does), header and payload as they are.
+    assert_eq!(stored.copied_shared, stored.copied_stored + 6 * 48);
+    assert!(disk.shared_bytes() >= stored.copied_shared);
 
     // Offsets that do not lie equally far into an extent: read and written.
     let disk = MemDisk::new();

@@ -153,6 +153,7 @@ pub fn render(
             "extents": s.extents_copied,
             "bytes": s.copied_logical,
             "stored_bytes": s.copied_stored,
+            "shared_bytes": s.copied_shared,
         },
         "reads": {
             "extents_loaded": s.extents_loaded,

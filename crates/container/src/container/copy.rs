@@ -23,9 +23,11 @@
 use std::collections::BTreeMap;
 
 use super::data::MAX_SIZE;
-use super::state::{Copy as StoredCopy, Packed};
+use super::state::Packed;
+use super::writeout::Foreign;
 use super::{Container, Mode};
 use crate::format::EXTENT_FLAG_DICT;
+use crate::layout::{newest_halves, read_halves, Tie};
 use crate::storage::Storage;
 use crate::{Error, Result};
 
@@ -148,9 +150,9 @@ impl<S: Storage> Container<S> {
                 unreachable!("checked by stored_span")
             };
             match s.stored_copy(&src.storage, i)? {
-                Some(copy) => {
-                    held += copy.1.len();
-                    batch.insert(o, copy);
+                Some(f) => {
+                    held += f.payload.as_ref().map_or(0, |p| p.len());
+                    batch.insert(o, f);
                 }
                 None => plain.push(k),
             }
@@ -158,7 +160,7 @@ impl<S: Storage> Container<S> {
                 let Mode::Packed(d) = &mut self.mode else {
                     unreachable!()
                 };
-                d.write_stored(&self.storage, std::mem::take(&mut batch))?;
+                d.write_stored(&self.storage, &src.storage, std::mem::take(&mut batch))?;
                 held = 0;
             }
         }
@@ -166,7 +168,7 @@ impl<S: Storage> Container<S> {
             let Mode::Packed(d) = &mut self.mode else {
                 unreachable!()
             };
-            d.write_stored(&self.storage, batch)?;
+            d.write_stored(&self.storage, &src.storage, batch)?;
         }
         for k in plain {
             let n = e.min(len - k * e);
@@ -179,16 +181,36 @@ impl<S: Storage> Container<S> {
 impl Packed {
     /// The stored copy of extent `idx` to copy as it is, when it is the whole truth of the
     /// file there (see the module); `None`: copy it the ordinary way.
-    fn stored_copy<S: Storage>(&self, st: &S, idx: u64) -> Result<Option<StoredCopy>> {
+    fn stored_copy<S: Storage>(&self, st: &S, idx: u64) -> Result<Option<Foreign>> {
         if (idx << self.shift) >= self.size || self.is_stale(idx) {
             return Ok(None);
         }
         if self.exts.get(&idx).is_some_and(|e| e.dirty) {
             return Ok(None);
         }
-        let (_, copy) = self.probe(st, idx)?;
-        Ok(copy.filter(|(h, _)| {
-            h.flags & EXTENT_FLAG_DICT == 0 && h.logical_len as usize == self.logical_len(idx)
+        let geo = self.geo();
+        // One valid header: its half is the extent (its payload is read, and checked, only
+        // if its blocks cannot be shared; damaged, it is so in the copy too, which reads as
+        // such). Two: the newer one whose payload passes, as a read finds it.
+        let halves = read_halves(st, geo, idx)?;
+        let (half, header, payload) = match newest_halves(&halves, Tie::First).as_slice() {
+            [] => return Ok(None),
+            [(half, h)] => (*half, *h, None),
+            _ => {
+                let (state, copy) = self.probe(st, idx)?;
+                let (Some((half, _)), Some((h, payload))) = (state.cur, copy) else {
+                    return Ok(None);
+                };
+                (half, h, Some(payload))
+            }
+        };
+        if header.flags & EXTENT_FLAG_DICT != 0 || header.logical_len as usize != self.logical_len(idx) {
+            return Ok(None);
+        }
+        Ok(Some(Foreign {
+            header,
+            payload,
+            at: geo.half(idx, half),
         }))
     }
 }

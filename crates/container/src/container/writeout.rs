@@ -9,12 +9,13 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 use std::collections::BTreeMap;
 
-use super::state::{Copy as StoredCopy, DiskState, Packed};
+use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome};
 use crate::format::{
     sb_offset, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
     PROP_DICTIONARY, PROP_EXTENT_SIZE, PROP_FORCE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
 };
+use crate::layout::read_payload_at;
 use crate::storage::Storage;
 use crate::{Error, Result};
 
@@ -57,34 +58,74 @@ fn write_half<S: Storage>(st: &S, half: &[u8], off: u64, careful: Careful) -> st
     }
 }
 
+/// A stored extent of another file to write as it is (`copy.rs`): its header, where its half
+/// lies in that file's storage (whose blocks are shared where the storage can:
+/// [`Storage::share_from`]), and its payload when already read (else read, and checked,
+/// only where the blocks cannot be shared).
+pub(super) struct Foreign {
+    pub(super) header: ExtentHeader,
+    pub(super) payload: Option<Vec<u8>>,
+    pub(super) at: u64,
+}
+
+/// Shares a whole half of another file (`len` bytes, header and payload, at `at` in `from`)
+/// into `off`: its blocks after the first, then the first (the header's) where no older
+/// copy can be fallen back on (`careful`), as `write_half` puts the header last. The last
+/// block is shared whole (bytes past a copy's end in its slot are no part of it, FORMAT.md),
+/// or to the source's end. `Ok(false)`: the storage cannot share them (the caller writes
+/// the half, over whatever part was shared).
+fn share_half<S: Storage>(
+    st: &S,
+    from: &S,
+    at: u64,
+    len: u64,
+    off: u64,
+    careful: Careful,
+) -> std::io::Result<bool> {
+    let n = len.next_multiple_of(BLOCK).min(from.len()?.saturating_sub(at));
+    if n < len {
+        return Ok(false);
+    }
+    match careful {
+        Careful::No => st.share_from(from, at, n, off),
+        Careful::HeaderLast | Careful::ClearFirst => {
+            if careful == Careful::ClearFirst {
+                st.write_at(&[0u8; EXTENT_HEADER_LEN], off)?;
+            }
+            if n > BLOCK && !st.share_from(from, at + BLOCK, n - BLOCK, off + BLOCK)? {
+                return Ok(false);
+            }
+            st.share_from(from, at, n.min(BLOCK), off)
+        }
+    }
+}
+
 impl Packed {
     /// Compresses and writes extents `idxs` (dirty ones), in parallel. Whatever the
     /// outcome, the dirty share and the clean count are exact afterwards (one recount on
     /// every exit, early errors included).
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
-        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new());
+        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new(), None);
         self.recount();
         r
     }
 
-    /// Writes stored copies of another file's extents as they are (`copy.rs`): each
-    /// `(index, copy)` goes into the extent's free half under the same rules as a
-    /// compressed one, its header renumbered (index, generation), its payload untouched. The
-    /// extents must hold no dirty bytes (a copy replaces them whole).
+    /// Writes stored copies of another file's extents (in storage `from`) as they are
+    /// (`copy.rs`): each `(index, copy)` goes into the extent's free half under the same
+    /// rules as a compressed one, its payload untouched, its header renumbered where its
+    /// index or generation must change, its blocks shared with `from` where the storage can
+    /// and the header stays. Whatever the extents held in memory is replaced.
     pub(super) fn write_stored<S: Storage>(
         &mut self,
         st: &S,
-        copies: BTreeMap<u64, StoredCopy>,
+        from: &S,
+        copies: BTreeMap<u64, Foreign>,
     ) -> Result<()> {
         let idxs: Vec<u64> = copies.keys().copied().collect();
         for &idx in &idxs {
-            // The copy replaces the extent whole: bytes written there before are gone.
-            let e = self.exts.entry(idx).or_default();
-            e.dirty = false;
-            e.covered.clear();
-            e.data = None;
+            self.exts.entry(idx).or_default();
         }
-        let r = self.write_extents_counted_after(st, &idxs, &copies);
+        let r = self.write_extents_counted_after(st, &idxs, &copies, Some(from));
         self.recount();
         r
     }
@@ -95,7 +136,8 @@ impl Packed {
         &mut self,
         st: &S,
         idxs: &[u64],
-        stored: &BTreeMap<u64, StoredCopy>,
+        stored: &BTreeMap<u64, Foreign>,
+        from: Option<&S>,
     ) -> Result<()> {
         // `idxs` are extents of the size the file has now: it keeps it (the callers that
         // may let it grow decide before they pick them).
@@ -185,7 +227,7 @@ impl Packed {
         /// What a job writes: bytes to compress, or a stored copy as it is.
         enum Src<'a> {
             Bytes(&'a [u8]),
-            Stored(&'a StoredCopy),
+            Stored(&'a Foreign),
         }
         let mut plans = Vec::new();
         let mut holes = Vec::new();
@@ -210,7 +252,12 @@ impl Packed {
                 None if d.other_dirty => (0, true, Careful::ClearFirst),
                 None => (0, false, Careful::HeaderLast),
             };
-            let gen = d.max_gen + 1;
+            // A stored copy keeps its generation where that outranks both halves here (its
+            // header then stays byte for byte the source's, whose blocks can be shared).
+            let gen = match stored.get(&idx) {
+                Some(f) if f.header.index == idx && f.header.generation > d.max_gen => f.header.generation,
+                _ => d.max_gen + 1,
+            };
             let how = if careful { how } else { Careful::No };
             plans.push((idx, half, gen, other_dirty, how));
         }
@@ -258,16 +305,43 @@ impl Packed {
                         .extent(&outcome, data.len(), half.len() - EXTENT_HEADER_LEN);
                     (half, Some(outcome))
                 }
-                Src::Stored((h, payload)) => {
+                Src::Stored(f) => {
+                    let h = &f.header;
+                    self.stats
+                        .extent_copied(h.logical_len as usize, h.stored_len as usize);
+                    let off = geo.half(j.idx, j.half);
+                    let len = (EXTENT_HEADER_LEN + h.stored_len as usize) as u64;
+                    // The same header (index, generation): the source's blocks as they are.
+                    if let Some(from) = from.filter(|_| h.index == j.idx && h.generation == j.gen) {
+                        if share_half(st, from, f.at, len, off, j.careful)? {
+                            self.stats.extent_shared(len);
+                            return Ok(None);
+                        }
+                    }
+                    let read;
+                    let payload = match (&f.payload, from) {
+                        (Some(p), _) => p,
+                        (None, Some(from)) => {
+                            read = read_payload_at(from, f.at, h)
+                                .map_err(std::io::Error::other)?
+                                .ok_or_else(|| {
+                                    std::io::Error::other(format!(
+                                        "the source's copy of extent {} is damaged",
+                                        h.index
+                                    ))
+                                })?;
+                            &read
+                        }
+                        (None, None) => unreachable!("a stored copy without its source"),
+                    };
                     let h = ExtentHeader {
                         index: j.idx,
                         generation: j.gen,
                         ..*h
                     };
-                    let mut half = Vec::with_capacity(EXTENT_HEADER_LEN + payload.len());
+                    let mut half = Vec::with_capacity(len as usize);
                     half.extend_from_slice(&h.encode());
                     half.extend_from_slice(payload);
-                    self.stats.extent_copied(h.logical_len as usize, payload.len());
                     (half, None)
                 }
             };
@@ -299,6 +373,10 @@ impl Packed {
                     e.dirty = false;
                     e.covered.clear();
                     e.written = true;
+                    if stored.contains_key(&idx) {
+                        // Replaced whole by the copy: what memory held is stale.
+                        e.data = None;
+                    }
                     let d = e.disk.as_mut().expect("probed");
                     d.cur = Some((half, gen));
                     d.max_gen = gen;
