@@ -354,12 +354,16 @@ impl Storage for MemDisk {
             let g = src.inner.lock().unwrap();
             let src_len = g.current.len() as u64;
             let end = src_off.saturating_add(len);
-            if src_off % B != 0 || dst_off % B != 0 || end > src_len || (len % B != 0 && end != src_len) {
+            if !src_off.is_multiple_of(B)
+                || !dst_off.is_multiple_of(B)
+                || end > src_len
+                || (!len.is_multiple_of(B) && end != src_len)
+            {
                 return Ok(false);
             }
             g.current[src_off as usize..end as usize].to_vec()
         };
-        if len % B != 0 && dst_off + len < self.inner.lock().unwrap().current.len() as u64 {
+        if !len.is_multiple_of(B) && dst_off + len < self.inner.lock().unwrap().current.len() as u64 {
             return Ok(false);
         }
         self.mutate(Some(Op::Write(dst_off, bytes)))?;
