@@ -10,7 +10,7 @@
 //! | `attrs.rs` | `stat` through the mount: type conversion, getattr, setattr, statfs, readlink, access; clearing setuid/setgid |
 //! | `dir_ops.rs` | entries made and removed: mknod, mkdir, symlink, link, unlink, rmdir, rename; creation mode and ownership |
 //! | `readdir.rs` | opendir, readdir, releasedir, fsyncdir |
-//! | `open_create.rs` | open, create, read, write, flush, release, fsync (the lifecycle itself is `crate::lifecycle`) |
+//! | `open_create.rs` | open, create, read, write, copy_file_range, flush, release, fsync (the lifecycle itself is `crate::lifecycle`) |
 //! | `allocate_seek.rs` | fallocate, lseek (SEEK_DATA/SEEK_HOLE) |
 //! | `xattr.rs` | getxattr, setxattr, listxattr, removexattr; file capabilities |
 //! | `properties.rs` | the `user.squeezefs.*` properties of files and directories, rewrite |
