@@ -159,39 +159,61 @@ fn a_copy_of_a_file_with_other_extent_sizes_or_bytes_in_memory_reads_right() {
 #[test]
 fn a_crash_during_a_copy_leaves_each_extent_old_or_new() {
     let o = opts();
-    let data = text(4 * MIB);
-    let mut src = source(&o, &random(4 * MIB, 9));
-    let old = data.clone();
+    let old = text(4 * MIB);
+    let mid = random(4 * MIB, 4);
+    let noise = random(4 * MIB, 9);
+    // The source written three times: generation 3 outranks the destination's extents
+    // (1, or 2 where rewritten), so its halves are shared as they are.
+    let mut src = source(&o, &noise);
+    for _ in 0..2 {
+        src.write(0, &noise).unwrap();
+        src.fsync().unwrap();
+    }
     let mut new = old.clone();
-    new[MIB..3 * MIB].copy_from_slice(&random(4 * MIB, 9)[MIB..3 * MIB]);
-    for crash_at in 0..24u64 {
-        let dst = source(&o, &old);
-        let disk = dst.storage().clone();
-        drop(dst);
-        let mut dst = Container::open(disk.clone(), &o).unwrap();
-        disk.crash_after(crash_at);
-        let done = dst
-            .copy_from(&mut src, MIB as u64, MIB as u64, 2 * MIB as u64)
-            .and_then(|_| dst.fsync());
-        for seed in 1..8u64 {
-            let mut r = seed;
-            let d2 = disk.reboot(|| {
-                r ^= r << 13;
-                r ^= r >> 7;
-                r ^= r << 17;
-                r
-            });
-            let got = reopened(&d2, &o);
-            assert_eq!(got.len(), old.len(), "crash_at {crash_at}");
-            for (k, chunk) in got.chunks(MIB).enumerate() {
-                let (a, b) = (&old[k * MIB..][..chunk.len()], &new[k * MIB..][..chunk.len()]);
+    new[MIB..3 * MIB].copy_from_slice(&noise[MIB..3 * MIB]);
+    // Over durable extents (a copy into the other half), and over extents rewritten but not
+    // synced (in place: the header cleared first, the header's block shared last).
+    for rewritten in [false, true] {
+        for crash_at in 0..32u64 {
+            let dst = source(&o, &old);
+            let disk = dst.storage().clone();
+            drop(dst);
+            let mut dst = Container::open(disk.clone(), &o).unwrap();
+            if rewritten {
+                dst.write(MIB as u64, &mid[MIB..3 * MIB]).unwrap();
+            }
+            let shared = disk.shared_bytes();
+            disk.crash_after(crash_at);
+            let done = dst
+                .copy_from(&mut src, MIB as u64, MIB as u64, 2 * MIB as u64)
+                .and_then(|_| dst.fsync());
+            if done.is_ok() && !disk.has_crashed() {
                 assert!(
-                    chunk == a || chunk == b,
-                    "crash_at {crash_at} seed {seed}: extent {k} torn"
+                    disk.shared_bytes() > shared,
+                    "rewritten {rewritten}: nothing shared"
                 );
             }
-            if done.is_ok() && !disk.has_crashed() {
-                assert!(got == new, "crash_at {crash_at}: the fsynced copy lost");
+            for seed in 1..8u64 {
+                let mut r = seed;
+                let d2 = disk.reboot(|| {
+                    r ^= r << 13;
+                    r ^= r >> 7;
+                    r ^= r << 17;
+                    r
+                });
+                let got = reopened(&d2, &o);
+                assert_eq!(got.len(), old.len(), "crash_at {crash_at}");
+                for (k, chunk) in got.chunks(MIB).enumerate() {
+                    let at = |v: &Vec<u8>| v[k * MIB..][..chunk.len()].to_vec();
+                    let ok = chunk == at(&old) || chunk == at(&new) || (rewritten && chunk == at(&mid));
+                    assert!(
+                        ok,
+                        "rewritten {rewritten} crash_at {crash_at} seed {seed}: extent {k} torn"
+                    );
+                }
+                if done.is_ok() && !disk.has_crashed() {
+                    assert!(got == new, "crash_at {crash_at}: the fsynced copy lost");
+                }
             }
         }
     }

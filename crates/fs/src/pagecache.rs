@@ -82,13 +82,13 @@ impl PageCache {
         })
     }
 
-    /// Hands `spill` to the store thread (dropped, which lets the file change again, when
-    /// the thread is behind).
     /// Whether stores are on (`fill_cache`, the default).
     pub fn enabled(&self) -> bool {
         self.enabled
     }
 
+    /// Hands `spill` to the store thread (dropped, which lets the file change again, when
+    /// the thread is behind).
     pub fn send(&self, ino: INodeNo, spill: Spill) {
         let Some(q) = &self.queue else { return };
         match q.try_send((ino, spill)) {

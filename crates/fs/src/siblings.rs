@@ -93,6 +93,10 @@ impl Siblings {
     /// A fresh listing of directory `dir`: its regular files, in the order readdir returns
     /// them. Replaces the directory's earlier one.
     pub fn listed(&self, dir: u64, files: impl Iterator<Item = Key>) {
+        if self.tx.lock().unwrap().is_none() {
+            // Not started (`nofill_cache`): nothing would ever be stored.
+            return;
+        }
         let files: Vec<Key> = files.take(LISTED_FILES).collect();
         let mut recent = self.recent.lock().unwrap();
         recent.retain(|l| l.dir != dir);
@@ -156,13 +160,21 @@ impl Siblings {
 mod tests {
     use super::*;
 
+    /// A `Siblings` whose queue exists (nothing reads it: the tests look at decisions).
+    fn started() -> Siblings {
+        let s = Siblings::default();
+        let (tx, _) = sync_channel(QUEUE);
+        *s.tx.lock().unwrap() = Some(tx);
+        s
+    }
+
     fn keys(n: u64) -> Vec<Key> {
         (0..n).map(|i| (7, 100 + i)).collect()
     }
 
     #[test]
     fn a_walk_in_listing_order_stores_the_next_files_once() {
-        let s = Siblings::default();
+        let s = started();
         s.listed(1, keys(6).into_iter());
         let k = keys(6);
         assert_eq!(s.opened(k[0]), vec![k[1], k[2]], "the first file starts a walk");
@@ -177,7 +189,7 @@ mod tests {
 
     #[test]
     fn other_orders_store_nothing_past_the_first_files() {
-        let s = Siblings::default();
+        let s = started();
         let k = keys(10);
         s.listed(1, k.clone().into_iter());
         assert!(s.opened(k[5]).is_empty(), "not the first file, no walk before");
@@ -185,7 +197,7 @@ mod tests {
         assert!(s.opened(k[9]).is_empty(), "a jump");
         assert!(s.opened((7, 999)).is_empty(), "not listed");
         // Two opens in order: a walk from there.
-        let s2 = Siblings::default();
+        let s2 = started();
         s2.listed(1, k.clone().into_iter());
         assert!(s2.opened(k[3]).is_empty());
         assert_eq!(s2.opened(k[4]), vec![k[5], k[6]]);
@@ -193,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_new_listing_replaces_the_old_and_only_the_last_ones_are_kept() {
-        let s = Siblings::default();
+        let s = started();
         let k = keys(4);
         s.listed(1, k.clone().into_iter());
         assert_eq!(s.opened(k[0]), vec![k[1], k[2]]);

@@ -19,6 +19,14 @@
 //! source's last extent is copied as stored only when the destination then ends where it
 //! does. Everything else — partial extents at the ends, packed and inline files, other
 //! extent sizes — goes the ordinary way: read, then written.
+//!
+//! Where the backing filesystem shares blocks (`Storage::share_from`), a half whose header
+//! stays the source's byte for byte (same index; the source's generation outranks both of
+//! the destination's halves) is shared, not written. A source extent with one valid header
+//! is then not read at all: were its payload damaged, the copy is damaged alike and reads
+//! as such (EIO, and `check` names it), as a reflink copy on XFS or btrfs would be; where
+//! the blocks cannot be shared the payload is read and checked first, and a damaged one
+//! fails the copy.
 
 use std::collections::BTreeMap;
 

@@ -72,7 +72,8 @@ pub(super) struct Foreign {
 /// into `off`: its blocks after the first, then the first (the header's) where no older
 /// copy can be fallen back on (`careful`), as `write_half` puts the header last. The last
 /// block is shared whole (bytes past a copy's end in its slot are no part of it, FORMAT.md),
-/// or to the source's end. `Ok(false)`: the storage cannot share them (the caller writes
+/// or to the source's end: what followed the source's payload there (older bytes of the
+/// source) then lies in the destination's backing file too, as unread as in the source's. `Ok(false)`: the storage cannot share them (the caller writes
 /// the half, over whatever part was shared).
 fn share_half<S: Storage>(
     st: &S,
@@ -382,6 +383,17 @@ impl Packed {
                     d.max_gen = gen;
                     d.durable = false;
                     d.other_dirty = other_dirty;
+                }
+                Err(err) if stored.contains_key(&idx) => {
+                    // A stored copy that failed may have cleared the header of the half it
+                    // was written into, and nothing is dirty to write there again: what is
+                    // on disk is learnt anew (the older copy, or a hole).
+                    let e = self.exts.get_mut(&idx).expect("planned");
+                    if !e.dirty {
+                        e.disk = None;
+                        e.data = None;
+                    }
+                    first_err.get_or_insert(err);
                 }
                 Err(err) => {
                     // The half may be torn: the copy we meant to keep is still the other

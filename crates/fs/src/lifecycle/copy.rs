@@ -9,8 +9,10 @@
 //! destination's after our reply. The source may have only a lazy handle (rule 9): it is
 //! given a kept state first, as its first READ would. Both files' locks are then held for
 //! the copy, taken in the order of their inodes' addresses (the lock order of
-//! `state.rs`); a request copies at most [`MAX_COPY`] bytes, so neither lock is held long
-//! (`cp` asks again for the rest). The destination's times follow rule 7 as for a WRITE:
+//! `state.rs`); a request copies at most [`MAX_COPY`] bytes (`cat` asks again for the rest):
+//! extents copied as stored take little time, but where they cannot be (other extent sizes,
+//! offsets not equally far into an extent) the bytes are decoded and compressed with both
+//! locks held, and the source's READs wait meanwhile. The destination's times follow rule 7 as for a WRITE:
 //! the kernel's mtime stands until it sends one.
 
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use super::Files;
 use crate::inode::Inode;
 
 /// The most one request copies (a short count makes the caller ask again).
-pub const MAX_COPY: u64 = 256 << 20;
+pub const MAX_COPY: u64 = 64 << 20;
 
 impl Files {
     /// Copies up to `len` bytes at `off_in` of `src` (number `src_ino`) to `off_out` of
@@ -75,6 +77,8 @@ impl Files {
                 }
             });
         }
-        Err(Errno::EAGAIN)
+        // (Not EAGAIN, which `cp` and `cat` do not retry: the kernel copies by reads and
+        // writes instead.)
+        Err(Errno::EOPNOTSUPP)
     }
 }

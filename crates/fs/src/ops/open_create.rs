@@ -272,14 +272,14 @@ impl Core {
         if !src.is_reg || !dst.is_reg {
             return Err(Errno::EINVAL);
         }
-        let n = self
-            .files
-            .copy_range(ino_in.0, &src, off_in, &dst, off_out, len)?;
-        // Near a full backing filesystem nothing waits for the last close (rule 10).
+        // Near a full backing filesystem (rule 10): the kernel copies by reads and writes
+        // instead, whose WRITEs report a full disk where it happens. A copy that failed
+        // here after changing the destination would leave the kernel its old pages and
+        // size (it drops them only after a success).
         if self.space.low(|| self.free_space()) {
-            self.files.write_out(&dst)?;
+            return Err(Errno::EOPNOTSUPP);
         }
-        Ok(n)
+        self.files.copy_range(ino_in.0, &src, off_in, &dst, off_out, len)
     }
 
     /// Bytes of the backing filesystem free for us, less what the dirty extents waiting in
