@@ -192,21 +192,21 @@ impl ReadAhead {
         let Some((from, to)) = of.stream.advance(off, len as u64, ahead) else {
             return;
         };
-        self.queue(inode, of, from, to, ahead);
+        self.queue(inode, of, from, to, Some(ahead));
     }
 
-    /// Loads the extents of `[from, to)` of a file no reader has asked for yet (`crate::
-    /// siblings`), on the workers: a READ of them meanwhile waits for them, as for any
-    /// read-ahead ([`ReadAhead::wait_for`]).
-    pub fn load(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64) {
-        if self.started.load(Ordering::Acquire) {
-            self.queue(inode, of, from, to, to - from);
-        }
+    /// Loads the extents of `[from, to)` (at most the extent cache's usual budget) of a file
+    /// no reader has asked for yet (`crate::siblings`), on the workers: a READ of them
+    /// meanwhile waits for them, as for any read-ahead ([`ReadAhead::wait_for`]). False when
+    /// not all of them could be queued (the workers are behind, or not started).
+    pub fn load(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64) -> bool {
+        self.started.load(Ordering::Acquire) && self.queue(inode, of, from, to, None)
     }
 
-    /// Plans the extents of `[from, to)` not in memory and queues them; `ahead`: the bytes
-    /// the file's extent cache is grown by for it.
-    fn queue(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64, ahead: u64) {
+    /// Plans the extents of `[from, to)` not in memory and queues them; `reserve`: the bytes
+    /// the file's extent cache is grown by for a reader's stream. Whether every extent
+    /// planned was queued.
+    fn queue(&self, inode: &Arc<Inode>, of: &mut OpenFile, from: u64, to: u64, reserve: Option<u64>) -> bool {
         let mut plans = of.container.plan_ahead(from, to);
         plans.truncate(PLAN_MAX);
         of.stream.planned_to = match plans.last() {
@@ -214,7 +214,7 @@ impl ReadAhead {
             _ => to,
         };
         if plans.is_empty() {
-            return;
+            return true;
         }
         // One descriptor for the jobs in flight of a file, closed with the last of them:
         // none is kept for a file not being read ahead. None to be had (the open-file
@@ -223,14 +223,14 @@ impl ReadAhead {
             Some(r) => r,
             None => {
                 let Ok(file) = of.container.storage().file().try_clone() else {
-                    return;
+                    return false;
                 };
                 let r = Arc::new(FileStorage::new(file));
                 of.stream.reader = Arc::downgrade(&r);
                 r
             }
         };
-        if !of.stream.reserved {
+        if let Some(ahead) = reserve.filter(|_| !of.stream.reserved) {
             of.container.reserve_ahead(ahead);
             of.stream.reserved = true;
         }
@@ -251,9 +251,10 @@ impl ReadAhead {
                 let (TrySendError::Full(mut job) | TrySendError::Disconnected(mut job)) = e;
                 job.armed = false;
                 of.stream.in_flight.retain(|&(i, _, _)| i != id);
-                return;
+                return false;
             }
         }
+        true
     }
 
     /// Before a READ of `[off, off + len)`: waits, with the file's lock `open` released

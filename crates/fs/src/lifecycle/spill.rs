@@ -146,7 +146,7 @@ impl Files {
         ino: u64,
         inode: &Arc<Inode>,
         max: u64,
-        may: impl FnOnce() -> bool,
+        may: impl Fn() -> bool,
     ) -> Option<Spill> {
         let quiet = |open: &super::state::OpenGuard| {
             !open.stored_ahead
@@ -171,9 +171,12 @@ impl Files {
         if len == 0 || of.writers > 0 || !may() {
             return None;
         }
-        self.ahead.load(inode, of, 0, len);
+        // (Workers behind: nothing decoded here under the lock, for a file nobody opened.)
+        if !self.ahead.load(inode, of, 0, len) {
+            return None;
+        }
         let mut open = self.ahead.wait_for(inode, open, 0, len as usize);
-        if !quiet(&open) {
+        if !quiet(&open) || !may() {
             return None;
         }
         let of = open.as_mut()?;
