@@ -323,6 +323,11 @@ fn mount_help() -> String {
         cache too (as btrfs keeps it), while memory is not short; and\n                              \
         a reader walking a directory in its listing order (tar, cp -r)\n                              \
         finds the next files' first MiB there\n  \
+        nodedupe                    keep equal files apart on an XFS (reflink) or btrfs backing;\n                              \
+        by default the background pass, when the mount is idle, has\n                              \
+        equal stored extents of files of 256 KiB and more share their\n                              \
+        blocks (FIDEDUPERANGE; the backing compares the bytes itself),\n                              \
+        so a file written twice takes its space once\n  \
         max_dirty=SIZE              memory for bytes written but not compressed yet, all files\n                              \
         together (default: a tenth of the memory available at mount,\n                              \
         8M to 4G). A write that fills an extent is compressed at once;\n                              \

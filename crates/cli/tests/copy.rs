@@ -93,22 +93,6 @@ fn copy_file_range_copies_stored_extents_and_the_copy_reads_back_after_a_remount
     fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Bytes in use on the filesystem holding `path` (`df`).
-fn used(path: &std::path::Path) -> u64 {
-    let out = std::process::Command::new("df")
-        .args(["--output=used", "-B1"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    text.lines().nth(1).unwrap().trim().parse().unwrap()
-}
-
-fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
-    let st = std::process::Command::new(cmd).args(args).status().unwrap();
-    assert!(st.success(), "{cmd} {args:?} failed");
-}
-
 /// On an XFS backing with reflinks, a copy shares its source's blocks: the backing's used
 /// space grows by less than 1 % of the file's stored size (its superblocks and the header
 /// blocks are its own), the copy reads back after a remount, and a write to the copy
@@ -116,29 +100,8 @@ fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
 /// (`scripts/test-deps` installs xfsprogs).
 #[test]
 fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
-    common::require_root("this test loop-mounts an XFS image");
     let dir = scratch("copy-xfs");
-    let img = dir.join("xfs.img");
-    fs::File::create(&img).unwrap().set_len(1 << 30).unwrap();
-    run(
-        "mkfs.xfs",
-        &[
-            "-q".as_ref(),
-            "-m".as_ref(),
-            "reflink=1".as_ref(),
-            img.as_os_str(),
-        ],
-    );
-    let backing = dir.join("backing");
-    run(
-        "mount",
-        &[
-            "-o".as_ref(),
-            "loop".as_ref(),
-            img.as_os_str(),
-            backing.as_os_str(),
-        ],
-    );
+    let backing = common::xfs_backing(&dir);
     // (1 MiB extents named: the subject here is sharing, not which size a file takes.)
     let opts = "compress=zstd:1,extent_size=1M";
     let m = Mount::new(&dir, opts);
@@ -152,14 +115,14 @@ fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
         .collect();
     fs::write(m.path("a"), &data).unwrap();
     fs::File::open(m.path("a")).unwrap().sync_all().unwrap();
-    let before = used(&backing);
+    let before = common::used(&backing);
 
     let src = fs::File::open(m.path("a")).unwrap();
     let dst = fs::File::create(m.path("b")).unwrap();
     assert_eq!(copy_all(&src, &dst, data.len()), data.len());
     dst.sync_all().unwrap();
     drop((src, dst));
-    let after = used(&backing);
+    let after = common::used(&backing);
     let doc = stats(&m);
     let stored = doc["copied"]["stored_bytes"].as_u64().unwrap();
     let shared = doc["copied"]["shared_bytes"].as_u64().unwrap();
@@ -190,6 +153,6 @@ fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
     assert!(fs::read(m.path("b")).unwrap() == want, "the copy after a remount");
     m.unmount();
     common::check_clean(&backing, "after copies on XFS");
-    run("umount", &[backing.as_os_str()]);
+    common::run("umount", &[backing.as_os_str()]);
     fs::remove_dir_all(&dir).unwrap();
 }

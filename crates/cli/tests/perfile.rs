@@ -19,8 +19,10 @@ use serde_json::Value;
 /// binary run in parallel).
 static PAGE_CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn page_cache_turn() -> std::sync::MutexGuard<'static, ()> {
-    PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner())
+/// (DAMON's proactive reclaim is paused meanwhile: `common::DamonPaused`.)
+fn page_cache_turn() -> (std::sync::MutexGuard<'static, ()>, common::DamonPaused) {
+    let turn = PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    (turn, common::DamonPaused::new())
 }
 
 /// The mount's statistics document.
@@ -1280,11 +1282,14 @@ fn a_walk_in_listing_order_finds_the_next_files_cached() {
                 );
                 let first = want.len().min(1 << 20);
                 let cached = common::sys::pages_cached(&f, first);
+                let missing: Vec<usize> = (0..cached.len()).filter(|i| !cached[*i]).collect();
                 assert!(
-                    cached.iter().all(|c| *c),
-                    "{opts}: {} of the first {} pages of {p:?} cached",
-                    cached.iter().filter(|c| **c).count(),
-                    cached.len()
+                    missing.is_empty(),
+                    "{opts}: {} of the first {} pages of {p:?} (inode {}) cached (not: {missing:?}); {}",
+                    cached.len() - missing.len(),
+                    cached.len(),
+                    std::os::unix::fs::MetadataExt::ino(&f.metadata().unwrap()),
+                    stats_doc(&m)["page_cache"]
                 );
             }
             let mut got = Vec::new();

@@ -27,13 +27,13 @@ pub mod usage;
 
 pub use container::{
     give_up_at, give_up_dense_at, grow_at, AheadPlan, Container, DirtyBudget, Fetched, Options, Recompressed,
-    Relayout, RelayoutStep, StatTimes, Ticket, WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES,
+    Relayout, RelayoutStep, StatTimes, StoredHalf, Ticket, WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES,
     DEFAULT_DIRTY_EXPIRE, RETRY_EVERY,
 };
 pub use open_at::with_owner_access;
 pub use owner_path::{dir_names_as_owner, open_as_owner, symlink_metadata_as_owner};
 pub use stats::Stats;
-pub use storage::{keeping_times, read_full, FileStorage, Storage};
+pub use storage::{keeping_times, read_full, Dedupe, FileStorage, Storage};
 
 use std::io;
 

@@ -371,6 +371,45 @@ impl Storage for MemDisk {
         Ok(true)
     }
 
+    /// As XFS with reflinks: the alignment of [`MemDisk::share_from`], the bytes compared;
+    /// equal ones are counted as shared (`shared_bytes`) and nothing is written (a file
+    /// reads the same either way, and a crash cannot tear a comparison).
+    fn dedupe_from(
+        &self,
+        src: &Self,
+        src_off: u64,
+        len: u64,
+        dst_off: u64,
+    ) -> io::Result<crate::storage::Dedupe> {
+        use crate::storage::Dedupe;
+        const B: u64 = 4096;
+        if self.has_crashed() {
+            return Err(crashed());
+        }
+        let range = |g: &Inner, off: u64| -> Option<Vec<u8>> {
+            let end = off.checked_add(len)?;
+            (end <= g.current.len() as u64).then(|| g.current[off as usize..end as usize].to_vec())
+        };
+        let a = range(&src.inner.lock().unwrap(), src_off);
+        let (b, dst_len) = {
+            let g = self.inner.lock().unwrap();
+            (range(&g, dst_off), g.current.len() as u64)
+        };
+        let src_len = src.inner.lock().unwrap().current.len() as u64;
+        let (Some(a), Some(b)) = (a, b) else {
+            return Ok(Dedupe::Refused);
+        };
+        let at_ends = src_off + len == src_len && dst_off + len == dst_len;
+        if !src_off.is_multiple_of(B) || !dst_off.is_multiple_of(B) || (!len.is_multiple_of(B) && !at_ends) {
+            return Ok(Dedupe::Refused);
+        }
+        if a != b {
+            return Ok(Dedupe::Differ);
+        }
+        self.inner.lock().unwrap().shared += len;
+        Ok(Dedupe::Shared(len))
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.mutate(None)
     }

@@ -11,6 +11,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::open_at::{open_with_flags, reopen_as_owner, with_owner_access};
 use crate::sys;
 
+/// What [`Storage::dedupe_from`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dedupe {
+    /// This many bytes now share the source's blocks (the whole range, or its block-aligned
+    /// start where the backing shortened it).
+    Shared(u64),
+    /// The bytes were not equal: nothing was done.
+    Differ,
+    /// The backing would not share this range (its alignment, its ends): nothing was done.
+    Refused,
+    /// The backing cannot share blocks at all (ext4, tmpfs, a network filesystem).
+    Unsupported,
+}
+
 /// Positioned I/O on one backing file. Methods take `&self` so extents can be written from
 /// several threads at once (pwrite is safe to call concurrently on distinct ranges).
 #[allow(clippy::len_without_is_empty)] // a file length, not a collection
@@ -64,6 +78,19 @@ pub trait Storage: Send + Sync {
     {
         let _ = (src, src_off, len, dst_off);
         Ok(false)
+    }
+    /// Makes `[dst_off, dst_off + len)` of this file share the blocks of `[src_off, src_off +
+    /// len)` of `src` where the two hold equal bytes (`FIDEDUPERANGE`: XFS with reflinks,
+    /// btrfs). The backing compares the bytes under its own locks before it shares a block,
+    /// so nothing a reader of either file sees changes, whatever the caller believed about
+    /// them; nor do the files' times. Offsets block aligned; `len` too unless the ranges end
+    /// at both files' ends.
+    fn dedupe_from(&self, src: &Self, src_off: u64, len: u64, dst_off: u64) -> io::Result<Dedupe>
+    where
+        Self: Sized,
+    {
+        let _ = (src, src_off, len, dst_off);
+        Ok(Dedupe::Unsupported)
     }
     /// Which file this is (device and inode number), when the storage can tell: pack reclaim
     /// checks that a name still leads to the file a walk found there.
@@ -235,6 +262,36 @@ impl Storage for FileStorage {
                 ) =>
             {
                 Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn dedupe_from(&self, src: &Self, src_off: u64, len: u64, dst_off: u64) -> io::Result<Dedupe> {
+        if len == 0 {
+            return Ok(Dedupe::Shared(0));
+        }
+        // The descriptor this storage reads through: the kernel lets its owner (or root, or
+        // a writer) dedupe into a file, and nothing is written through it.
+        match sys::dedupe_range(self.file.as_fd(), dst_off, src.file.as_fd(), src_off, len) {
+            Ok(Some(n)) => Ok(Dedupe::Shared(n)),
+            Ok(None) => Ok(Dedupe::Differ),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EXDEV | libc::ENOSYS)
+                ) =>
+            {
+                Ok(Dedupe::Unsupported)
+            }
+            // Alignment, a range past an end, a file busy as a swap file or being executed.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ETXTBSY | libc::EPERM | libc::EACCES)
+                ) =>
+            {
+                Ok(Dedupe::Refused)
             }
             Err(e) => Err(e),
         }

@@ -227,3 +227,70 @@ pub(crate) fn clone_range(
         Err(io::Error::last_os_error())
     }
 }
+
+/// `struct file_dedupe_range` with room for one destination (`linux/fs.h`).
+#[repr(C)]
+struct FileDedupeRange {
+    src_offset: u64,
+    src_length: u64,
+    dest_count: u16,
+    reserved1: u16,
+    reserved2: u32,
+    dest_fd: i64,
+    dest_offset: u64,
+    bytes_deduped: u64,
+    status: i32,
+    reserved: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<FileDedupeRange>() == 24 + 32);
+
+/// `_IOWR(0x94, 54, struct file_dedupe_range)` (24 bytes without its destinations).
+const FIDEDUPERANGE: libc::c_ulong = 0xc018_9436;
+const FILE_DEDUPE_RANGE_SAME: i32 = 0;
+const FILE_DEDUPE_RANGE_DIFFERS: i32 = 1;
+
+/// Makes `[dst_off, dst_off + len)` of `dst` share the blocks of `[src_off, src_off + len)` of
+/// `src` if their bytes are equal (`ioctl(FIDEDUPERANGE)`: XFS with reflink, btrfs; the
+/// kernel compares them with both files locked): `Some(bytes shared)`, or `None` when the
+/// bytes differ. A status error of the one destination comes back as the call's error.
+pub(crate) fn dedupe_range(
+    dst: BorrowedFd<'_>,
+    dst_off: u64,
+    src: BorrowedFd<'_>,
+    src_off: u64,
+    len: u64,
+) -> io::Result<Option<u64>> {
+    let mut arg = FileDedupeRange {
+        src_offset: src_off,
+        src_length: len,
+        dest_count: 1,
+        reserved1: 0,
+        reserved2: 0,
+        dest_fd: i64::from(dst.as_raw_fd()),
+        dest_offset: dst_off,
+        bytes_deduped: 0,
+        status: 0,
+        reserved: 0,
+    };
+    // SAFETY: `arg` is a live `struct file_dedupe_range` followed by exactly `dest_count`
+    // (one) `struct file_dedupe_range_info` (repr(C): 24 bytes, then 32), which the kernel
+    // reads and writes only during the call; both descriptors are borrowed, so open for the
+    // whole call. Failures come back through errno, read at once below.
+    let r = unsafe {
+        libc::ioctl(
+            src.as_raw_fd(),
+            FIDEDUPERANGE as _,
+            &mut arg as *mut FileDedupeRange,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match arg.status {
+        FILE_DEDUPE_RANGE_SAME => Ok(Some(arg.bytes_deduped)),
+        FILE_DEDUPE_RANGE_DIFFERS => Ok(None),
+        e if e < 0 => Err(io::Error::from_raw_os_error(-e)),
+        e => Err(io::Error::other(format!("FIDEDUPERANGE: unknown status {e}"))),
+    }
+}

@@ -63,6 +63,10 @@ pub struct Config {
     pub extent_shift: u8,
     /// `background_extent_size=` was given: `extent_size=` leaves it.
     pub extent_shift_given: bool,
+    /// `dedupe` (default) / `nodedupe`: where the backing shares blocks (XFS with reflinks,
+    /// btrfs), the walk has equal stored extents of large files share them
+    /// (`crate::dedupe`).
+    pub dedupe: bool,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             rate: DEFAULT_RATE,
             extent_shift: squeezefs_container::format::MAX_EXTENT_SHIFT,
             extent_shift_given: false,
+            dedupe: true,
         }
     }
 }
@@ -181,7 +186,13 @@ impl Pass {
         // SeqCst: a chunk that checks `epoch` under the file's lock after this change
         // reached its handler must see it (`Pass::still`).
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        if self.changes.fetch_add(1, Ordering::SeqCst) == 0 && self.enabled.load(Ordering::Relaxed) {
+            // The first change since a walk began wakes a pass that found nothing to do
+            // (it waits on `stop`'s lock: taken here, the wake cannot fall between its
+            // look at `changes` and its wait).
+            drop(self.stop.lock().unwrap());
+            self.wake.notify_all();
+        }
         if bytes > 0 {
             self.unscanned.fetch_add(bytes, Ordering::Relaxed);
         }
@@ -223,6 +234,20 @@ impl Pass {
         let stop = self.stop.lock().unwrap();
         if *stop {
             return false;
+        }
+        let (stop, _) = self.wake.wait_timeout(stop, d).unwrap();
+        !*stop
+    }
+
+    /// [`Pass::sleep`], ending early at the first change through the mount
+    /// ([`Pass::touched`] wakes it).
+    fn sleep_until_changed(&self, d: Duration) -> bool {
+        let stop = self.stop.lock().unwrap();
+        if *stop {
+            return false;
+        }
+        if self.changes.load(Ordering::SeqCst) > 0 {
+            return true;
         }
         let (stop, _) = self.wake.wait_timeout(stop, d).unwrap();
         !*stop
@@ -423,7 +448,7 @@ impl Pass {
                 let wait = retry_at.map_or(Duration::from_secs(3600), |t| {
                     t.saturating_duration_since(Instant::now())
                 });
-                if !self.sleep(wait.max(Duration::from_millis(100))) {
+                if !self.sleep_until_changed(wait.max(Duration::from_millis(100))) {
                     return;
                 }
                 continue;
@@ -538,6 +563,37 @@ mod tests {
             e >= Duration::from_millis(290) && e < Duration::from_secs(2),
             "{e:?}"
         );
+    }
+
+    /// A walk that found nothing leaves the pass asleep until the next change: that change
+    /// wakes it (it used to sleep an hour), and a walk follows once the mount is idle.
+    #[test]
+    fn a_change_after_a_quiet_walk_brings_the_next_walk() {
+        struct Count(AtomicU64);
+        impl Walk for Count {
+            fn background_walk(&self, _: &Pass) -> u64 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                0
+            }
+        }
+        let walks = |c: &Count, n: u64| {
+            let t = Instant::now();
+            while c.0.load(Ordering::SeqCst) < n && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            c.0.load(Ordering::SeqCst)
+        };
+        let p = Arc::new(pass(50, u64::MAX));
+        let c: Arc<Count> = Arc::new(Count(AtomicU64::new(0)));
+        let w: Arc<dyn Walk> = c.clone();
+        let h = p.start(Arc::downgrade(&w)).unwrap();
+        assert_eq!(walks(&c, 1), 1, "the walk at mount");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(c.0.load(Ordering::SeqCst), 1, "no change, no walk");
+        p.touched(4096);
+        assert_eq!(walks(&c, 2), 2, "a change after a quiet walk");
+        p.stop();
+        h.join().unwrap();
     }
 
     #[test]

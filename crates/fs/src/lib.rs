@@ -12,6 +12,7 @@
 pub mod background;
 mod backing_check;
 mod creds;
+mod dedupe;
 mod devfuse;
 mod fuse_mount;
 mod inode;

@@ -628,3 +628,89 @@ pub fn extract_the_tar_way(
         .unwrap();
     (made, mode)
 }
+
+/// While alive, the machine's DAMON proactive reclaim is paused (root only; put back as it
+/// was when dropped). A kdamond with a `pageout` scheme over physical memory evicts page
+/// cache pages no one has touched yet, within milliseconds of their arrival: the pages a
+/// store put there ahead of a reader are exactly those (seen on these VMs: pages of a file
+/// stored ahead went, `kdamond.0` in the page cache's delete tracepoint). A test that counts
+/// what the page cache serves holds one.
+pub struct DamonPaused(Vec<std::path::PathBuf>);
+
+impl DamonPaused {
+    pub fn new() -> DamonPaused {
+        let mut paused = Vec::new();
+        if let Ok(dirs) = std::fs::read_dir("/sys/kernel/mm/damon/admin/kdamonds") {
+            for d in dirs.flatten() {
+                let state = d.path().join("state");
+                let on = std::fs::read_to_string(&state).is_ok_and(|s| s.trim() == "on");
+                if on && std::fs::write(&state, "off").is_ok() {
+                    paused.push(state);
+                }
+            }
+        }
+        DamonPaused(paused)
+    }
+}
+
+impl Drop for DamonPaused {
+    fn drop(&mut self) {
+        for state in &self.0 {
+            if let Err(e) = std::fs::write(state, "on") {
+                eprintln!("cannot turn DAMON back on ({}): {e}", state.display());
+            }
+        }
+    }
+}
+
+/// Bytes in use on the filesystem holding `path` (`df`).
+pub fn used(path: &Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=used", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines().nth(1).unwrap().trim().parse().unwrap()
+}
+
+/// Runs `cmd` with `args`; it must succeed.
+pub fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
+    let st = std::process::Command::new(cmd).args(args).status().unwrap();
+    assert!(st.success(), "{cmd} {args:?} failed");
+}
+
+/// `dir/backing` as a loop-mounted 1 GiB XFS image with reflinks (root; `scripts/test-deps`
+/// installs xfsprogs): the test unmounts it (`umount`) when done.
+pub fn xfs_backing(dir: &Path) -> PathBuf {
+    require_root("this test loop-mounts an XFS image");
+    let img = dir.join("xfs.img");
+    std::fs::File::create(&img).unwrap().set_len(1 << 30).unwrap();
+    run(
+        "mkfs.xfs",
+        &[
+            "-q".as_ref(),
+            "-m".as_ref(),
+            "reflink=1".as_ref(),
+            img.as_os_str(),
+        ],
+    );
+    let backing = dir.join("backing");
+    std::fs::create_dir_all(&backing).unwrap();
+    run(
+        "mount",
+        &[
+            "-o".as_ref(),
+            "loop".as_ref(),
+            img.as_os_str(),
+            backing.as_os_str(),
+        ],
+    );
+    backing
+}
+
+/// `sync -f`: the filesystem holding `path` made durable (its `df` then counts what the
+/// last changes freed).
+pub fn sync_fs(path: &Path) {
+    run("sync", &["-f".as_ref(), path.as_os_str()]);
+}

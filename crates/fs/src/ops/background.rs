@@ -22,7 +22,7 @@ use fuser::INodeNo;
 use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 use squeezefs_container::pack::tree::Targets;
-use squeezefs_container::Recompressed;
+use squeezefs_container::{FileStorage, Recompressed};
 
 use super::names::is_dict_dir;
 use super::relayout::{kept_of, put_back};
@@ -224,6 +224,9 @@ impl Core {
                     if let Some(t) = own.or(target).filter(|t| t.alg != Algorithm::None) {
                         self.background_file(&inode, t, pass);
                     }
+                    if self.dedupe.on() && st.st_size as u64 >= crate::dedupe::MIN_FILE {
+                        self.background_dedupe(&inode, pass);
+                    }
                 }
             }
             self.inodes.forget(ino, 1);
@@ -301,6 +304,58 @@ impl Core {
                         }
                     }
                 }
+            }
+            start += SCAN_SLICE;
+            if start >= count {
+                return;
+            }
+        }
+    }
+
+    /// Has the stored extents of `inode` share the blocks of equal ones seen before
+    /// (`crate::dedupe`): its extent headers read a slice at a time under the file's lock,
+    /// the backing asked without it (it compares the bytes itself), each slice when the
+    /// governor allows it.
+    fn background_dedupe(&self, inode: &Arc<Inode>, pass: &Pass) {
+        let mut start = 0u64;
+        let mut storage: Option<Arc<FileStorage>> = None;
+        loop {
+            if pass.wait_turn(0).is_none() {
+                return;
+            }
+            let look = self.files.scan(inode, |c| -> std::io::Result<_> {
+                let (halves, count) = c
+                    .stored_halves(start..start + SCAN_SLICE)
+                    .map_err(std::io::Error::other)?;
+                // A descriptor of its own: the file's state may close its own meanwhile.
+                let file = match storage {
+                    Some(_) => None,
+                    None => Some(c.storage().file().try_clone()?),
+                };
+                Ok((halves, count, file))
+            });
+            let (halves, count, file) = match look {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => {
+                    warn!(
+                        "background pass: reading the extents of {}: {e}",
+                        self.describe(inode)
+                    );
+                    return pass.skipped(false);
+                }
+                // (Logged with the file's name by `Files::open_container`.)
+                Err(_) => return pass.skipped(false),
+            };
+            if let Some(f) = file {
+                storage = Some(Arc::new(FileStorage::new(f)));
+            }
+            let Some(st) = &storage else { return };
+            if !halves.is_empty() {
+                let bytes: u64 = halves.iter().map(|h| h.len).sum();
+                if pass.wait_turn(bytes).is_none() {
+                    return;
+                }
+                self.dedupe.file(inode.key, st.clone(), &halves);
             }
             start += SCAN_SLICE;
             if start >= count {

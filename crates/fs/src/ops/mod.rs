@@ -150,6 +150,8 @@ pub struct Core {
     /// The background pass (`crate::background`): told of every change through the mount,
     /// and its thread (read-write mounts).
     background: Arc<crate::background::Pass>,
+    /// Equal extents of large files made to share blocks by the pass's walk.
+    dedupe: crate::dedupe::Dedupe,
     /// The mount's `rules=` (where no directory has rules of its own).
     rules: Option<Arc<crate::rules::Rules>>,
     background_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -215,9 +217,16 @@ impl SqueezeFs {
                 &std::ffi::CString::new(crate::props::BACKGROUND_SEEN).expect("no NUL"),
             )
             .is_ok();
-        let background = Arc::new(crate::background::Pass::new(cfg.background.clone(), seen));
         let root_dev = inodes.get(1).map(|r| r.key.0);
         let root_type = sys::fs_type(&inodes.root_dir).ok();
+        // Block sharing where the backing can (`crate::dedupe`): the pass then walks too.
+        let dedupe_on = cfg.background.dedupe
+            && !read_only
+            && root_type.is_some_and(|t| crate::dedupe::SHARING_FILESYSTEMS.contains(&t));
+        let background = Arc::new(crate::background::Pass::new(
+            cfg.background.clone(),
+            seen || dedupe_on,
+        ));
         let local_exact = root_type.is_some_and(|t| names::EXACT_NAME_FILESYSTEMS.contains(&t));
         let fuse_exact = root_type == Some(names::FUSE_MAGIC)
             && root_dev.is_some_and(|dev| {
@@ -261,6 +270,7 @@ impl SqueezeFs {
             reclaim_thread: Mutex::new(reclaim_thread),
             spin: Default::default(),
             background: background.clone(),
+            dedupe: crate::dedupe::Dedupe::new(dedupe_on),
             rules,
             background_thread: Mutex::new(None),
             ns,

@@ -169,6 +169,7 @@ impl Core {
                     namespace.unwrap_or_else(|| serde_json::json!({"mode": "sync"})),
                 ),
                 ("background", self.background.json()),
+                ("dedupe", self.dedupe.to_json()),
                 (
                     "rules",
                     serde_json::json!(self.rules.as_ref().map(|r| r.to_string())),

@@ -113,7 +113,7 @@ pub const KERNEL_VALUE_OPTIONS: &[&str] = &["max_read", "context", "fscontext", 
 
 /// squeezefs's own option names, for the message that refuses an unknown one.
 const OWN_OPTIONS: &str = "compress[=ALG[:LEVEL]] (or compress=zstd:adapt[:MIN-MAX]), compress-force=, extent_size=, pack, nopack, pack_cache=, \
-                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, max_dirty=, dirty_expire=, spin=, dirops=behind|sync, background_compression=, background_idle=, \
+                           pack_gc=, pack_reclaim, nopack_reclaim, fill_cache, nofill_cache, dedupe, nodedupe, max_dirty=, dirty_expire=, spin=, dirops=behind|sync, background_compression=, background_idle=, \
                            background_rate=, background_extent_size=, rules=\"GLOBS=SETTINGS; ...\", allow_other, default_permissions, ro, rw, create";
 
 /// Splits a `-o` list at the commas outside double quotes (libmount's rule: `rules="a,b"`
@@ -225,6 +225,8 @@ impl MountConfig {
                 ("nopack_reclaim", None) => self.pack_reclaim = false,
                 ("fill_cache", None) => self.fill_cache = true,
                 ("nofill_cache", None) => self.fill_cache = false,
+                ("dedupe", None) => self.background.dedupe = true,
+                ("nodedupe", None) => self.background.dedupe = false,
                 ("pack_cache" | "pack-cache", Some(v)) => {
                     self.pack_cache = usize::try_from(parse_size(v)?)
                         .ok()
@@ -346,6 +348,8 @@ impl MountConfig {
                     | "nopack_reclaim"
                     | "fill_cache"
                     | "nofill_cache"
+                    | "dedupe"
+                    | "nodedupe"
                     | "create",
                     Some(_),
                 ) => {

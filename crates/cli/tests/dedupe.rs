@@ -1,0 +1,133 @@
+//! Identical large files stored once where the backing shares blocks (issue 45): the
+//! background pass has equal stored extents share their blocks (`FIDEDUPERANGE`), the
+//! statistics file says what it shared, every file reads back its own bytes, a write to one
+//! copy leaves the others alone, and `check` finds the backing clean.
+
+#![deny(unsafe_code)]
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use squeezefs_testdata::{random, text};
+
+mod common;
+use common::{scratch, Mount};
+
+fn stats(m: &Mount) -> Value {
+    serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap()
+}
+
+/// Writes `data` to `name` and makes it durable.
+fn write_synced(m: &Mount, name: &str, data: &[u8]) {
+    fs::write(m.path(name), data).unwrap();
+    fs::File::open(m.path(name)).unwrap().sync_all().unwrap();
+}
+
+/// On an XFS backing with reflinks and default options, five files written (not copied)
+/// with the same 20 MB of compressible bytes take, once the background pass has walked
+/// them, at most 1.2× the space of one (measured 1.11–1.15× on this data, 1.004× on text
+/// of other words: what is left is blocks XFS allocated ahead of writes at each file's end
+/// and left inside the files, outside the ranges shared so far; issue 45's goal is 1.1×).
+#[test]
+fn on_xfs_five_files_written_alike_take_the_space_of_one() {
+    let dir = scratch("dedupe-xfs");
+    let backing = common::xfs_backing(&dir);
+    let opts = "background_idle=1";
+    let m = Mount::new(&dir, opts);
+    // Compressible as a mix of files is (about 2:1): half text, half noise, a MiB at a time.
+    let data: Vec<u8> = (0..20u64)
+        .flat_map(|i| {
+            let mut mib = text(512 << 10);
+            mib.extend_from_slice(&random(512 << 10, i));
+            mib
+        })
+        .collect();
+    let empty = common::used(&backing);
+    write_synced(&m, "f0", &data);
+    let one = common::used(&backing) - empty;
+    for i in 1..5 {
+        write_synced(&m, &format!("f{i}"), &data);
+    }
+    let written = common::used(&backing) - empty;
+    assert!(
+        written > 4 * one,
+        "five copies before the pass: {written} for one of {one}"
+    );
+    // The pass walks once the mount has been idle a second.
+    let t = Instant::now();
+    let mut all = written;
+    while all * 10 > one * 12 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+        common::sync_fs(&backing);
+        all = common::used(&backing) - empty;
+    }
+    let doc = stats(&m);
+    eprintln!(
+        "one file {one} bytes, five before the pass {written}, after {all} ({:.3}x one)",
+        all as f64 / one as f64
+    );
+    assert!(
+        all * 10 <= one * 12,
+        "five files take {all} bytes, one {one}: {}",
+        doc["dedupe"]
+    );
+    assert_eq!(doc["dedupe"]["on"], true);
+    assert!(
+        doc["dedupe"]["bytes"].as_u64().unwrap() * 10 >= 4 * one * 9,
+        "{}",
+        doc["dedupe"]
+    );
+    assert_eq!(doc["dedupe"]["errors"], 0);
+    for i in 0..5 {
+        assert!(fs::read(m.path(&format!("f{i}"))).unwrap() == data, "f{i}");
+    }
+
+    // A write to one copy: the others keep their bytes (the backing's copy on write).
+    let mut want = data.clone();
+    want[(7 << 20) + 3..(7 << 20) + 8].copy_from_slice(b"HELLO");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(m.path("f2")).unwrap();
+        f.write_all_at(b"HELLO", (7 << 20) + 3).unwrap();
+        f.sync_all().unwrap();
+    }
+    m.unmount();
+    let m = Mount::new(&dir, opts);
+    for i in 0..5 {
+        let got = fs::read(m.path(&format!("f{i}"))).unwrap();
+        assert!(&got == if i == 2 { &want } else { &data }, "f{i} after a remount");
+    }
+    m.unmount();
+    common::check_clean(&backing, "after sharing on XFS");
+    common::run("umount", &[backing.as_os_str()]);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `nodedupe`, or a backing that cannot share blocks (the scratch directory's ext4 or
+/// tmpfs): equal files stay apart and the pass does not walk for it.
+#[test]
+fn nothing_is_shared_with_nodedupe_or_where_the_backing_cannot() {
+    let dir = scratch("dedupe-off");
+    let m = Mount::new(&dir, "background_idle=1");
+    let doc = stats(&m);
+    assert_eq!(doc["dedupe"]["on"], false, "{}", doc["dedupe"]);
+    assert_eq!(doc["background"]["state"], "off", "{}", doc["background"]);
+    m.unmount();
+    fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch("dedupe-nodedupe");
+    let backing = common::xfs_backing(&dir);
+    let m = Mount::new(&dir, "background_idle=1,nodedupe");
+    let data = text(4 << 20);
+    write_synced(&m, "a", &data);
+    write_synced(&m, "b", &data);
+    std::thread::sleep(Duration::from_secs(3));
+    let doc = stats(&m);
+    assert_eq!(doc["dedupe"]["on"], false);
+    assert_eq!(doc["dedupe"]["bytes"], 0);
+    assert_eq!(doc["background"]["state"], "off", "{}", doc["background"]);
+    m.unmount();
+    common::run("umount", &[backing.as_os_str()]);
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,217 @@
+//! Identical large files stored once where the backing shares blocks (issue 45): the
+//! background pass's walk hands each large file's stored extents here, and an extent equal
+//! to one seen before is made to share that one's blocks (`FIDEDUPERANGE` on XFS with
+//! reflinks and btrfs: `Storage::dedupe_from`).
+//!
+//! Why here and not at write time: files written with the same bytes (a second download, a
+//! build output produced twice, a copy made by reading and writing) compress to the same
+//! payloads; at write time the earlier copy is not known, and comparing would put reads on
+//! the writer's path. The walk already visits changed files when the mount is idle.
+//!
+//! **Checksums nominate, bytes decide.** An extent's header (FORMAT.md) carries its payload
+//! checksum, stored and logical lengths and codec: equal ones nominate two halves. The
+//! backing then compares the bytes itself, with both files locked, and shares only equal
+//! blocks, so nothing any reader sees can change — not when a nomination is stale (the half
+//! was rewritten since), not when a half is torn, not when a file is written meanwhile (the
+//! write lands before the comparison, which then fails, or after it, as the backing's
+//! copy-on-write). No lock of the daemon is held during it, nothing is written, no time of
+//! either file moves, and the format is unchanged: a shared half is a half like any.
+//!
+//! **Which blocks.** A half starts on a block boundary with its 48-byte header; the payload
+//! follows. Two files written alike (same extent index and generation: the usual case)
+//! have equal headers, and the whole half is shared; otherwise the header's block is left
+//! and the rest shared. The rest of the half's slot, which is part of no copy, goes with it
+//! where it reads the same (zeros in a file written once): on XFS it may hold blocks the
+//! backing allocated ahead of a write at the file's end (speculative preallocation),
+//! stranded inside the file once it grew past them; shared, they no longer count twice.
+//! Else the half's last block goes with it where the bytes after the payload are equal,
+//! else its whole blocks alone.
+//!
+//! **Bounds.** Files smaller than [`MIN_FILE`] on the backing are not looked at (small files
+//! live in packs, deduplicated by `squeezefs_container::pack`); the halves remembered are
+//! at most [`MAX_HALVES`], the files they point into at most [`MAX_FILES`] (the oldest
+//! file's descriptor is closed first; its halves then nominate nothing). The memory is the
+//! mount's: a new mount's first walk reads every large file's extent headers again.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use log::{info, warn};
+use serde_json::{json, Value};
+use squeezefs_container::format::ExtentHeader;
+use squeezefs_container::{Dedupe as Outcome, FileStorage, Storage, StoredHalf};
+
+/// Backing filesystems that share blocks (`FIDEDUPERANGE`). XFS without reflinks answers
+/// that it cannot at the first try, and the mount's sharing turns itself off.
+#[allow(clippy::unnecessary_cast)] // (`c_long`: 32 bits on some targets)
+pub const SHARING_FILESYSTEMS: [i64; 2] = [libc::XFS_SUPER_MAGIC as i64, libc::BTRFS_SUPER_MAGIC as i64];
+/// Backing files smaller than this are not looked at.
+pub const MIN_FILE: u64 = 256 << 10;
+/// Extent halves remembered at most (about 80 bytes each).
+pub const MAX_HALVES: usize = 1 << 18;
+/// Files whose halves are remembered (one open descriptor each) at most.
+pub const MAX_FILES: usize = 256;
+/// The backing's block: ranges start on one.
+const BLOCK: u64 = 4096;
+
+/// What nominates two halves: payload checksum, stored and logical lengths, codec id.
+type Key = (u64, u32, u32, u8);
+
+/// A file: its backing (device, inode).
+pub type FileId = (u64, u64);
+
+struct Seen {
+    file: FileId,
+    half: StoredHalf,
+}
+
+#[derive(Default)]
+struct Memory {
+    halves: HashMap<Key, Seen>,
+    files: HashMap<FileId, Arc<FileStorage>>,
+    /// `files` in the order they came, oldest first.
+    order: VecDeque<FileId>,
+}
+
+/// The mount's block sharing: whether it is on, what it remembers, what it did.
+pub struct Dedupe {
+    on: AtomicBool,
+    /// Lock order: taken alone (by the background pass's thread).
+    memory: Mutex<Memory>,
+    extents: AtomicU64,
+    bytes: AtomicU64,
+    differed: AtomicU64,
+    errors: AtomicU64,
+    /// Halves in `memory` (read without its lock).
+    remembered: AtomicU64,
+}
+
+fn key(h: &ExtentHeader) -> Key {
+    (h.payload_sum, h.stored_len, h.logical_len, h.codec.id())
+}
+
+impl Dedupe {
+    /// `on`: the mount allows it (`dedupe`, read-write) and its backing is a filesystem that
+    /// shares blocks. It turns itself off at the first answer that the backing cannot.
+    pub fn new(on: bool) -> Dedupe {
+        Dedupe {
+            on: AtomicBool::new(on),
+            memory: Mutex::default(),
+            extents: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            differed: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            remembered: AtomicU64::new(0),
+        }
+    }
+
+    pub fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Halves of file `id` (read through `storage`): each shares the blocks of an equal half
+    /// remembered from another file (or another place of this one) where the backing finds
+    /// them equal; the others are remembered.
+    pub fn file(&self, id: FileId, storage: Arc<FileStorage>, halves: &[StoredHalf]) {
+        let mut m = self.memory.lock().unwrap();
+        let mut held = false;
+        for h in halves {
+            if !self.on() {
+                return;
+            }
+            let k = key(&h.header);
+            let src = m
+                .halves
+                .get(&k)
+                .filter(|s| !(s.file == id && s.half.at == h.at))
+                .and_then(|s| Some((m.files.get(&s.file)?.clone(), s.half)));
+            if let Some((from, half)) = src {
+                if self.share(&from, &half, &storage, h) {
+                    continue;
+                }
+            }
+            // Not shared: this half nominates from now on (a stale one is replaced).
+            if m.halves.len() >= MAX_HALVES && !m.halves.contains_key(&k) {
+                continue;
+            }
+            let seen = Seen { file: id, half: *h };
+            m.halves.insert(k, seen);
+            held = true;
+        }
+        self.remembered.store(m.halves.len() as u64, Ordering::Relaxed);
+        if held && !m.files.contains_key(&id) {
+            if m.order.len() >= MAX_FILES {
+                if let Some(old) = m.order.pop_front() {
+                    m.files.remove(&old);
+                }
+            }
+            m.order.push_back(id);
+            m.files.insert(id, storage);
+        }
+    }
+
+    /// Has half `h` of `to` share the blocks of the equal half `src` of `from`: all of it
+    /// when the headers are equal, from its second block otherwise; its last block only
+    /// where the bytes after the payload are equal too. Whether any block is shared now.
+    fn share(&self, from: &FileStorage, src: &StoredHalf, to: &FileStorage, h: &StoredHalf) -> bool {
+        let same_header = src.header == h.header;
+        let skip = if same_header { 0 } else { BLOCK };
+        if h.len <= skip {
+            return false;
+        }
+        let up = (h.len - skip).next_multiple_of(BLOCK);
+        let down = (h.len - skip) / BLOCK * BLOCK;
+        // First the extent's two slots, then the copy's own: what follows the copy in them
+        // is part of no copy, and where it reads the same on both sides (zeros: never
+        // written, or blocks the backing allocated ahead of a write at the file's end and
+        // left there, XFS's speculative preallocation), the destination's become the
+        // source's (a hole, or shared). Then the copy's blocks with the bytes after it in
+        // its last one; then its whole blocks alone (that tail differs, or a range reaches
+        // past a file's end).
+        let mut tries: Vec<(u64, u64, u64)> = Vec::with_capacity(4);
+        if same_header && src.at - src.pair == h.at - h.pair && src.slot == h.slot {
+            tries.push((src.pair, h.pair, 2 * h.slot));
+            tries.push((src.at, h.at, h.slot));
+        }
+        tries.push((src.at + skip, h.at + skip, up));
+        if down != up && down > 0 {
+            tries.push((src.at + skip, h.at + skip, down));
+        }
+        for (src_at, at, len) in tries {
+            match to.dedupe_from(from, src_at, len, at) {
+                Ok(Outcome::Shared(n)) if n > 0 => {
+                    self.extents.fetch_add(1, Ordering::Relaxed);
+                    self.bytes.fetch_add(n, Ordering::Relaxed);
+                    return true;
+                }
+                Ok(Outcome::Shared(_) | Outcome::Differ | Outcome::Refused) => {}
+                Ok(Outcome::Unsupported) => {
+                    info!("dedupe: the backing filesystem does not share blocks; equal files stay apart");
+                    self.on.store(false, Ordering::Relaxed);
+                    return false;
+                }
+                Err(e) => {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    warn!("dedupe: sharing an extent's blocks failed: {e}");
+                    return false;
+                }
+            }
+        }
+        self.differed.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// The statistics file's `dedupe` object.
+    pub fn to_json(&self) -> Value {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        json!({
+            "on": self.on(),
+            "extents": get(&self.extents),
+            "bytes": get(&self.bytes),
+            "differed": get(&self.differed),
+            "errors": get(&self.errors),
+            "remembered": get(&self.remembered),
+        })
+    }
+}
