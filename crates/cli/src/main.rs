@@ -325,9 +325,10 @@ fn mount_help() -> String {
         finds the next files' first MiB there\n  \
         nodedupe                    keep equal files apart on an XFS (reflink) or btrfs backing;\n                              \
         by default the background pass, when the mount is idle, has\n                              \
-        equal stored extents of files of 256 KiB and more share their\n                              \
-        blocks (FIDEDUPERANGE; the backing compares the bytes itself),\n                              \
-        so a file written twice takes its space once\n  \
+        equal stored extents of files taking 256 KiB and more on the\n                              \
+        backing (of the same owner) share their blocks (FIDEDUPERANGE;\n                              \
+        the backing compares the bytes itself), so a file written twice\n                              \
+        takes its space once\n  \
         max_dirty=SIZE              memory for bytes written but not compressed yet, all files\n                              \
         together (default: a tenth of the memory available at mount,\n                              \
         8M to 4G). A write that fills an extent is compressed at once;\n                              \

@@ -26,9 +26,10 @@ fn write_synced(m: &Mount, name: &str, data: &[u8]) {
 
 /// On an XFS backing with reflinks and default options, five files written (not copied)
 /// with the same 20 MB of compressible bytes take, once the background pass has walked
-/// them, at most 1.2× the space of one (measured 1.11–1.15× on this data, 1.004× on text
-/// of other words: what is left is blocks XFS allocated ahead of writes at each file's end
-/// and left inside the files, outside the ranges shared so far; issue 45's goal is 1.1×).
+/// them, at most 1.2× the space of one (measured 1.09–1.15× on this data, 1.004× on text of
+/// other words: what is left is blocks XFS allocated ahead of writes at each file's end and
+/// left inside the files where the first file's slot holds other bytes; issue 45's goal is
+/// 1.1×).
 #[test]
 fn on_xfs_five_files_written_alike_take_the_space_of_one() {
     let dir = scratch("dedupe-xfs");
@@ -73,8 +74,10 @@ fn on_xfs_five_files_written_alike_take_the_space_of_one() {
         doc["dedupe"]
     );
     assert_eq!(doc["dedupe"]["on"], true);
+    // Four files' copies shared, counted once each (not the slots' empty rest).
+    let shared = doc["dedupe"]["bytes"].as_u64().unwrap();
     assert!(
-        doc["dedupe"]["bytes"].as_u64().unwrap() * 10 >= 4 * one * 9,
+        shared * 10 >= 4 * one * 8 && shared <= 4 * one,
         "{}",
         doc["dedupe"]
     );
@@ -100,7 +103,7 @@ fn on_xfs_five_files_written_alike_take_the_space_of_one() {
     }
     m.unmount();
     common::check_clean(&backing, "after sharing on XFS");
-    common::run("umount", &[backing.as_os_str()]);
+    drop(backing);
     fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -119,15 +122,29 @@ fn nothing_is_shared_with_nodedupe_or_where_the_backing_cannot() {
     let dir = scratch("dedupe-nodedupe");
     let backing = common::xfs_backing(&dir);
     let m = Mount::new(&dir, "background_idle=1,nodedupe");
-    let data = text(4 << 20);
+    let data: Vec<u8> = (0..4u64)
+        .flat_map(|i| {
+            let mut mib = text(512 << 10);
+            mib.extend_from_slice(&random(512 << 10, i));
+            mib
+        })
+        .collect();
+    let empty = common::used(&backing);
     write_synced(&m, "a", &data);
+    let one = common::used(&backing) - empty;
     write_synced(&m, "b", &data);
     std::thread::sleep(Duration::from_secs(3));
+    common::sync_fs(&backing);
+    let two = common::used(&backing) - empty;
+    assert!(
+        two * 10 >= one * 19,
+        "two equal files take {two} bytes, one {one}"
+    );
     let doc = stats(&m);
     assert_eq!(doc["dedupe"]["on"], false);
     assert_eq!(doc["dedupe"]["bytes"], 0);
     assert_eq!(doc["background"]["state"], "off", "{}", doc["background"]);
     m.unmount();
-    common::run("umount", &[backing.as_os_str()]);
+    drop(backing);
     fs::remove_dir_all(&dir).unwrap();
 }

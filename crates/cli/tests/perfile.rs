@@ -19,10 +19,11 @@ use serde_json::Value;
 /// binary run in parallel).
 static PAGE_CACHE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// (DAMON's proactive reclaim is paused meanwhile: `common::DamonPaused`.)
-fn page_cache_turn() -> (std::sync::MutexGuard<'static, ()>, common::DamonPaused) {
+/// (DAMON's proactive reclaim is paused meanwhile: `common::DamonPaused`. The tuple drops
+/// its fields in order: DAMON back on, then the turn handed on.)
+fn page_cache_turn() -> (common::DamonPaused, std::sync::MutexGuard<'static, ()>) {
     let turn = PAGE_CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    (turn, common::DamonPaused::new())
+    (common::DamonPaused::new(), turn)
 }
 
 /// The mount's statistics document.

@@ -14,8 +14,8 @@ use crate::sys;
 /// What [`Storage::dedupe_from`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dedupe {
-    /// This many bytes now share the source's blocks (the whole range, or its block-aligned
-    /// start where the backing shortened it).
+    /// This many bytes now share the source's blocks (the kernel reports the range's
+    /// length).
     Shared(u64),
     /// The bytes were not equal: nothing was done.
     Differ,
@@ -279,16 +279,17 @@ impl Storage for FileStorage {
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EXDEV | libc::ENOSYS)
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS)
                 ) =>
             {
                 Ok(Dedupe::Unsupported)
             }
-            // Alignment, a range past an end, a file busy as a swap file or being executed.
+            // Alignment, a range past an end, a file busy as a swap file or being executed,
+            // two files on different mounts (a bind mount inside the backing tree).
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(libc::EINVAL | libc::ETXTBSY | libc::EPERM | libc::EACCES)
+                    Some(libc::EINVAL | libc::ETXTBSY | libc::EPERM | libc::EACCES | libc::EXDEV)
                 ) =>
             {
                 Ok(Dedupe::Refused)

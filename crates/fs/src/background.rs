@@ -130,6 +130,10 @@ pub struct Pass {
     unscanned: AtomicU64,
     /// Whether there may be a target anywhere (rule 5).
     enabled: AtomicBool,
+    /// Whether a target may be set somewhere (rule 5 without block sharing).
+    targets: AtomicBool,
+    /// Times the thread went to sleep with nothing to do (a test looks).
+    naps: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
     /// When the rate allows the next chunk.
@@ -144,9 +148,14 @@ pub struct Pass {
 }
 
 impl Pass {
-    pub fn new(cfg: Config, seen: bool) -> Pass {
-        let enabled = cfg.target.is_some() || seen;
+    /// `seen`: a background property was set through an earlier mount; `sharing`: the
+    /// walk has blocks to share (`crate::dedupe`) even with no target anywhere.
+    pub fn new(cfg: Config, seen: bool, sharing: bool) -> Pass {
+        let targets = cfg.target.is_some() || seen;
+        let enabled = targets || sharing;
         Pass {
+            targets: AtomicBool::new(targets),
+            naps: AtomicU64::new(0),
             cfg,
             start: Instant::now(),
             last_change: AtomicU64::new(0),
@@ -200,10 +209,21 @@ impl Pass {
 
     /// A background property was set through the mount: walk (rule 5), every file.
     pub fn configured(&self) {
+        self.targets.store(true, Ordering::Relaxed);
         self.enabled.store(true, Ordering::Relaxed);
         self.moved();
         self.touched(0);
+        // (Under `stop`'s lock: see `touched`.)
+        drop(self.stop.lock().unwrap());
         self.wake.notify_all();
+    }
+
+    /// Block sharing turned itself off (the backing cannot): the pass walks again only
+    /// where a target may be set (rule 5).
+    pub fn sharing_off(&self) {
+        if !self.targets.load(Ordering::Relaxed) {
+            self.enabled.store(false, Ordering::Relaxed);
+        }
     }
 
     /// A directory was renamed: files below it may now inherit another target without
@@ -246,9 +266,11 @@ impl Pass {
         if *stop {
             return false;
         }
-        if self.changes.load(Ordering::SeqCst) > 0 {
+        // (Changes count while the pass is off too: they wake nothing then.)
+        if self.enabled.load(Ordering::Relaxed) && self.changes.load(Ordering::SeqCst) > 0 {
             return true;
         }
+        self.naps.fetch_add(1, Ordering::Relaxed);
         let (stop, _) = self.wake.wait_timeout(stop, d).unwrap();
         !*stop
     }
@@ -527,6 +549,7 @@ mod tests {
                 ..Config::default()
             },
             false,
+            false,
         )
     }
 
@@ -594,6 +617,23 @@ mod tests {
         assert_eq!(walks(&c, 2), 2, "a change after a quiet walk");
         p.stop();
         h.join().unwrap();
+
+        // A pass that is off (no target, no sharing) sleeps through changes: it neither
+        // walks nor wakes for them.
+        let off = Arc::new(Pass::new(Config::default(), false, false));
+        let c: Arc<Count> = Arc::new(Count(AtomicU64::new(0)));
+        let w: Arc<dyn Walk> = c.clone();
+        let h = off.start(Arc::downgrade(&w)).unwrap();
+        for _ in 0..100 {
+            off.touched(4096);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(c.0.load(Ordering::SeqCst), 0);
+        let naps = off.naps.load(Ordering::Relaxed);
+        assert!(naps <= 2, "the pass woke {naps} times while off");
+        off.stop();
+        h.join().unwrap();
     }
 
     #[test]
@@ -629,7 +669,7 @@ mod tests {
         p.unscanned.store(0, Ordering::Relaxed);
         p.touched(0);
         assert_eq!(p.pending_bytes(), 1, "a change asks for a walk");
-        let off = Pass::new(Config::default(), false);
+        let off = Pass::new(Config::default(), false, false);
         off.touched(5);
         assert_eq!(off.pending_bytes(), 0, "no target anywhere");
         assert_eq!(off.json()["state"], "off");

@@ -25,7 +25,8 @@
 //! backing allocated ahead of a write at the file's end (speculative preallocation),
 //! stranded inside the file once it grew past them; shared, they no longer count twice.
 //! Else the half's last block goes with it where the bytes after the payload are equal,
-//! else its whole blocks alone.
+//! else its whole blocks alone; and then, separately, the rest of its slot where that
+//! reads the same.
 //!
 //! **Bounds.** Files smaller than [`MIN_FILE`] on the backing are not looked at (small files
 //! live in packs, deduplicated by `squeezefs_container::pack`); the halves remembered are
@@ -34,6 +35,7 @@
 //! mount's: a new mount's first walk reads every large file's extent headers again.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,8 +57,13 @@ pub const MAX_FILES: usize = 256;
 /// The backing's block: ranges start on one.
 const BLOCK: u64 = 4096;
 
-/// What nominates two halves: payload checksum, stored and logical lengths, codec id.
-type Key = (u64, u32, u32, u8);
+/// What nominates two halves: payload checksum, stored and logical lengths, codec id; and
+/// the backing file's owner and device (files of different owners never share: the space
+/// `df` shows would tell one whether the other holds the same bytes; and sharing across
+/// filesystems is impossible).
+type Key = (u64, u32, u32, u8, u32, u64);
+/// Errors logged at most (they are counted all the same).
+const LOGGED_ERRORS: u64 = 8;
 
 /// A file: its backing (device, inode).
 pub type FileId = (u64, u64);
@@ -69,7 +76,8 @@ struct Seen {
 #[derive(Default)]
 struct Memory {
     halves: HashMap<Key, Seen>,
-    files: HashMap<FileId, Arc<FileStorage>>,
+    /// Each remembered file's descriptor and the keys its halves hold.
+    files: HashMap<FileId, (Arc<FileStorage>, Vec<Key>)>,
     /// `files` in the order they came, oldest first.
     order: VecDeque<FileId>,
 }
@@ -87,8 +95,30 @@ pub struct Dedupe {
     remembered: AtomicU64,
 }
 
-fn key(h: &ExtentHeader) -> Key {
-    (h.payload_sum, h.stored_len, h.logical_len, h.codec.id())
+fn key(h: &ExtentHeader, owner: u32, dev: u64) -> Key {
+    (
+        h.payload_sum,
+        h.stored_len,
+        h.logical_len,
+        h.codec.id(),
+        owner,
+        dev,
+    )
+}
+
+impl Memory {
+    /// Forgets file `id`: its descriptor (a removed file's space is the backing's again)
+    /// and the halves it nominated.
+    fn forget(&mut self, id: FileId) {
+        if let Some((_, keys)) = self.files.remove(&id) {
+            for k in keys {
+                if self.halves.get(&k).is_some_and(|s| s.file == id) {
+                    self.halves.remove(&k);
+                }
+            }
+        }
+        self.order.retain(|f| *f != id);
+    }
 }
 
 impl Dedupe {
@@ -110,23 +140,36 @@ impl Dedupe {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Halves of file `id` (read through `storage`): each shares the blocks of an equal half
-    /// remembered from another file (or another place of this one) where the backing finds
-    /// them equal; the others are remembered.
-    pub fn file(&self, id: FileId, storage: Arc<FileStorage>, halves: &[StoredHalf]) {
+    /// Halves of file `id`, owned by `owner` (read through `storage`): each shares the
+    /// blocks of an equal half remembered from another file (or another place of this one)
+    /// where the backing finds them equal; the others are remembered. `pace` is asked
+    /// before each half with the bytes the backing may compare for it (the pass's turn:
+    /// an idle mount, its rate); `false` stops here, and so does the end of sharing.
+    pub fn file(
+        &self,
+        id: FileId,
+        owner: u32,
+        storage: Arc<FileStorage>,
+        halves: &[StoredHalf],
+        mut pace: impl FnMut(u64) -> bool,
+    ) {
         let mut m = self.memory.lock().unwrap();
-        let mut held = false;
+        let mut keys = Vec::new();
         for h in halves {
             if !self.on() {
+                *m = Memory::default();
                 return;
             }
-            let k = key(&h.header);
+            let k = key(&h.header, owner, id.0);
             let src = m
                 .halves
                 .get(&k)
                 .filter(|s| !(s.file == id && s.half.at == h.at))
-                .and_then(|s| Some((m.files.get(&s.file)?.clone(), s.half)));
+                .and_then(|s| Some((m.files.get(&s.file)?.0.clone(), s.half)));
             if let Some((from, half)) = src {
+                if !pace(4 * h.slot) {
+                    break;
+                }
                 if self.share(&from, &half, &storage, h) {
                     continue;
                 }
@@ -135,20 +178,41 @@ impl Dedupe {
             if m.halves.len() >= MAX_HALVES && !m.halves.contains_key(&k) {
                 continue;
             }
-            let seen = Seen { file: id, half: *h };
-            m.halves.insert(k, seen);
-            held = true;
+            m.halves.insert(k, Seen { file: id, half: *h });
+            keys.push(k);
+        }
+        if !keys.is_empty() {
+            if !m.files.contains_key(&id) {
+                if m.order.len() >= MAX_FILES {
+                    if let Some(old) = m.order.front().copied() {
+                        m.forget(old);
+                    }
+                }
+                m.order.push_back(id);
+                m.files.insert(id, (storage, Vec::new()));
+            }
+            if let Some((_, held)) = m.files.get_mut(&id) {
+                held.extend(keys);
+            }
         }
         self.remembered.store(m.halves.len() as u64, Ordering::Relaxed);
-        if held && !m.files.contains_key(&id) {
-            if m.order.len() >= MAX_FILES {
-                if let Some(old) = m.order.pop_front() {
-                    m.files.remove(&old);
-                }
-            }
-            m.order.push_back(id);
-            m.files.insert(id, storage);
+    }
+
+    /// After a walk: files removed since (no name left) are forgotten, so their space is
+    /// the backing's again (a removal is a change: a walk follows it once the mount is
+    /// idle).
+    pub fn walk_done(&self) {
+        let mut m = self.memory.lock().unwrap();
+        let gone: Vec<FileId> = m
+            .files
+            .iter()
+            .filter(|(_, (st, _))| !st.file().metadata().is_ok_and(|md| md.nlink() > 0))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            m.forget(id);
         }
+        self.remembered.store(m.halves.len() as u64, Ordering::Relaxed);
     }
 
     /// Has half `h` of `to` share the blocks of the equal half `src` of `from`: all of it
@@ -181,19 +245,30 @@ impl Dedupe {
         for (src_at, at, len) in tries {
             match to.dedupe_from(from, src_at, len, at) {
                 Ok(Outcome::Shared(n)) if n > 0 => {
+                    // (The copy's blocks: what the slots held besides was no copy's.)
                     self.extents.fetch_add(1, Ordering::Relaxed);
-                    self.bytes.fetch_add(n, Ordering::Relaxed);
+                    self.bytes
+                        .fetch_add(n.min(h.len.next_multiple_of(BLOCK)), Ordering::Relaxed);
+                    // The rest of the slot after what is shared now, where it reads the
+                    // same on both sides (the headers differ, or the whole slot did not):
+                    // part of no copy, its stranded blocks go too. Not counted.
+                    let (end, slot_end) = (at + n, h.at + h.slot);
+                    if end < slot_end && end % BLOCK == 0 {
+                        let _ = to.dedupe_from(from, src_at + n, slot_end - end, end);
+                    }
                     return true;
                 }
                 Ok(Outcome::Shared(_) | Outcome::Differ | Outcome::Refused) => {}
                 Ok(Outcome::Unsupported) => {
                     info!("dedupe: the backing filesystem does not share blocks; equal files stay apart");
+                    // (`file` then forgets everything, descriptors included.)
                     self.on.store(false, Ordering::Relaxed);
                     return false;
                 }
                 Err(e) => {
-                    self.errors.fetch_add(1, Ordering::Relaxed);
-                    warn!("dedupe: sharing an extent's blocks failed: {e}");
+                    if self.errors.fetch_add(1, Ordering::Relaxed) < LOGGED_ERRORS {
+                        warn!("dedupe: sharing an extent's blocks failed: {e}");
+                    }
                     return false;
                 }
             }

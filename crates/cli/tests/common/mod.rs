@@ -681,8 +681,9 @@ pub fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
 }
 
 /// `dir/backing` as a loop-mounted 1 GiB XFS image with reflinks (root; `scripts/test-deps`
-/// installs xfsprogs): the test unmounts it (`umount`) when done.
-pub fn xfs_backing(dir: &Path) -> PathBuf {
+/// installs xfsprogs), unmounted when the returned guard goes (declare it before the
+/// squeezefs mount over it, which then goes first).
+pub fn xfs_backing(dir: &Path) -> LoopMount {
     require_root("this test loop-mounts an XFS image");
     let img = dir.join("xfs.img");
     std::fs::File::create(&img).unwrap().set_len(1 << 30).unwrap();
@@ -706,7 +707,27 @@ pub fn xfs_backing(dir: &Path) -> PathBuf {
             backing.as_os_str(),
         ],
     );
-    backing
+    LoopMount(backing)
+}
+
+/// A loop-mounted image at this path, unmounted (lazily, so a failed test's leftovers
+/// cannot hold it) when dropped.
+pub struct LoopMount(pub PathBuf);
+
+impl std::ops::Deref for LoopMount {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
 }
 
 /// `sync -f`: the filesystem holding `path` made durable (its `df` then counts what the

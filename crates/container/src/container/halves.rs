@@ -28,8 +28,9 @@ pub struct StoredHalf {
     /// The bytes reserved for it (FORMAT.md, Layout: `S`); what lies after `len` in them is
     /// part of no copy.
     pub slot: u64,
-    /// Where the extent's two slots start (its half A): `2 · slot` bytes, what is not its
-    /// copy part of no copy (the other half holds an older copy, or nothing).
+    /// Where the extent's two slots start (its half A): `2 · slot` bytes. Besides this copy
+    /// they hold an older copy of the extent in the other half, or nothing: a caller shares
+    /// them only where the backing finds them byte-equal too.
     pub pair: u64,
     pub header: ExtentHeader,
 }

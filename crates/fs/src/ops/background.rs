@@ -88,6 +88,9 @@ impl Walk for Core {
         if !pass.stopping() {
             self.background_repack(pass);
         }
+        if self.dedupe.on() {
+            self.dedupe.walk_done();
+        }
         files
     }
 }
@@ -225,7 +228,7 @@ impl Core {
                         self.background_file(&inode, t, pass);
                     }
                     if self.dedupe.on() && st.st_size as u64 >= crate::dedupe::MIN_FILE {
-                        self.background_dedupe(&inode, pass);
+                        self.background_dedupe(&inode, st.st_uid, pass);
                     }
                 }
             }
@@ -316,7 +319,7 @@ impl Core {
     /// (`crate::dedupe`): its extent headers read a slice at a time under the file's lock,
     /// the backing asked without it (it compares the bytes itself), each slice when the
     /// governor allows it.
-    fn background_dedupe(&self, inode: &Arc<Inode>, pass: &Pass) {
+    fn background_dedupe(&self, inode: &Arc<Inode>, owner: u32, pass: &Pass) {
         let mut start = 0u64;
         let mut storage: Option<Arc<FileStorage>> = None;
         loop {
@@ -351,11 +354,18 @@ impl Core {
             }
             let Some(st) = &storage else { return };
             if !halves.is_empty() {
-                let bytes: u64 = halves.iter().map(|h| h.len).sum();
-                if pass.wait_turn(bytes).is_none() {
+                let mut stopped = false;
+                self.dedupe.file(inode.key, owner, st.clone(), &halves, |bytes| {
+                    stopped = pass.wait_turn(bytes).is_none();
+                    !stopped
+                });
+                if !self.dedupe.on() {
+                    // The backing cannot share: the pass walks for targets alone again.
+                    return pass.sharing_off();
+                }
+                if stopped {
                     return;
                 }
-                self.dedupe.file(inode.key, st.clone(), &halves);
             }
             start += SCAN_SLICE;
             if start >= count {

@@ -225,7 +225,8 @@ impl SqueezeFs {
             && root_type.is_some_and(|t| crate::dedupe::SHARING_FILESYSTEMS.contains(&t));
         let background = Arc::new(crate::background::Pass::new(
             cfg.background.clone(),
-            seen || dedupe_on,
+            seen,
+            dedupe_on,
         ));
         let local_exact = root_type.is_some_and(|t| names::EXACT_NAME_FILESYSTEMS.contains(&t));
         let fuse_exact = root_type == Some(names::FUSE_MAGIC)
