@@ -209,8 +209,12 @@ impl Pass {
 
     /// A background property was set through the mount: walk (rule 5), every file.
     pub fn configured(&self) {
-        self.targets.store(true, Ordering::Relaxed);
-        self.enabled.store(true, Ordering::Relaxed);
+        {
+            // (The flags under `stop`'s lock: `sharing_off` cannot undo them.)
+            let _stop = self.stop.lock().unwrap();
+            self.targets.store(true, Ordering::Relaxed);
+            self.enabled.store(true, Ordering::Relaxed);
+        }
         self.moved();
         self.touched(0);
         // (Under `stop`'s lock: see `touched`.)
@@ -221,8 +225,16 @@ impl Pass {
     /// Block sharing turned itself off (the backing cannot): the pass walks again only
     /// where a target may be set (rule 5).
     pub fn sharing_off(&self) {
-        if !self.targets.load(Ordering::Relaxed) {
-            self.enabled.store(false, Ordering::Relaxed);
+        let off = {
+            let _stop = self.stop.lock().unwrap();
+            let off = !self.targets.load(Ordering::Relaxed);
+            if off {
+                self.enabled.store(false, Ordering::Relaxed);
+            }
+            off
+        };
+        if off {
+            self.set_state("off");
         }
     }
 
@@ -466,6 +478,10 @@ impl Pass {
             let wanted = self.enabled.load(Ordering::Relaxed)
                 && (self.changes.load(Ordering::Relaxed) > 0
                     || retry_at.is_some_and(|t| Instant::now() >= t));
+            if !self.enabled.load(Ordering::Relaxed) {
+                // Off (sharing turned itself off): no retry is due either.
+                retry_at = None;
+            }
             if !wanted {
                 let wait = retry_at.map_or(Duration::from_secs(3600), |t| {
                     t.saturating_duration_since(Instant::now())
@@ -508,7 +524,11 @@ impl Pass {
             s.walks += 1;
             s.last_walk_seconds = began.elapsed().as_secs_f64();
             s.last_walk_files = files;
-            s.state = "waiting";
+            s.state = if self.enabled.load(Ordering::Relaxed) {
+                "waiting"
+            } else {
+                "off" // (sharing turned itself off during the walk)
+            };
             if stopped {
                 return;
             }

@@ -91,7 +91,8 @@ pub struct Dedupe {
     bytes: AtomicU64,
     differed: AtomicU64,
     errors: AtomicU64,
-    /// Halves in `memory` (read without its lock).
+    /// Halves in `memory` (read without its lock). (`bytes` counts every sharing the
+    /// backing confirmed: a file walked again after a change counts again.)
     remembered: AtomicU64,
 }
 
@@ -142,23 +143,28 @@ impl Dedupe {
 
     /// Halves of file `id`, owned by `owner` (read through `storage`): each shares the
     /// blocks of an equal half remembered from another file (or another place of this one)
-    /// where the backing finds them equal; the others are remembered. `pace` is asked
-    /// before each half with the bytes the backing may compare for it (the pass's turn:
-    /// an idle mount, its rate); `false` stops here, and so does the end of sharing.
+    /// where the backing finds them equal; the others are remembered. `first`: the file's
+    /// first slice in this walk — what it nominated before is forgotten first (its halves
+    /// may have moved, its owner changed). `pace` is asked before each comparison with the
+    /// bytes the backing may compare (the pass's turn: an idle mount, its rate); `false`
+    /// stops here, and so does the end of sharing (everything is forgotten then).
     pub fn file(
         &self,
         id: FileId,
         owner: u32,
         storage: Arc<FileStorage>,
         halves: &[StoredHalf],
+        first: bool,
         mut pace: impl FnMut(u64) -> bool,
     ) {
         let mut m = self.memory.lock().unwrap();
+        if first {
+            m.forget(id);
+        }
         let mut keys = Vec::new();
         for h in halves {
             if !self.on() {
-                *m = Memory::default();
-                return;
+                break;
             }
             let k = key(&h.header, owner, id.0);
             let src = m
@@ -174,14 +180,24 @@ impl Dedupe {
                     continue;
                 }
             }
-            // Not shared: this half nominates from now on (a stale one is replaced).
+            // Not shared: this half nominates from now on (a stale one is replaced). Full:
+            // the oldest file makes room.
             if m.halves.len() >= MAX_HALVES && !m.halves.contains_key(&k) {
-                continue;
+                match m.order.front().copied() {
+                    Some(old) if old != id => m.forget(old),
+                    _ => continue,
+                }
+                if m.halves.len() >= MAX_HALVES {
+                    continue;
+                }
             }
             m.halves.insert(k, Seen { file: id, half: *h });
             keys.push(k);
         }
-        if !keys.is_empty() {
+        if !self.on() {
+            // The backing cannot share: nothing is kept, descriptors included.
+            *m = Memory::default();
+        } else if !keys.is_empty() {
             if !m.files.contains_key(&id) {
                 if m.order.len() >= MAX_FILES {
                     if let Some(old) = m.order.front().copied() {
@@ -288,5 +304,57 @@ impl Dedupe {
             "errors": get(&self.errors),
             "remembered": get(&self.remembered),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use squeezefs_codec::Algorithm;
+
+    fn half(i: u64) -> StoredHalf {
+        StoredHalf {
+            at: 8192 + i * 2 * 135_168,
+            len: 48 + 1000,
+            slot: 135_168,
+            pair: 8192 + i * 2 * 135_168,
+            header: ExtentHeader {
+                codec: Algorithm::Zstd,
+                flags: 0,
+                level: 1,
+                index: i,
+                generation: 1,
+                stored_len: 1000,
+                logical_len: 4096,
+                payload_sum: 1000 + i,
+            },
+        }
+    }
+
+    /// A file walked again nominates its halves once, not once more per walk; a file
+    /// removed is forgotten after the walk (its descriptor closed: its space freed).
+    #[test]
+    fn a_file_walked_again_is_remembered_once_and_a_removed_one_forgotten() {
+        let dir = std::env::temp_dir().join(format!("squeezefs-dedupe-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let d = Dedupe::new(true);
+        let halves: Vec<StoredHalf> = (0..10).map(half).collect();
+        for _ in 0..3 {
+            let st = Arc::new(FileStorage::new(std::fs::File::create(&path).unwrap()));
+            d.file((1, 7), 0, st.clone(), &halves[..5], true, |_| true);
+            d.file((1, 7), 0, st, &halves[5..], false, |_| true);
+            let m = d.memory.lock().unwrap();
+            assert_eq!(m.halves.len(), 10);
+            assert_eq!(m.files[&(1, 7)].1.len(), 10, "keys held once");
+            assert_eq!(m.order.len(), 1);
+        }
+        d.walk_done();
+        assert_eq!(d.memory.lock().unwrap().files.len(), 1, "still there");
+        std::fs::remove_file(&path).unwrap();
+        d.walk_done();
+        let m = d.memory.lock().unwrap();
+        assert!(m.files.is_empty() && m.halves.is_empty() && m.order.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

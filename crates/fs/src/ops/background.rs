@@ -355,10 +355,11 @@ impl Core {
             let Some(st) = &storage else { return };
             if !halves.is_empty() {
                 let mut stopped = false;
-                self.dedupe.file(inode.key, owner, st.clone(), &halves, |bytes| {
-                    stopped = pass.wait_turn(bytes).is_none();
-                    !stopped
-                });
+                self.dedupe
+                    .file(inode.key, owner, st.clone(), &halves, start == 0, |bytes| {
+                        stopped = pass.wait_turn(bytes).is_none();
+                        !stopped
+                    });
                 if !self.dedupe.on() {
                     // The backing cannot share: the pass walks for targets alone again.
                     return pass.sharing_off();
