@@ -377,35 +377,39 @@ fn remount_read_only_and_back_and_unmount_by_source_name_like_any_filesystem() {
 fn nodiratime_and_strictatime_are_set_on_the_new_mount() {
     common::require_root("mount_setattr(2) on a FUSE mount needs root (CI runs as root)");
     let d = scratch("atime-flags");
-    let flags = |m: &common::Mount| {
-        let o = squeezefs_mount(&m.mnt).expect("mounted").options;
-        o.split(',').map(str::to_string).collect::<Vec<_>>()
+    // The flags as mountinfo shows them once `ok` holds, or after 5 s. (The daemon sets
+    // them just after the mount appears: a moment in which mountinfo shows the defaults.)
+    let flags_when = |m: &common::Mount, ok: &dyn Fn(&[String]) -> bool| {
+        let start = std::time::Instant::now();
+        loop {
+            let o = squeezefs_mount(&m.mnt).expect("mounted").options;
+            let f = o.split(',').map(str::to_string).collect::<Vec<_>>();
+            if ok(&f) || start.elapsed() > std::time::Duration::from_secs(5) {
+                return f;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     };
     let m = common::Mount::new(&d, "nodiratime");
-    let f = flags(&m);
-    assert!(
-        f.contains(&"nodiratime".into()) && f.contains(&"relatime".into()),
-        "{f:?}"
-    );
+    let ok = |f: &[String]| f.contains(&"nodiratime".into()) && f.contains(&"relatime".into());
+    let f = flags_when(&m, &ok);
+    assert!(ok(&f), "{f:?}");
     fs::write(m.path("f"), b"kept").unwrap();
     m.unmount();
     // strictatime shows as neither relatime nor noatime; it overrides an earlier noatime.
     let m = common::Mount::new(&d, "noatime,strictatime,nodiratime");
-    let f = flags(&m);
-    assert!(f.contains(&"nodiratime".into()), "{f:?}");
-    assert!(
-        !f.contains(&"relatime".into()) && !f.contains(&"noatime".into()),
-        "{f:?}"
-    );
+    let ok = |f: &[String]| {
+        f.contains(&"nodiratime".into()) && !f.contains(&"relatime".into()) && !f.contains(&"noatime".into())
+    };
+    let f = flags_when(&m, &ok);
+    assert!(ok(&f), "{f:?}");
     assert_eq!(fs::read(m.path("f")).unwrap(), b"kept");
     m.unmount();
     // And a later noatime overrides strictatime.
     let m = common::Mount::new(&d, "strictatime,noatime");
-    let f = flags(&m);
-    assert!(
-        f.contains(&"noatime".into()) && !f.contains(&"nodiratime".into()),
-        "{f:?}"
-    );
+    let ok = |f: &[String]| f.contains(&"noatime".into()) && !f.contains(&"nodiratime".into());
+    let f = flags_when(&m, &ok);
+    assert!(ok(&f), "{f:?}");
     m.unmount();
     let out = squeezefs(&[
         os("mount"),
