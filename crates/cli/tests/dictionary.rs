@@ -221,10 +221,10 @@ fn on_a_packing_mount_a_dictionary_directory_packs_its_small_files_and_they_keep
     );
     // Where the group commit seals a block depends on timing: a commit falling in the middle
     // of one set splits it into two blocks, which compress a little worse (seen in a CI
-    // run: +2.8 %). A container per file with the dictionary, which this guards against,
-    // took 62 % more than packing (README, "Dictionaries").
+    // run: +2.8 %, in another +5.8 %). A container per file with the dictionary, which
+    // this guards against, took 62 % more than packing (README, "Dictionaries").
     assert!(
-        disk(&with) <= disk(&without) + (disk(&without) / 25).max(8192),
+        disk(&with) <= disk(&without) + (disk(&without) / 10).max(8192),
         "with {with}\nwithout {without}"
     );
     let (name, data) = unseen[0];
