@@ -106,13 +106,7 @@ fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
     let opts = "compress=zstd:1,extent_size=1M";
     let m = Mount::new(&dir, opts);
     // Half text, half noise: about half of it stored.
-    let data: Vec<u8> = (0..64u64)
-        .flat_map(|i| {
-            let mut mib = text(512 << 10);
-            mib.extend_from_slice(&random(512 << 10, i));
-            mib
-        })
-        .collect();
+    let data = common::half_text_mibs(64);
     fs::write(m.path("a"), &data).unwrap();
     fs::File::open(m.path("a")).unwrap().sync_all().unwrap();
     let before = common::used(&backing);

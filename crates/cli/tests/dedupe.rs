@@ -9,7 +9,6 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use squeezefs_testdata::{random, text};
 
 mod common;
 use common::{scratch, Mount};
@@ -36,14 +35,7 @@ fn on_xfs_five_files_written_alike_take_the_space_of_one() {
     let backing = common::xfs_backing(&dir);
     let opts = "background_idle=1";
     let m = Mount::new(&dir, opts);
-    // Compressible as a mix of files is (about 2:1): half text, half noise, a MiB at a time.
-    let data: Vec<u8> = (0..20u64)
-        .flat_map(|i| {
-            let mut mib = text(512 << 10);
-            mib.extend_from_slice(&random(512 << 10, i));
-            mib
-        })
-        .collect();
+    let data = common::half_text_mibs(20);
     let empty = common::used(&backing);
     write_synced(&m, "f0", &data);
     let one = common::used(&backing) - empty;
@@ -119,13 +111,7 @@ fn nothing_is_shared_with_nodedupe_or_where_the_backing_cannot() {
     let dir = scratch("dedupe-nodedupe");
     let backing = common::xfs_backing(&dir);
     let m = Mount::new(&dir, "background_idle=1,nodedupe");
-    let data: Vec<u8> = (0..4u64)
-        .flat_map(|i| {
-            let mut mib = text(512 << 10);
-            mib.extend_from_slice(&random(512 << 10, i));
-            mib
-        })
-        .collect();
+    let data = common::half_text_mibs(4);
     let empty = common::used(&backing);
     write_synced(&m, "a", &data);
     let one = common::used(&backing) - empty;

@@ -735,3 +735,15 @@ impl Drop for LoopMount {
 pub fn sync_fs(path: &Path) {
     run("sync", &["-f".as_ref(), path.as_os_str()]);
 }
+
+/// `mibs` MiB compressible as a mix of files is (about 2:1): each MiB half text, half noise
+/// (noise seeded by the MiB's index).
+pub fn half_text_mibs(mibs: u64) -> Vec<u8> {
+    (0..mibs)
+        .flat_map(|i| {
+            let mut mib = squeezefs_testdata::text(512 << 10);
+            mib.extend_from_slice(&squeezefs_testdata::random(512 << 10, i));
+            mib
+        })
+        .collect()
+}

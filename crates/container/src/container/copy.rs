@@ -109,7 +109,7 @@ impl<S: Storage> Container<S> {
         let (Mode::Packed(s), Mode::Packed(d)) = (&src.mode, &mut self.mode) else {
             return Ok(None);
         };
-        if s.loc.is_some() || s.sb_inline || s.loc_unloaded {
+        if !s.in_extents() {
             return Ok(None);
         }
         if d.shift != s.shift && !d.adopt_extent_size(s.shift) {

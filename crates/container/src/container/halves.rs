@@ -44,7 +44,7 @@ impl<S: Storage> Container<S> {
         let Mode::Packed(p) = &self.mode else {
             return Ok((Vec::new(), 0));
         };
-        if p.loc.is_some() || p.sb_inline || p.loc_unloaded {
+        if !p.in_extents() {
             return Ok((Vec::new(), 0));
         }
         let count = p.extent_count();

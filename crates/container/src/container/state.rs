@@ -296,6 +296,12 @@ impl Packed {
         (self.size.saturating_sub(start)).min(self.extent_len() as u64) as usize
     }
 
+    /// Whether the file's data lives in its extents (not in a pack, not inline in the
+    /// superblock, not a pack record not loaded yet).
+    pub(super) fn in_extents(&self) -> bool {
+        self.loc.is_none() && !self.sb_inline && !self.loc_unloaded
+    }
+
     pub(super) fn is_stale(&self, idx: u64) -> bool {
         self.stale_from.is_some_and(|s| idx >= s) && !self.exts.get(&idx).is_some_and(|e| e.written)
     }
