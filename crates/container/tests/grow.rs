@@ -7,7 +7,9 @@ use squeezefs_container::format::{sb_offset, Superblock, BLOCK, MAX_EXTENT_SHIFT
 use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{give_up_at, give_up_dense_at, grow_at, Container, DirtyBudget, Options, Stats};
+use squeezefs_container::{
+    give_up_at, give_up_dense_at, grow_at, Container, DirtyBudget, Options, Stats, WRITE_BATCH,
+};
 use squeezefs_testdata::{random, text};
 
 const MIB: usize = 1 << 20;
@@ -55,7 +57,7 @@ fn a_file_written_whole_past_one_large_extent_takes_the_large_extents_before_any
     let disk = MemDisk::new();
     let o = opts(true);
     let mut c = Container::create(disk.clone(), &o);
-    let data = text(3 * MIB + 1234);
+    let data = text((WRITE_BATCH + 2) * MIB + 1234);
     // Up to one large extent nothing goes out, though 128 KiB extents are covered whole.
     write_in(&mut c, 0, &data[..MIB], 256 << 10);
     assert_eq!(
@@ -66,9 +68,10 @@ fn a_file_written_whole_past_one_large_extent_takes_the_large_extents_before_any
     assert_eq!(c.extent_size(), Some(E));
     write_in(&mut c, MIB, &data[MIB..], 256 << 10);
     assert_eq!(c.extent_size(), Some(1 << MAX_EXTENT_SHIFT));
+    // The first at once (the decision sends what was covered), then a batch.
     assert!(
-        disk.contents().len() > 2 * MIB,
-        "the covered 1 MiB extents went out at once"
+        disk.contents().len() > (WRITE_BATCH + 1) * MIB,
+        "the covered 1 MiB extents went out"
     );
     c.fsync().unwrap();
     assert_eq!(o.stats.snapshot().files_grown, 1);

@@ -17,7 +17,7 @@ use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
     AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, StatTimes, Storage,
-    WriteBack, DEFAULT_DIRTY_BYTES,
+    WriteBack, DEFAULT_DIRTY_BYTES, WRITE_BATCH,
 };
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
@@ -1289,8 +1289,9 @@ fn partial_writes_wait_for_the_write_back_while_the_shared_budget_lasts() {
 fn written_out_extents_leave_the_cache_within_its_budget() {
     let shift = 12u8;
     let ext = 1usize << shift;
-    // Twice the cache's eight clean extents (trimmed back to eight past that).
-    let most = 16 * ext;
+    // Twice the cache's eight clean extents (trimmed back to eight past that), and the
+    // covered extents that wait for a batch.
+    let most = (16 + WRITE_BATCH - 1) * ext;
     let opts = Options {
         codec: "zstd:1".parse().unwrap(),
         extent_shift: shift,
@@ -1299,7 +1300,7 @@ fn written_out_extents_leave_the_cache_within_its_budget() {
     };
     let mut c = Container::create(MemDisk::new(), &opts);
     let data: Vec<u8> = (0..ext).map(|i| (i % 97) as u8).collect();
-    // Whole extents, each written out at once, nothing dirty.
+    // Whole extents, written out a batch at a time.
     for i in 0..2000u64 {
         c.write(i * ext as u64, &data).unwrap();
         assert!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::format::{sb_offset, Superblock, BLOCK, SB_FLAG_NOCOMPRESS};
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{Container, Options, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY};
+use squeezefs_container::{Container, Options, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY, WRITE_BATCH};
 use squeezefs_testdata::{random, text};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -209,6 +209,30 @@ fn containers_written_in_format_version_1_still_read_and_are_upgraded_on_write()
         |slot: u8| u64::from_le_bytes(c[sb_offset(slot) as usize + 16..][..8].try_into().unwrap());
     let newest = if generation(0) > generation(1) { 0 } else { 1 };
     assert_eq!(version(newest), 2);
+}
+
+#[test]
+fn covered_extents_go_out_a_batch_at_a_time() {
+    // A sequential writer covers one extent per write: each waits until WRITE_BATCH do, so
+    // that the write-out compresses them on every core at once; the rest goes at the fsync.
+    let disk = MemDisk::new();
+    let o = opts("zstd:1", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    let n = 2 * WRITE_BATCH + 2;
+    let data = text(n * E);
+    let compressed = || o.stats.snapshot().extents_compressed as usize;
+    for i in 0..n {
+        c.write((i * E) as u64, &data[i * E..(i + 1) * E]).unwrap();
+        let went = (i + 1) / WRITE_BATCH * WRITE_BATCH;
+        assert_eq!(compressed(), went, "after extent {i}");
+        assert_eq!(c.dirty_bytes(), (i + 1 - went) * E, "after extent {i}");
+        assert!(c.read((i * E) as u64, E).unwrap() == data[i * E..(i + 1) * E]);
+    }
+    c.fsync().unwrap();
+    assert_eq!(compressed(), n);
+    assert_eq!(c.dirty_bytes(), 0);
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    assert!(c.read(0, n * E).unwrap() == data);
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! The file operations on bytes: read, write, truncate/extend, punch a hole, SEEK_DATA and
 //! SEEK_HOLE, and the in-place recompression `rewrite`, with the changes they make to the
 //! extent cache (growing, shrinking, zeroing, punching whole extents). Writes only mark
-//! extents dirty, except extents a write has covered completely (and all of a file's dirty
-//! extents once the mount's dirty budget is spent, `dirty.rs`), which go out at once
-//! through `writeout.rs`.
+//! extents dirty, except extents writes have covered completely, which go out
+//! [`WRITE_BATCH`] at a time (and all of a file's dirty extents once the mount's dirty
+//! budget is spent, `dirty.rs`), through `writeout.rs`.
 
 use std::ops::Range;
 
@@ -14,6 +14,16 @@ use crate::layout::{read_half, Half};
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
 
+/// Extents covered entirely by writes wait until this many of them do, then go out
+/// together: `writeout.rs` compresses a batch on every core at once. Why: a sequential
+/// writer (`cp`) sends one 1 MiB WRITE per 1 MiB extent, and the file's WRITEs are served
+/// one after the other under its lock; an extent sent out alone was compressed alone, on
+/// one core, while the other idled (issue 45: a 386 MB copy kept one of two cores busy;
+/// docs/BENCHMARKS.md, "Writes compressed on every core"). Four keeps two cores busy with
+/// two extents each, and holds at most three extents more in memory per file than before
+/// (still counted in the dirty budget). A fixed number, not the machine's, so that what a
+/// write sends out does not depend on the machine.
+pub const WRITE_BATCH: usize = 4;
 /// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
@@ -169,9 +179,9 @@ impl<S: Storage> Container<S> {
                     pos += take as u64;
                     done += take;
                 }
-                // Extents that writes have now covered entirely go out now, in parallel;
-                // partial ones stay in memory until covered, the file is written back, or
-                // the mount's dirty budget is spent (`dirty.rs`). A new file that may
+                // Extents that writes have covered entirely go out [`WRITE_BATCH`] at a
+                // time, in parallel; partial ones stay in memory until covered, the file
+                // is written back, or the mount's dirty budget is spent (`dirty.rs`). A new file that may
                 // still take larger extents writes nothing early (`grow.rs`); once it
                 // took them, every extent its writes covered goes.
                 let spent = p.share.must_write_out();
@@ -189,8 +199,22 @@ impl<S: Storage> Container<S> {
                         .collect()
                 } else if p.grow_to.is_some() {
                     Vec::new()
+                } else if touched.iter().any(|t| t.1) {
+                    // Covered extents go out together once WRITE_BATCH of them wait.
+                    let len = p.extent_len() as u32;
+                    let waiting: Vec<u64> = p
+                        .exts
+                        .iter()
+                        .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
+                        .map(|(i, _)| *i)
+                        .collect();
+                    if waiting.len() >= WRITE_BATCH {
+                        waiting
+                    } else {
+                        Vec::new()
+                    }
                 } else {
-                    touched.iter().filter(|t| t.1).map(|t| t.0).collect()
+                    Vec::new()
                 };
                 if spent {
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();

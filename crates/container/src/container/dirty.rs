@@ -2,8 +2,8 @@
 //! containers of a mount may hold in memory together ([`DirtyBudget`]), and each
 //! container's share of it ([`DirtyShare`]).
 //!
-//! A write that covers a whole extent sends it out at once; a partial write only marks its
-//! extent dirty (`data.rs`). Extents stay dirty until the file is written back (last close,
+//! Extents writes covered whole go out a batch at a time (`data.rs`, `WRITE_BATCH`); a
+//! partial write only marks its extent dirty. Extents stay dirty until the file is written back (last close,
 //! fsync, the group commit) or the budget runs out, when the writer that finds it over the
 //! limit writes out its own dirty extents. A random writer of a large file thus has each
 //! extent compressed once per write-back rather than once per page (as btrfs compresses

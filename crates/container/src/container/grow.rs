@@ -12,7 +12,7 @@
 //! So a file that a mount without `extent_size=` creates starts *undecided*
 //! ([`Packed::grow_to`]): it has no data on disk yet (an empty file written out stays
 //! undecided: its superblock or record describes no extent), and its extents stay in memory
-//! even when writes cover them whole (they would otherwise go out at once). Once writes have
+//! even when writes cover them whole (they would otherwise go out a batch at a time). Once writes have
 //! covered more than [`grow_at`] (1 MiB) from its start without a gap (whatever else arrived
 //! out of order meanwhile: several FUSE threads hand over the kernel's write-back), it takes
 //! the largest extent size (`grow_to`, 1 MiB) before anything is written out: its extents in

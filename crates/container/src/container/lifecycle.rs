@@ -10,10 +10,10 @@
 //!
 //! 1. **Dirty.** `write`, `set_size`, `punch_hole` (of a non-empty range) and the property
 //!    setters change the file in memory and advance its state (a new [`Ticket`] value).
-//!    Partial extents stay dirty in memory ([`Container::dirty_bytes`]); an extent a write
-//!    covered entirely, and all of the file's dirty extents once the mount's dirty budget is
-//!    spent (`dirty.rs`), are compressed and written at once (to the half that does not
-//!    hold the last durable copy) — written, not durable, and not yet described by a
+//!    Partial extents stay dirty in memory ([`Container::dirty_bytes`]); extents writes
+//!    covered entirely, once [`crate::WRITE_BATCH`] of them wait, and all of the file's
+//!    dirty extents once the mount's dirty budget is spent (`dirty.rs`), are compressed (in
+//!    parallel) and written at once (to the half that does not hold the last durable copy) — written, not durable, and not yet described by a
 //!    superblock.
 //! 2. **Written back.** `write_back` writes every dirty extent (and punches what the file no
 //!    longer uses). An inline file's data is in its superblock, which is written at once; so

@@ -53,6 +53,7 @@ use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
 pub use ahead::{AheadPlan, Fetched};
+pub use data::WRITE_BATCH;
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use grow::{give_up_at, give_up_dense_at, grow_at};
 pub use halves::StoredHalf;
