@@ -227,7 +227,9 @@ enum Cmd {
                       hold, per codec and level, like compsize. PATH may be on a squeezefs mount \
                       or in a backing directory; no daemon is needed, and only container headers \
                       are read (not payloads), so whole trees are counted quickly. Each inode \
-                      counts once. `Disk Usage` is what the extents occupy (whole 4 KiB blocks), \
+                      counts once, and so does each block the backing shares between files (a \
+                      copy within an XFS or btrfs mount, the background pass's dedupe: \
+                      `Shared extents`, from FIEMAP). `Disk Usage` is what the extents occupy (whole 4 KiB blocks), \
                       `Uncompressed` what they hold, `Referenced` the files' sizes (holes \
                       included); `(metadata)` is superblocks and copies left by interrupted \
                       writes. Packed files (mount option `pack`) are `packed CODEC` rows: \

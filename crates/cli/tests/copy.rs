@@ -128,6 +128,21 @@ fn on_xfs_with_reflinks_a_copy_shares_the_blocks_of_its_source() {
         "the copy added {added} bytes to the backing, its extents store {stored}"
     );
     assert!(fs::read(m.path("b")).unwrap() == data);
+    // `squeezefs stats` counts the shared blocks once: the copy adds about what it added to
+    // the backing, and says so.
+    let (a, b) = (m.path("a").into_os_string(), m.path("b").into_os_string());
+    let one = common::squeezefs_json(&["stats".as_ref(), &a]);
+    let both = common::squeezefs_json(&["stats".as_ref(), &a, &b]);
+    let (d1, d2) = (one["disk"].as_u64().unwrap(), both["disk"].as_u64().unwrap());
+    assert!(
+        d2 - d1 < d1 / 100 + (64 << 10),
+        "stats: a takes {d1}, a and b {d2}: {both}"
+    );
+    assert!(
+        both["shared_extents_saved"].as_u64().unwrap() * 100 >= 95 * d1,
+        "{both}"
+    );
+    assert_eq!(one["shared_extents_saved"], 0, "{one}");
 
     // A write to the copy: the source keeps its bytes.
     let mut want = data.clone();

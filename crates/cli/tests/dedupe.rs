@@ -74,6 +74,28 @@ fn on_xfs_five_files_written_alike_take_the_space_of_one() {
     for i in 0..5 {
         assert!(fs::read(m.path(&format!("f{i}"))).unwrap() == data, "f{i}");
     }
+    // `squeezefs stats` counts the shared blocks once: the five take about what the first
+    // does (its slots' rest and the others' headers and superblocks are their own).
+    let path = |i: usize| m.path(&format!("f{i}")).into_os_string();
+    let first = common::squeezefs_json(&["stats".as_ref(), &path(0)]);
+    let names: Vec<_> = (0..5).map(path).collect();
+    let mut args = vec!["stats".as_ref()];
+    args.extend(names.iter().map(|n| n.as_os_str()));
+    let five = common::squeezefs_json(&args);
+    let (d1, d5) = (first["disk"].as_u64().unwrap(), five["disk"].as_u64().unwrap());
+    eprintln!(
+        "stats: the first file {d1} bytes, the five {d5} ({:.3}x)",
+        d5 as f64 / d1 as f64
+    );
+    assert!(
+        d5 * 10 <= d1 * 12,
+        "stats counts the five as {d5}, the first as {d1}: {five}"
+    );
+    assert!(
+        five["shared_extents_saved"].as_u64().unwrap() * 10 >= 4 * d1 * 8,
+        "{five}"
+    );
+    assert_eq!(first["shared_extents_saved"], 0, "{first}");
 
     // A write to one copy: the others keep their bytes (the backing's copy on write).
     let mut want = data.clone();

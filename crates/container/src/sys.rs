@@ -1,8 +1,10 @@
 //! The Linux calls `FileStorage` and `open_at` need that std does not wrap: punching a hole
 //! (`fallocate(2)`), finding data (`lseek(2)` with `SEEK_DATA`), a packed file's
 //! location record (`fgetxattr(2)`, `fsetxattr(2)`, `fremovexattr(2)`), and `syncfs(2)`
-//! and `openat2(2)` for pack reclaim (std has neither), and the `FICLONERANGE` ioctl that
-//! shares blocks between two files (`copy_file_range` within a mount).
+//! and `openat2(2)` for pack reclaim (std has neither), the `FICLONERANGE` and
+//! `FIDEDUPERANGE` ioctls that share blocks between two files (`copy_file_range` within a
+//! mount, the background pass), and `FS_IOC_FIEMAP`, which tells which blocks are shared
+//! (`squeezefs stats`).
 //!
 //! The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
 //! the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
@@ -293,4 +295,104 @@ pub(crate) fn dedupe_range(
         e if e < 0 => Err(io::Error::from_raw_os_error(-e)),
         e => Err(io::Error::other(format!("FIDEDUPERANGE: unknown status {e}"))),
     }
+}
+
+/// One extent of a file as `FS_IOC_FIEMAP` maps it (`struct fiemap_extent`): bytes
+/// `[logical, logical + len)` of the file at `physical` on its device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mapped {
+    pub logical: u64,
+    pub physical: u64,
+    pub len: u64,
+    pub flags: u32,
+}
+
+/// `FIEMAP_EXTENT_LAST`: the file's last extent.
+pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
+/// `FIEMAP_EXTENT_SHARED`: other files (or snapshots) use these blocks too.
+pub const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+
+/// `struct fiemap_extent` (`linux/fiemap.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtent {
+    logical: u64,
+    physical: u64,
+    length: u64,
+    reserved64: [u64; 2],
+    flags: u32,
+    reserved: [u32; 3],
+}
+
+/// Extents asked for per call.
+const FIEMAP_BATCH: usize = 256;
+
+/// `struct fiemap` with room for [`FIEMAP_BATCH`] extents.
+#[repr(C)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; FIEMAP_BATCH],
+}
+
+const _: () = assert!(std::mem::size_of::<FiemapExtent>() == 56);
+const _: () = assert!(std::mem::size_of::<Fiemap>() == 32 + 56 * FIEMAP_BATCH);
+
+/// `FS_IOC_FIEMAP` = `_IOWR('f', 11, struct fiemap)` (32 bytes without its extents).
+const FS_IOC_FIEMAP: libc::c_ulong = 0xc020_660b;
+
+/// The extents holding `[start, start + len)` of `fd`'s file, in order, as the filesystem
+/// maps them (holes are absent; delayed allocations come with their flags and no physical
+/// address). At most `max` extents: a file mapped in more is cut short there (the caller's
+/// bound on memory). `ENOTSUP`/`EOPNOTSUPP` where the filesystem maps nothing (tmpfs, FUSE).
+pub(crate) fn fiemap(fd: BorrowedFd<'_>, start: u64, len: u64, max: usize) -> io::Result<Vec<Mapped>> {
+    let end = start.saturating_add(len);
+    let mut out = Vec::new();
+    let mut at = start;
+    let mut m = Box::new(Fiemap {
+        start: 0,
+        length: 0,
+        flags: 0,
+        mapped_extents: 0,
+        extent_count: FIEMAP_BATCH as u32,
+        reserved: 0,
+        extents: [FiemapExtent::default(); FIEMAP_BATCH],
+    });
+    while at < end && out.len() < max {
+        m.start = at;
+        m.length = end - at;
+        m.flags = 0;
+        m.mapped_extents = 0;
+        m.extent_count = FIEMAP_BATCH as u32;
+        // SAFETY: `m` is a live, properly laid out `struct fiemap` (repr(C), checked sizes
+        // above) followed by room for exactly `extent_count` extents, which the kernel reads
+        // and fills only during the call; the descriptor is borrowed, so open for the whole
+        // call. Failures come back through errno, read at once below.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_FIEMAP as _, &mut *m as *mut Fiemap) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = (m.mapped_extents as usize).min(FIEMAP_BATCH);
+        if n == 0 {
+            break;
+        }
+        out.extend(m.extents[..n].iter().map(|e| Mapped {
+            logical: e.logical,
+            physical: e.physical,
+            len: e.length,
+            flags: e.flags,
+        }));
+        let last = m.extents[n - 1];
+        let next = last.logical.saturating_add(last.length);
+        if last.flags & FIEMAP_EXTENT_LAST != 0 || next <= at {
+            break;
+        }
+        at = next;
+    }
+    out.truncate(max);
+    Ok(out)
 }

@@ -112,6 +112,70 @@ pub struct Usage {
     /// [`usage`] was given the packs (none without them: the codec and disk of its bytes
     /// are in its block's header); `leftover` is what its backing file still holds.
     pub packed: Option<Location>,
+    /// Where each current extent copy lies in the backing file, in file order (what
+    /// [`shared_blocks`] looks up).
+    pub copies: Vec<Copy>,
+}
+
+/// A current extent copy in the backing file: `disk` bytes (whole blocks) at `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub at: u64,
+    pub disk: u64,
+    pub kind: Kind,
+}
+
+/// Blocks of a file the backing shares with other files: of the current copies' blocks,
+/// those `FS_IOC_FIEMAP` flags `FIEMAP_EXTENT_SHARED` (a `copy_file_range` within an XFS or
+/// btrfs mount, the background pass's dedupe, a reflink copy of the backing file), as
+/// `(kind, physical address, length)`, so that a scan over many files can count each
+/// physical block once (as compsize does). Empty where nothing is shared, and where the
+/// filesystem maps nothing (tmpfs, FUSE: `FIEMAP` unsupported). At most [`FIEMAP_MAX`]
+/// mapped extents are looked at: past them, blocks count as the file's own.
+pub fn shared_blocks(file: &std::fs::File, copies: &[Copy]) -> std::io::Result<Vec<(Kind, u64, u64)>> {
+    use std::os::fd::AsFd;
+    let Some(last) = copies.iter().map(|c| c.at + c.disk).max() else {
+        return Ok(Vec::new());
+    };
+    let first = copies.iter().map(|c| c.at).min().unwrap_or(0);
+    let mapped = match crate::sys::fiemap(file.as_fd(), first, last - first, FIEMAP_MAX) {
+        Ok(m) => m,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY)) => {
+            return Ok(Vec::new())
+        }
+        Err(e) => return Err(e),
+    };
+    let shared: Vec<_> = mapped
+        .into_iter()
+        .filter(|m| m.flags & crate::sys::FIEMAP_EXTENT_SHARED != 0)
+        .collect();
+    Ok(overlaps(copies, &shared))
+}
+
+/// Mapped extents `FS_IOC_FIEMAP` reports for one file at most, for [`shared_blocks`]
+/// (32 bytes each in memory).
+pub const FIEMAP_MAX: usize = 1 << 18;
+
+/// The parts of `copies` that lie in `shared` (both sorted by file offset, disjoint), as
+/// `(kind, physical address, length)`.
+fn overlaps(copies: &[Copy], shared: &[crate::sys::Mapped]) -> Vec<(Kind, u64, u64)> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for c in copies {
+        let (a, b) = (c.at, c.at + c.disk);
+        // Mapped extents that end before this copy cannot meet a later one either.
+        while j < shared.len() && shared[j].logical + shared[j].len <= a {
+            j += 1;
+        }
+        for m in shared[j..].iter().take_while(|m| m.logical < b) {
+            let from = a.max(m.logical);
+            let to = b.min(m.logical + m.len);
+            if from < to {
+                out.push((c.kind, m.physical + (from - m.logical), to - from));
+            }
+        }
+    }
+    out
 }
 
 fn blocks(n: u64) -> u64 {
@@ -211,6 +275,11 @@ pub fn usage<S: Storage>(st: &S, packs: Option<&Packs>) -> Result<Usage> {
             )
         };
         let copy = EXTENT_HEADER_LEN as u64 + cur.stored_len as u64;
+        u.copies.push(Copy {
+            at: geo.half(idx, cur_half),
+            disk: blocks(copy),
+            kind,
+        });
         u.parts.entry(kind).or_default().add(&Part {
             extents: 1,
             disk: blocks(copy),
@@ -276,6 +345,56 @@ mod tests {
     use crate::storage::read_full;
     use crate::{Container, Options};
     use squeezefs_codec::CodecSpec;
+
+    #[test]
+    fn shared_blocks_are_the_copies_parts_in_shared_extents_at_their_physical_addresses() {
+        use crate::sys::Mapped;
+        let k1 = Kind::Extent(Algorithm::Zstd, 1);
+        let k0 = Kind::Extent(Algorithm::None, 0);
+        let copy = |at, disk, kind| Copy { at, disk, kind };
+        let map = |logical, physical, len| Mapped {
+            logical,
+            physical,
+            len,
+            flags: crate::sys::FIEMAP_EXTENT_SHARED,
+        };
+        // Three copies; shared: the first's tail and the second's head in one extent, and
+        // the third whole inside a larger one. The gap between copies is never counted.
+        let copies = [
+            copy(4096, 8192, k1),
+            copy(65536, 8192, k0),
+            copy(131072, 4096, k1),
+        ];
+        let shared = [map(8192, 1 << 20, 61440), map(126976, 2 << 20, 16384)];
+        assert_eq!(
+            overlaps(&copies, &shared),
+            vec![
+                (k1, 1 << 20, 4096),
+                (k0, (1 << 20) + 57344, 4096),
+                (k1, (2 << 20) + 4096, 4096),
+            ]
+        );
+        assert_eq!(overlaps(&copies, &[]), vec![]);
+        assert_eq!(overlaps(&[], &shared), vec![]);
+    }
+
+    #[test]
+    fn usage_lists_each_current_copy_where_it_lies() {
+        let data: Vec<u8> = (0..3 * 131072u32).map(|i| (i % 251) as u8).collect();
+        let disk = written("zstd:1", &data);
+        let u = usage(&disk, None).unwrap();
+        assert_eq!(u.copies.len(), 3);
+        let in_parts: u64 = u.parts.values().map(|p| p.disk).sum();
+        assert_eq!(u.copies.iter().map(|c| c.disk).sum::<u64>(), in_parts);
+        for (i, c) in u.copies.iter().enumerate() {
+            // Each copy starts with its extent's header, in one of its extent's halves.
+            let mut h = [0u8; EXTENT_HEADER_LEN];
+            read_full(&disk, &mut h, c.at).unwrap();
+            let hd = ExtentHeader::decode(&h, i as u64, 17).unwrap();
+            assert_eq!(hd.index, i as u64);
+            assert_eq!(c.at % BLOCK, 0);
+        }
+    }
 
     fn written(codec: &str, data: &[u8]) -> MemDisk {
         let disk = MemDisk::new();

@@ -37,6 +37,7 @@ pub fn to_json(t: &Totals, secs: f64) -> serde_json::Value {
         "dict_gain": t.dict_gain.map(|(with, without)| json!({
             "disk_with": with, "disk_without": without, "uncompressed": t.dict_uncompressed(),
         })),
+        "shared_extents_saved": t.shared,
         "types": rows,
         "packs": t.packs.as_ref().map(|p| json!({
             "count": p.count,

@@ -15,7 +15,8 @@
 //! One concept a file: `scan.rs` walks the PATHs and counts each file and each backing
 //! directory's packs into `totals.rs` (`Totals`, `RuleGroup`, `PackTotals`); `by_rule.rs`
 //! groups the files by rule, `gain.rs` measures `--dict-gain`; `render.rs` prints the
-//! table and `json.rs` the `--json` document. This file is the command itself and its
+//! table and `json.rs` the `--json` document; `shared.rs` counts blocks the backing shares
+//! between files once. This file is the command itself and its
 //! line on the mount's background pass.
 
 mod by_rule;
@@ -23,6 +24,7 @@ mod gain;
 mod json;
 mod render;
 mod scan;
+mod shared;
 mod totals;
 
 use std::path::{Path, PathBuf};

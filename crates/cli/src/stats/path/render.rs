@@ -60,6 +60,13 @@ pub fn render(t: &Totals, secs: f64) -> String {
     if t.directories > 0 {
         o += &format!("{:<w$} {:>5} {:>12}\n", "(directories)", "", human(t.directories));
     }
+    if t.shared > 0 {
+        o += &format!(
+            "Shared extents: {} of these files' extents are blocks the backing shares with another \
+             of them (copies, dedupe), counted once: not in Disk Usage again.\n",
+            human(t.shared)
+        );
+    }
     if let Some(p) = &t.packs {
         o += &format!(
             "Packs: {} holding {} of these files: {} ({} on disk{}); ",

@@ -10,11 +10,12 @@ use rayon::prelude::*;
 use squeezefs_container::pack::audit::{check_pack, LiveMap};
 use squeezefs_container::pack::dir::DIR_NAME as PACK_DIR;
 use squeezefs_container::pack::{FsPackDir, Packs};
-use squeezefs_container::usage::{usage, Usage};
+use squeezefs_container::usage::{shared_blocks, usage, Kind, Usage};
 use squeezefs_container::FileStorage;
 
 use super::by_rule::{ByRule, Place};
 use super::gain::gain;
+use super::shared::Claimed;
 use super::{PackTotals, Totals};
 
 /// A backing directory whose packs the scan reads.
@@ -116,7 +117,11 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
             }
         }
         found.retain(|(_, m)| m.is_file() && seen.insert((m.dev(), m.ino())));
-        list.extend(found.into_iter().map(|(p, m)| (p, m.blocks() * 512, place)));
+        list.extend(
+            found
+                .into_iter()
+                .map(|(p, m)| (p, m.blocks() * 512, m.dev(), place)),
+        );
     }
     let mut roots = Vec::new();
     for (path, whole) in found_roots {
@@ -142,18 +147,33 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
             .max_by_key(|(_, r)| r.path.components().count())
             .map(|(i, _)| i)
     };
-    type Counted = (Usage, u64, Option<(u64, u64)>);
-    // (A file, its place, its root, and what it holds.)
-    type Scanned<'a> = (&'a Path, usize, Option<usize>, Result<Counted, String>);
+    // (What a file holds, its allocated bytes, its `--dict-gain`, and the blocks of its
+    // extents the backing shares with other files, or why they are not known.)
+    type Counted = (
+        Usage,
+        u64,
+        Option<(u64, u64)>,
+        Result<Vec<(Kind, u64, u64)>, String>,
+    );
+    // (A file, its device, its place, its root, and what it holds.)
+    type Scanned<'a> = (&'a Path, u64, usize, Option<usize>, Result<Counted, String>);
     let results: Vec<Scanned> = list
         .par_iter()
-        .map(|(path, blocks, place)| {
+        .map(|(path, blocks, dev, place)| {
             let root = root_of(path);
             let r = (|| {
                 let f = squeezefs_container::open_as_owner(path, false)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 let packs = root.map(|i| &roots[i].packs);
-                let u = usage(&FileStorage::new(f), packs).map_err(|e| format!("{}: {e}", path.display()))?;
+                let st = FileStorage::new(f);
+                let mut u = usage(&st, packs).map_err(|e| format!("{}: {e}", path.display()))?;
+                let copies = std::mem::take(&mut u.copies);
+                let shared = shared_blocks(st.file(), &copies).map_err(|e| {
+                    format!(
+                        "{}: which blocks it shares with other files is unknown (FIEMAP: {e}); counted as its own",
+                        path.display()
+                    )
+                });
                 let gain = if dict_gain && u.parts.keys().any(|k| k.uses_dict()) {
                     Some(gain(
                         path,
@@ -162,9 +182,9 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
                 } else {
                     None
                 };
-                Ok((u, *blocks, gain))
+                Ok((u, *blocks, gain, shared))
             })();
-            (path.as_path(), *place, root, r)
+            (path.as_path(), *dev, *place, root, r)
         })
         .collect();
     let mut t = Totals {
@@ -175,9 +195,19 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
         lookup: crate::rules::Lookup::default(),
         groups: BTreeMap::new(),
     });
-    for (path, place, root, r) in results {
+    let mut claimed = Claimed::default();
+    for (path, dev, place, root, r) in results {
         match r {
-            Ok((mut u, blocks, gain)) => {
+            Ok((mut u, mut blocks, gain, shared)) => {
+                match shared {
+                    Ok(shared) => {
+                        // Blocks a file counted before names too: counted there, not here.
+                        let again = claimed.count_once(dev, &shared, &mut u);
+                        blocks = blocks.saturating_sub(again);
+                        t.shared += again;
+                    }
+                    Err(e) => t.errors.push(e),
+                }
                 if let Some(loc) = &u.packed {
                     match root {
                         Some(i) => {

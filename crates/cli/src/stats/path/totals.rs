@@ -42,6 +42,9 @@ pub struct Totals {
     pub dict_gain: Option<(u64, u64)>,
     /// The packs of the backing directories the scan covered whole or found packed files of.
     pub packs: Option<PackTotals>,
+    /// Bytes of extent copies the backing shares between files (FIEMAP), counted once: left
+    /// out of every file but the first that names them (not in the rows' disk).
+    pub shared: u64,
     /// With `--by rule`: the files grouped by the rule that applies to their names.
     pub by_rule: Option<Vec<RuleGroup>>,
     pub errors: Vec<String>,
