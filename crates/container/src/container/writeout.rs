@@ -272,6 +272,19 @@ impl Packed {
         }
         let policy = self.policy();
         let geo = self.geo();
+        // The backing file is made as long as the extents written now need before any half
+        // is written: a half written past its end makes XFS allocate blocks past it
+        // (speculative preallocation), which the next half written further out strands
+        // inside the file, allocated and never written (measured: 3 % of a file's stored
+        // bytes). Written inside the file's length, a half takes only its own blocks. The
+        // hole this leaves until then reads as no copy, and a length past the last extent
+        // is what `cut_past_last_extent` cuts; up to the end of its pair it stays.
+        if let Some(&(last, ..)) = plans.iter().max_by_key(|p| p.0) {
+            let end = geo.half(last + 1, 0);
+            if st.len()? < end {
+                st.set_len(end)?;
+            }
+        }
         // The backoff decides, in order, which extents are not even tried.
         let skips: Vec<bool> = plans.iter().map(|_| self.backoff_skips()).collect();
         let jobs: Vec<Job<'_>> = plans
