@@ -153,6 +153,25 @@ impl Packed {
     /// The buffer of extent `idx` for writing; `need_old` loads the current bytes first
     /// (a partial overwrite), otherwise a whole-extent overwrite starts from zeros.
     pub(super) fn extent_mut<S: Storage>(&mut self, st: &S, idx: u64, need_old: bool) -> Result<&mut [u8]> {
+        let len = self.extent_len();
+        Ok(self.dirty_entry(st, idx, need_old)?.whole(len))
+    }
+
+    /// Extent `idx` overwritten whole by `bytes` (one extent long), dirty: as
+    /// [`Packed::extent_mut`] with no old bytes, without zeroing a new buffer first (1 MiB a
+    /// written extent, a memset the write then overwrote).
+    pub(super) fn overwrite_extent<S: Storage>(&mut self, st: &S, idx: u64, bytes: &[u8]) -> Result<()> {
+        debug_assert_eq!(bytes.len(), self.extent_len());
+        let e = self.dirty_entry(st, idx, false)?;
+        match &mut e.data {
+            Some(d) if d.len() == bytes.len() => d.copy_from_slice(bytes),
+            d => *d = Some(bytes.into()),
+        }
+        Ok(())
+    }
+
+    /// Extent `idx`'s entry, made dirty (its old bytes loaded first when `need_old`).
+    fn dirty_entry<S: Storage>(&mut self, st: &S, idx: u64, need_old: bool) -> Result<&mut Ext> {
         if need_old && !self.is_known(idx) {
             self.load(st, idx)?;
         }
@@ -173,7 +192,7 @@ impl Packed {
         }
         e.dirty = true;
         e.last_use = clock;
-        Ok(e.whole(len))
+        Ok(e)
     }
 
     /// Drops clean cached extents beyond the cache budget, least recently used first.

@@ -170,8 +170,12 @@ impl<S: Storage> Container<S> {
                     let within = (pos - (idx << p.shift)) as usize;
                     let take = (data.len() - done).min(p.extent_len() - within);
                     let whole = within == 0 && take == p.extent_len();
-                    let buf = p.extent_mut(&self.storage, idx, !whole)?;
-                    buf[within..within + take].copy_from_slice(&data[done..done + take]);
+                    if whole {
+                        p.overwrite_extent(&self.storage, idx, &data[done..done + take])?;
+                    } else {
+                        let buf = p.extent_mut(&self.storage, idx, true)?;
+                        buf[within..within + take].copy_from_slice(&data[done..done + take]);
+                    }
                     let len = p.extent_len() as u32;
                     let e = p.exts.get_mut(&idx).expect("just written");
                     let full = e.cover(within as u32, (within + take) as u32, len);
