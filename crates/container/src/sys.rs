@@ -311,6 +311,9 @@ pub struct Mapped {
 pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
 /// `FIEMAP_EXTENT_SHARED`: other files (or snapshots) use these blocks too.
 pub const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+/// `FIEMAP_EXTENT_UNKNOWN | DELALLOC | ENCODED | DATA_INLINE`: no physical range that holds
+/// the extent's bytes as they are.
+pub const FIEMAP_EXTENT_NOT_PLAIN: u32 = 0x2 | 0x4 | 0x8 | 0x200;
 
 /// `struct fiemap_extent` (`linux/fiemap.h`).
 #[repr(C)]

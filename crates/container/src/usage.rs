@@ -145,9 +145,16 @@ pub fn shared_blocks(file: &std::fs::File, copies: &[Copy]) -> std::io::Result<V
         }
         Err(e) => return Err(e),
     };
+    // Only extents whose physical range is the file's bytes as they are: an encoded one
+    // (btrfs compressing the backing file itself) maps logical lengths onto a shorter
+    // physical range, and delayed, unknown or inline ones have no address of their own.
+    // Those count as the file's own (at worst, counted twice).
     let shared: Vec<_> = mapped
         .into_iter()
-        .filter(|m| m.flags & crate::sys::FIEMAP_EXTENT_SHARED != 0)
+        .filter(|m| {
+            m.flags & crate::sys::FIEMAP_EXTENT_SHARED != 0
+                && m.flags & crate::sys::FIEMAP_EXTENT_NOT_PLAIN == 0
+        })
         .collect();
     Ok(overlaps(copies, &shared))
 }

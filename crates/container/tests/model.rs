@@ -702,6 +702,38 @@ proptest! {
         }
     }
 
+    /// `Options::extend_first` (XFS): a new file, never synced, written out in batches and
+    /// crashed at any storage operation. Its new length may reach the disk before the
+    /// bytes written with it; it must never outlive the crash without the superblock that
+    /// makes the file a container, or the file would read as a plain file of zeros.
+    #[test]
+    fn an_extended_new_file_never_becomes_a_plain_file_of_zeros(
+        crash_at in 0u64..40,
+        reboot_seed in any::<u64>(),
+    ) {
+        let disk = MemDisk::new();
+        let opts = Options {
+            extend_first: true,
+            ..options("zstd:1".parse().unwrap(), 12, None, DEFAULT_DIRTY_BYTES)
+        };
+        let mut c = Container::open(disk.clone(), &opts).unwrap();
+        disk.crash_after(crash_at);
+        let data = squeezefs_testdata::text(4096);
+        // (Failures after the crash are the point.)
+        for i in 0..12u64 {
+            let _ = c.write(i * 4096, &data);
+        }
+        let _ = c.fsync();
+        let crash2 = Crash::new();
+        let disk2 = disk.reboot_into(&crash2, xorshift(reboot_seed));
+        let len = disk2.len().unwrap();
+        let u = squeezefs_container::usage::usage(&disk2, None).unwrap();
+        prop_assert!(
+            !(u.plain && len >= squeezefs_container::format::DATA_START),
+            "a plain file of {} bytes after the crash", len
+        );
+    }
+
     /// Crash at a random storage operation, reboot, check, and keep going.
     #[test]
     fn crash_keeps_synced_bytes_and_tears_nothing_else(
@@ -715,10 +747,14 @@ proptest! {
         packed in any::<bool>(),
         dirty in dirty_strategy(),
         grow in grow_strategy(),
+        extend_first in any::<bool>(),
     ) {
         let disk = MemDisk::new();
         let packs = packed.then(|| MemPackDir::new(disk.crash()));
-        let opts = growing(options(codec, shift, packs.as_ref(), dirty), shift, grow);
+        let opts = Options {
+            extend_first,
+            ..growing(options(codec, shift, packs.as_ref(), dirty), shift, grow)
+        };
         let mut c = Container::open(disk.clone(), &opts).unwrap();
         // The file exists durably, empty (and may still grow its extents).
         c.fsync().unwrap();
@@ -728,7 +764,10 @@ proptest! {
         let crash2 = Crash::new();
         let disk2 = disk.reboot_into(&crash2, &mut rand);
         let packs2 = packs.map(|d| d.reboot_into(&crash2, &mut rand));
-        let opts = growing(options(codec, shift, packs2.as_ref(), dirty), shift, grow);
+        let opts = Options {
+            extend_first,
+            ..growing(options(codec, shift, packs2.as_ref(), dirty), shift, grow)
+        };
         let mut c = Container::open(disk2.clone(), &opts).expect("a synced container always opens");
         prop_assert!(plausible_kept(c.kept_times(), &disk2), "kept ctime {:?}", c.kept_times());
         prop_assert!(forces.contains(&c.force_property()), "force {} not had since the last fsync", c.force_property());

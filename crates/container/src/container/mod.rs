@@ -103,6 +103,13 @@ pub struct Options {
     /// it takes ([`grow_at`], `grow.rs`); `None`: every new file keeps `extent_shift` (a
     /// mount whose `extent_size=` was given).
     pub grow_extent_shift: Option<u8>,
+    /// Before a write-out writes halves past the backing file's end, the file is made as
+    /// long as they need (`writeout.rs`): on XFS, whose speculative preallocation past the
+    /// end of a file otherwise strands allocated, never written blocks inside it (3 % of
+    /// the stored bytes). A file with no durable superblock is synced first (once): a
+    /// longer file of zeros must never outlive a crash without the superblock that makes
+    /// it a container (it would read as a plain file of zeros).
+    pub extend_first: bool,
 }
 
 impl Options {
@@ -129,6 +136,7 @@ impl Default for Options {
             dirty: Arc::default(),
             adapt: None,
             grow_extent_shift: None,
+            extend_first: false,
         }
     }
 }
@@ -163,6 +171,7 @@ impl Packed {
             shift_prop: false,
             grow_to: None,
             held_back: false,
+            extend_first: opts.extend_first,
             mount_codec: opts.codec,
             adapt: opts.adapt.clone(),
             rewrite_codec: None,

@@ -136,6 +136,8 @@ pub(super) struct Packed {
     /// size if it is written whole from its start past one extent of it (`grow.rs`). While
     /// set, its covered extents are not written out early.
     pub(super) grow_to: Option<u8>,
+    /// [`crate::Options::extend_first`].
+    pub(super) extend_first: bool,
     /// The file was undecided until a change other than a write decided it: the next write
     /// sends every extent covered whole, not only those it touched (`grow.rs`).
     pub(super) held_back: bool,

@@ -196,6 +196,11 @@ impl SqueezeFs {
         for why in refused {
             error!("dictionary refused (files compressed with it will read as EIO): {why}");
         }
+        let root_type = sys::fs_type(&inodes.root_dir).ok();
+        // XFS: write-outs make the backing file long enough first (its speculative
+        // preallocation would strand blocks inside it: `Options::extend_first`).
+        let mut opts = opts;
+        opts.extend_first = root_type == Some(libc::XFS_SUPER_MAGIC);
         let files = Files::new(inodes.clone(), opts, read_only);
         let reclaimer = match &files.opts().packs {
             Some(p) if p.writable() && !read_only => Some(Arc::new(Reclaimer::new(
@@ -218,7 +223,6 @@ impl SqueezeFs {
             )
             .is_ok();
         let root_dev = inodes.get(1).map(|r| r.key.0);
-        let root_type = sys::fs_type(&inodes.root_dir).ok();
         // Block sharing where the backing can (`crate::dedupe`): the pass then walks too.
         let dedupe_on = cfg.background.dedupe
             && !read_only

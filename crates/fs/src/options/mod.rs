@@ -393,6 +393,8 @@ impl MountConfig {
                 .map(|(min, max)| squeezefs_container::adapt::Adaptive::new(min, max)),
             extent_shift: self.extent_shift,
             grow_extent_shift: self.grow_extent_shift(),
+            // Set by the filesystem, which knows the backing's type (`ops::SqueezeFs::new`).
+            extend_first: false,
             force: self.force,
             stats: Default::default(),
             packs: None,

@@ -170,7 +170,7 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
                 let copies = std::mem::take(&mut u.copies);
                 let shared = shared_blocks(st.file(), &copies).map_err(|e| {
                     format!(
-                        "{}: which blocks it shares with other files is unknown (FIEMAP: {e}); counted as its own",
+                        "{}: which blocks it shares with other files is unknown (FIEMAP: {e}); its blocks are counted as its own",
                         path.display()
                     )
                 });
@@ -206,7 +206,8 @@ pub fn scan(paths: &[PathBuf], dict_gain: bool, by_rule: bool) -> Result<Totals,
                         blocks = blocks.saturating_sub(again);
                         t.shared += again;
                     }
-                    Err(e) => t.errors.push(e),
+                    // Still counted, as its own: a warning, not a failure of the scan.
+                    Err(e) => eprintln!("warning: {e}"),
                 }
                 if let Some(loc) = &u.packed {
                     match root {

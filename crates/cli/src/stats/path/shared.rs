@@ -3,7 +3,9 @@
 //! background pass's dedupe, or a reflink copy of backing files makes two files' extent
 //! copies the same physical blocks. `usage::shared_blocks` names, per file, the blocks of
 //! its current copies `FIEMAP` flags shared, at their physical addresses; the first file of
-//! the scan that names a block counts it, every later one does not.
+//! the scan that names a block counts it, every later one does not. Blocks are told apart by
+//! device and address: btrfs subvolumes have devices of their own, so blocks shared across
+//! them count once per subvolume (over, never under).
 
 use std::collections::{BTreeMap, HashMap};
 
