@@ -131,11 +131,11 @@ pub const EARLY_ABORT_MIN: usize = 128 << 10;
 
 /// Whether `codec` gives up on data that does not compress about as fast as lz4 does, so
 /// that trying it costs no more than an lz4 pass would: fast lz4 (levels 1–2; 3–12 are
-/// LZ4HC), lzo, and zstd up to level 2 (fast levels included). Measured (`squeezefs bench codecs`, 1 MiB extents, one
-/// core): on random bytes lz4 1,208 MB/s, zstd:1 1,079; on shared libraries, whose machine
-/// code the heuristic often calls incompressible, lz4 395 and zstd:1 329, so the lz4 pass
-/// before zstd:1 added 83 % to such an extent's time (7 % of a copy's compression time on
-/// issue 45's mix).
+/// LZ4HC), lzo, and zstd up to level 2 (fast levels included). Measured (`squeezefs bench
+/// codecs`, 1 MiB extents, one core): on random bytes lz4 1,208 MB/s, zstd:1 1,079; on
+/// shared libraries, whose machine code the heuristic often calls incompressible, lz4 395
+/// and zstd:1 329, so the lz4 pass before zstd:1 added 83 % to such an extent's time (7 %
+/// of a copy's compression time on issue 45's mix).
 fn as_cheap_as_lz4(codec: CodecSpec) -> bool {
     match codec.alg {
         Algorithm::Lz4 | Algorithm::Zstd => codec.level <= 2,
@@ -374,6 +374,12 @@ mod tests {
         );
         let rnd = random(131072, 5);
         let outcome = |codec, data: &[u8]| encode_extent(Policy::new(codec, false), false, 0, 1, data).1;
+        // The codec ran although the heuristic said no.
+        let overruled = |codec| Outcome::Compressed {
+            codec,
+            probe: Some(Probe::Overruled),
+            dict: false,
+        };
         let cheap = [
             CodecSpec::new(Algorithm::Zstd, 1).unwrap(),
             CodecSpec::new(Algorithm::Zstd, -1).unwrap(),
@@ -382,15 +388,7 @@ mod tests {
         ];
         for codec in cheap {
             assert!(as_cheap_as_lz4(codec), "{codec:?}");
-            assert_eq!(
-                outcome(codec, &misjudged),
-                Outcome::Compressed {
-                    codec,
-                    probe: Some(Probe::Overruled),
-                    dict: false
-                },
-                "{codec:?}"
-            );
+            assert_eq!(outcome(codec, &misjudged), overruled(codec), "{codec:?}");
             assert_eq!(
                 outcome(codec, &rnd),
                 Outcome::Raw {
@@ -411,14 +409,7 @@ mod tests {
         );
         for level in [1, -1] {
             let codec = CodecSpec::new(Algorithm::Zstd, level).unwrap();
-            assert_eq!(
-                outcome(codec, &far),
-                Outcome::Compressed {
-                    codec,
-                    probe: Some(Probe::Overruled),
-                    dict: false
-                }
-            );
+            assert_eq!(outcome(codec, &far), overruled(codec));
         }
         assert_eq!(
             outcome(CodecSpec::new(Algorithm::Zstd, 3).unwrap(), &far),
@@ -434,15 +425,7 @@ mod tests {
             CodecSpec::new(Algorithm::Lz4, 9).unwrap(),
         ] {
             assert!(!as_cheap_as_lz4(codec), "{codec:?}");
-            assert_eq!(
-                outcome(codec, &misjudged),
-                Outcome::Compressed {
-                    codec,
-                    probe: Some(Probe::Overruled),
-                    dict: false
-                },
-                "{codec:?}"
-            );
+            assert_eq!(outcome(codec, &misjudged), overruled(codec), "{codec:?}");
         }
     }
 

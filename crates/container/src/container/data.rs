@@ -185,9 +185,9 @@ impl<S: Storage> Container<S> {
                 }
                 // Extents that writes have covered entirely go out [`WRITE_BATCH`] at a
                 // time, in parallel; partial ones stay in memory until covered, the file
-                // is written back, or the mount's dirty budget is spent (`dirty.rs`). A new file that may
-                // still take larger extents writes nothing early (`grow.rs`); once it
-                // took them, every extent its writes covered goes.
+                // is written back, or the mount's dirty budget is spent (`dirty.rs`). A
+                // new file that may still take larger extents writes nothing early
+                // (`grow.rs`); once it took them, every extent its writes covered goes.
                 let spent = p.share.must_write_out();
                 let undecided = p.grow_to.is_some();
                 p.decide_extent_size(spent);
@@ -195,23 +195,12 @@ impl<S: Storage> Container<S> {
                 let mut out: Vec<u64> = if (undecided && p.grow_to.is_none()) || held_back {
                     // Decided now (or since the last write, by another change): what
                     // earlier writes covered goes too.
-                    let len = p.extent_len() as u32;
-                    p.exts
-                        .iter()
-                        .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
-                        .map(|(i, _)| *i)
-                        .collect()
+                    p.covered_dirty()
                 } else if p.grow_to.is_some() {
                     Vec::new()
                 } else if touched.iter().any(|t| t.1) {
                     // Covered extents go out together once WRITE_BATCH of them wait.
-                    let len = p.extent_len() as u32;
-                    let waiting: Vec<u64> = p
-                        .exts
-                        .iter()
-                        .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
-                        .map(|(i, _)| *i)
-                        .collect();
+                    let waiting = p.covered_dirty();
                     if waiting.len() >= WRITE_BATCH {
                         waiting
                     } else {
@@ -343,6 +332,16 @@ impl<S: Storage> Container<S> {
 }
 
 impl Packed {
+    /// Dirty extents that writes have covered entirely (written out early, `Container::write`).
+    fn covered_dirty(&self) -> Vec<u64> {
+        let len = self.extent_len() as u32;
+        self.exts
+            .iter()
+            .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
     /// Grows to `new_size`: the bytes between the old end and the new one read as zeros.
     pub(super) fn grow<S: Storage>(&mut self, st: &S, new_size: u64) -> Result<()> {
         let old = self.size;

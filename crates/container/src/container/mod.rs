@@ -106,9 +106,10 @@ pub struct Options {
     /// Before a write-out writes halves past the backing file's end, the file is made as
     /// long as they need (`writeout.rs`): on XFS, whose speculative preallocation past the
     /// end of a file otherwise strands allocated, never written blocks inside it (3 % of
-    /// the stored bytes). A file with no durable superblock is synced first (once): a
-    /// longer file of zeros must never outlive a crash without the superblock that makes
-    /// it a container (it would read as a plain file of zeros).
+    /// the stored bytes). A file with no durable superblock is extended only by a write-out
+    /// of a batch of extents or more, and synced first (once): a longer file of zeros must
+    /// never outlive a crash without the superblock that makes it a container (it would
+    /// read as a plain file of zeros).
     pub extend_first: bool,
 }
 
