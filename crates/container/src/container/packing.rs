@@ -16,8 +16,10 @@
 //!   durable (`fsync`, or the group commit's `syncfs`).
 //! * **Out of a pack** (the file grew past one extent, or is written on a mount that does
 //!   not pack): the backing file is cut to zero (once the record is durable: it is the file
-//!   meanwhile), the container is written as a new one whose superblock outranks the record, and the record
-//!   is removed once that superblock is durable.
+//!   meanwhile) and the cut made durable, the container is written as a new one whose
+//!   superblock outranks the record, and the record is removed once that superblock is
+//!   durable. (An unsynced cut lost in a crash beside a kept new superblock would bring the
+//!   old extents back at the slots the new container reads.)
 //! * A record is one `setxattr`: atomic. Losing an unsynced one in a crash brings back the
 //!   file's previous state (still complete on disk), never a mix.
 
@@ -301,6 +303,13 @@ impl Packed {
             }
             st.set_len(0)?;
             self.backing_stale = false;
+            self.cut_unsynced = true;
+        }
+        if self.cut_unsynced {
+            // The cut durable before any byte of the new container: superblocks outrank
+            // the record, and the old extents sit at the slots the new one reads.
+            st.sync_data()?;
+            self.cut_unsynced = false;
         }
         self.loc_stale = true;
         if let (Some(l), Some(p)) = (&self.loc, &self.packs) {
@@ -324,6 +333,7 @@ impl Packed {
             if self.backing_stale {
                 st.set_len(0)?;
                 self.backing_stale = false;
+                self.cut_unsynced = true;
             }
         }
         Ok(())

@@ -708,6 +708,7 @@ impl Packed {
     /// halves can go.
     pub(super) fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
         self.unsynced = false;
+        self.cut_unsynced = false;
         if let Some(s) = self.sb_slot {
             self.sb_durable = true;
             self.sb_anchored = true;
