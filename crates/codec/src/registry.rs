@@ -30,6 +30,11 @@ pub fn decompress(alg: Algorithm, src: &[u8], dst: &mut [u8]) -> Result<(), Code
     codec(alg).decompress(src, dst)
 }
 
+/// Decompresses into a new zero-padded buffer; see [`Codec::decompress_padded`].
+pub fn decompress_padded(alg: Algorithm, src: &[u8], n: usize, len: usize) -> Result<Vec<u8>, CodecError> {
+    codec(alg).decompress_padded(src, n, len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +119,40 @@ mod tests {
             let limit = text.len() * 7 / 8;
             assert!(compress(spec, text, &mut out, limit).unwrap(), "{spec}");
             assert!(out.len() <= limit);
+        }
+    }
+
+    /// The padded decode (an extent's buffer: the decoded bytes, then zeros) gives what a
+    /// decode into a zeroed buffer gives, and refuses what that refuses: a payload decoding
+    /// to more or fewer bytes than promised, even when the buffer could hold them.
+    #[test]
+    fn a_padded_decode_is_the_bytes_then_zeros_and_checks_the_length() {
+        let corpus = corpus();
+        for spec in every_spec().into_iter().filter(|s| s.level <= 9) {
+            for (i, input) in corpus.iter().enumerate().filter(|(_, x)| x.len() <= 200_000) {
+                let mut out = Vec::new();
+                compress(spec, input, &mut out, input.len() * 2 + 1024).unwrap();
+                let len = input.len() + 4096;
+                let got = decompress_padded(spec.alg, &out, input.len(), len)
+                    .unwrap_or_else(|e| panic!("{spec} input {i}: {e}"));
+                assert_eq!(got.len(), len, "{spec} input {i}");
+                assert!(got[..input.len()] == input[..], "{spec} input {i}: bytes differ");
+                assert!(
+                    got[input.len()..].iter().all(|&b| b == 0),
+                    "{spec} input {i}: tail not zero"
+                );
+                if !input.is_empty() {
+                    // Promised one byte fewer (the buffer has room for the rest): refused.
+                    assert!(
+                        decompress_padded(spec.alg, &out, input.len() - 1, len).is_err(),
+                        "{spec} input {i}: short"
+                    );
+                }
+                assert!(
+                    decompress_padded(spec.alg, &out, input.len() + 1, len).is_err(),
+                    "{spec} input {i}: long"
+                );
+            }
         }
     }
 

@@ -1,6 +1,6 @@
 //! Turning one extent's bytes into a stored half (`header ‖ payload`) and back. Pure: no I/O.
 
-use squeezefs_codec::{compress, decompress, dict, heuristic, Algorithm, CodecSpec};
+use squeezefs_codec::{compress, decompress, decompress_padded, dict, heuristic, Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{ExtentHeader, BLOCK, EXTENT_FLAG_DICT, EXTENT_HEADER_LEN};
@@ -281,12 +281,31 @@ pub fn decode_payload(h: &ExtentHeader, payload: &[u8], dst: &mut [u8]) -> Resul
     if dst.len() < n {
         return Err("logical length exceeds extent".into());
     }
+    check_dict_flag(h, payload)?;
+    decompress(h.codec, payload, &mut dst[..n]).map_err(|e| e.to_string())
+}
+
+/// A zstd frame names a dictionary exactly when the header's `DICT` flag says so.
+fn check_dict_flag(h: &ExtentHeader, payload: &[u8]) -> Result<(), String> {
     if h.codec == Algorithm::Zstd
         && dict::frame_dict_id(payload).is_some() != (h.flags & EXTENT_FLAG_DICT != 0)
     {
         return Err("the frame's dictionary does not match the header's dictionary flag".into());
     }
-    decompress(h.codec, payload, &mut dst[..n]).map_err(|e| e.to_string())
+    Ok(())
+}
+
+/// [`decode_payload`] into a new extent buffer of `len` bytes (the decoded bytes, then
+/// zeros), without zeroing what the codec writes (`Codec::decompress_padded`).
+pub fn decode_payload_padded(h: &ExtentHeader, payload: &[u8], len: usize) -> Result<Box<[u8]>, String> {
+    let n = h.logical_len as usize;
+    if len < n {
+        return Err("logical length exceeds extent".into());
+    }
+    check_dict_flag(h, payload)?;
+    decompress_padded(h.codec, payload, n, len)
+        .map(Vec::into_boxed_slice)
+        .map_err(|e| e.to_string())
 }
 
 /// Decodes a whole half (`header ‖ payload`) of extent `index` into `dst`, verifying both

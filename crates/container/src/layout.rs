@@ -210,9 +210,8 @@ pub(crate) fn read_payload<S: Storage>(
 
 /// [`read_payload`] of the half at byte `at` of the file.
 pub(crate) fn read_payload_at<S: Storage>(st: &S, at: u64, h: &ExtentHeader) -> Result<Option<Vec<u8>>> {
-    let mut payload = vec![0u8; h.stored_len as usize];
-    let n = read_full(st, &mut payload, at + EXTENT_HEADER_LEN as u64)?;
-    Ok((n == payload.len() && payload_ok(h, &payload)).then_some(payload))
+    let payload = st.read_vec(h.stored_len as usize, at + EXTENT_HEADER_LEN as u64)?;
+    Ok((payload.len() == h.stored_len as usize && payload_ok(h, &payload)).then_some(payload))
 }
 
 /// Up to `buf.len()` first bytes of the payload of half `half` (whose valid header is `h`),

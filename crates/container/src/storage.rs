@@ -31,6 +31,14 @@ pub enum Dedupe {
 pub trait Storage: Send + Sync {
     /// Reads up to `buf.len()` bytes at `off`; returns the bytes read, short only at EOF.
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize>;
+    /// Up to `len` bytes at `off` in a new buffer (`read_full`'s answer: short only at EOF).
+    /// Backing files read into the buffer without zeroing it first.
+    fn read_vec(&self, len: usize, off: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let n = read_full(self, &mut buf, off)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
     /// Writes all of `buf` at `off`, extending the file when needed.
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
     /// Deallocates `[off, off+len)` without changing the file length; reads there return zeros.
@@ -238,6 +246,10 @@ impl Storage for FileStorage {
         }
     }
 
+    fn read_vec(&self, len: usize, off: u64) -> io::Result<Vec<u8>> {
+        crate::sys::pread_vec(self.file.as_fd(), len, off)
+    }
+
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let w = self.writer()?;
         self.modifies();
@@ -384,4 +396,44 @@ pub fn keeping_times<T>(dir: &std::path::Path, make: impl FnOnce() -> io::Result
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_vec` on a real file reads what `read_full` reads: whole ranges, ranges cut
+    /// short by EOF, ranges past it, holes as zeros.
+    #[test]
+    fn read_vec_of_a_backing_file_is_read_full() {
+        let path = std::env::temp_dir().join(format!("sqz-read-vec-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let st = FileStorage::new(file);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        st.write_at(&data, 0).unwrap();
+        st.write_at(&data[..1000], 1 << 20).unwrap(); // a hole between
+        let len = st.len().unwrap();
+        for (n, off) in [
+            (0, 0),
+            (1, 0),
+            (4096, 5),
+            (300_000, 0),
+            (200_000, 250_000),
+            (1 << 20, 100),
+            (10, len),
+            (10, len + 5),
+        ] {
+            let mut want = vec![0u8; n];
+            let got_n = read_full(&st, &mut want, off).unwrap();
+            want.truncate(got_n);
+            assert_eq!(st.read_vec(n, off).unwrap(), want, "{n} bytes at {off}");
+        }
+    }
 }

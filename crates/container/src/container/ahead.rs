@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::cache::{probe_halves, Probed};
 use super::state::{DiskState, Mode, Packed};
 use super::Container;
-use crate::encode::decode_payload;
+use crate::encode::decode_payload_padded;
 use crate::format::Geometry;
 use crate::storage::Storage;
 use crate::Result;
@@ -73,10 +73,9 @@ impl AheadPlan {
         let Some((h, payload)) = copy.filter(|_| damage.is_empty()) else {
             return Ok(None);
         };
-        let mut data = vec![0u8; 1 << self.geo.shift].into_boxed_slice();
-        if decode_payload(&h, &payload, &mut data).is_err() {
+        let Ok(mut data) = decode_payload_padded(&h, &payload, 1 << self.geo.shift) else {
             return Ok(None);
-        }
+        };
         data[self.valid..].fill(0);
         Ok(Some(Fetched {
             plan: self.clone(),

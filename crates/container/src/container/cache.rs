@@ -6,7 +6,7 @@
 use log::warn;
 
 use super::state::{Copy, DiskState, Ext, Packed};
-use crate::encode::decode_payload;
+use crate::encode::decode_payload_padded;
 use crate::format::Geometry;
 use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, Tie};
 use crate::storage::Storage;
@@ -130,12 +130,12 @@ impl Packed {
             return Ok(false);
         };
         self.stats.extent_loaded();
-        let mut buf = vec![0u8; self.extent_len()].into_boxed_slice();
-        decode_payload(&h, &payload, &mut buf).map_err(|d| Error::CorruptExtent {
-            index: idx,
-            offset: idx << self.shift,
-            detail: format!("{} payload passed its checksum but does not decode: {d}", h.codec),
-        })?;
+        let mut buf =
+            decode_payload_padded(&h, &payload, self.extent_len()).map_err(|d| Error::CorruptExtent {
+                index: idx,
+                offset: idx << self.shift,
+                detail: format!("{} payload passed its checksum but does not decode: {d}", h.codec),
+            })?;
         // Bytes past the end of the file are never part of it.
         let valid = self.logical_len(idx);
         buf[valid..].fill(0);
