@@ -16,8 +16,8 @@ use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
-    AheadPlan, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, StatTimes, Storage,
-    WriteBack, DEFAULT_DIRTY_BYTES, WRITE_BATCH,
+    AheadPlan, Batch, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, StatTimes,
+    Storage, WriteBack, DEFAULT_DIRTY_BYTES, WRITE_BATCH,
 };
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
@@ -183,6 +183,17 @@ enum Op {
     /// Sets or removes the file's force property (superblock version 7, location record
     /// version 4).
     SetForce(bool),
+    /// A WRITE as the daemon serves it: `write_deferring`; a batch of covered extents it
+    /// takes out waits for [`Op::FinishBatches`], with other operations between (the
+    /// daemon compresses it without the file's lock, `container/batch.rs`).
+    WriteDeferred {
+        off: u64,
+        len: usize,
+        kind: u8,
+        seed: u8,
+    },
+    /// Compresses the batches taken out, in the order taken, and finishes each.
+    FinishBatches,
 }
 
 /// Read-ahead steps under way ([`Op::PlanAhead`]).
@@ -192,6 +203,8 @@ struct Ahead {
     fetched: Vec<Fetched>,
     /// A relayout under way ([`Op::PlanRelayout`]).
     relayout: Option<Relayout>,
+    /// Batches taken out by [`Op::WriteDeferred`], not finished yet.
+    batches: Vec<Batch>,
 }
 
 /// A zstd dictionary trained on text like the payloads' (registered once per process).
@@ -245,7 +258,7 @@ const KEPT_TIMES: KeptTimes = KeptTimes {
 /// keeps them.
 fn kept_after(before: Option<StatTimes>, op: &Op, size_before: u64, ctime: u64) -> Vec<Option<StatTimes>> {
     match op {
-        Op::Write { len, .. } if *len > 0 => vec![None],
+        Op::Write { len, .. } | Op::WriteDeferred { len, .. } if *len > 0 => vec![None],
         Op::CopyFrom {
             src_len, off_in, len, ..
         } if (*off_in as usize) < *src_len && *len > 0 => vec![None],
@@ -296,6 +309,12 @@ fn op_strategy(max: u64) -> impl Strategy<Value = Op> {
         2 => (0..6u64, 1..3u64, any::<u8>(), any::<u8>()).prop_map(move |(i, n, kind, seed)| {
             Op::Write { off: i * extent, len: (n * extent) as usize, kind, seed }
         }),
+        // The daemon's WRITEs: batches of covered extents compressed later.
+        2 => (0..6u64, 1..5u64, any::<u8>(), any::<u8>(), any::<bool>()).prop_map(move |(i, n, kind, seed, odd)| {
+            let off = i * extent + u64::from(odd) * (extent / 3);
+            Op::WriteDeferred { off, len: (n * extent) as usize, kind, seed }
+        }),
+        2 => Just(Op::FinishBatches),
         // Copies from another file: mostly extent aligned (copied as stored), some not;
         // to the source's end or not.
         2 => (2..7u64, 0..2u8, 0..6u64, 0..6u64, 0..3u8, 0..8u64, (any::<u8>(), any::<u8>()))
@@ -359,7 +378,7 @@ fn config_strategy() -> impl Strategy<Value = (u8, CodecSpec, u64)> {
 
 fn apply_model(model: &mut Vec<u8>, op: &Op) {
     match op {
-        Op::Write { off, len, kind, seed } => {
+        Op::Write { off, len, kind, seed } | Op::WriteDeferred { off, len, kind, seed } => {
             if *len == 0 {
                 return;
             }
@@ -464,6 +483,19 @@ fn apply_container(
             c.fsync().map(|_| None)
         }
         Op::Write { off, len, kind, seed } => c.write(*off, &payload(*len, *kind, *seed)).map(|_| None),
+        Op::WriteDeferred { off, len, kind, seed } => {
+            if let Some(b) = c.write_deferring(*off, &payload(*len, *kind, *seed))? {
+                assert!(b.len() >= WRITE_BATCH, "a batch of {} extents", b.len());
+                ahead.batches.push(b);
+            }
+            Ok(None)
+        }
+        Op::FinishBatches => {
+            for b in std::mem::take(&mut ahead.batches) {
+                c.finish_batch(b.compress())?;
+            }
+            Ok(None)
+        }
         Op::CopyFrom {
             src_len,
             kind,

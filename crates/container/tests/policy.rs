@@ -475,3 +475,44 @@ fn a_files_force_property_compresses_every_extent_and_is_kept_on_disk() {
     want.extend(random(3 * E, 5));
     assert!(c.read(0, want.len()).unwrap() == want);
 }
+
+#[test]
+fn a_batch_compressed_without_the_lock_is_written_once_and_never_stale() {
+    // The daemon's WRITEs (`write_deferring`): a batch taken out is compressed while the
+    // file's next writes are served. Those writes take the next extents, not the batch's
+    // again; an extent written again meanwhile is not written with the copy compressed
+    // before (it stays dirty, and goes out with its new bytes).
+    let disk = MemDisk::new();
+    let o = opts("zstd:1", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    let n = 2 * WRITE_BATCH;
+    let mut data = text(n * E);
+    let compressed = || o.stats.snapshot().extents_compressed as usize;
+    let mut batches = Vec::new();
+    for i in 0..n {
+        if let Some(b) = c
+            .write_deferring((i * E) as u64, &data[i * E..(i + 1) * E])
+            .unwrap()
+        {
+            batches.push(b);
+        }
+    }
+    assert_eq!(batches.len(), 2, "two batches of {WRITE_BATCH}");
+    assert!(batches.iter().all(|b| b.len() == WRITE_BATCH));
+    assert_eq!(compressed(), 0, "nothing compressed under the lock");
+    assert_eq!(c.dirty_bytes(), n * E);
+    // Extent 1 changes while the first batch is being compressed.
+    let new: Vec<u8> = data[E..2 * E].iter().map(|b| b.wrapping_add(1)).collect();
+    c.write(E as u64, &new).unwrap();
+    data[E..2 * E].copy_from_slice(&new);
+    for b in batches {
+        c.finish_batch(b.compress()).unwrap();
+    }
+    // Seven written; extent 1 waits with its new bytes.
+    assert_eq!(compressed(), n - 1);
+    assert_eq!(c.dirty_bytes(), E);
+    c.fsync().unwrap();
+    assert_eq!(compressed(), n);
+    let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
+    assert!(c.read(0, n * E).unwrap() == data);
+}

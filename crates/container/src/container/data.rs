@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use super::batch::{Batch, Compressed};
 use super::recompress::Recompressed;
 use super::state::{Mode, Packed};
 use super::Container;
@@ -22,7 +23,9 @@ use crate::{Error, Result};
 /// docs/BENCHMARKS.md, "Writes compressed on every core"). Four keeps two cores busy with
 /// two extents each, and holds at most three extents more in memory per file than before
 /// (still counted in the dirty budget). A fixed number, not the machine's, so that what a
-/// write sends out does not depend on the machine.
+/// write sends out does not depend on the machine. The daemon compresses a batch without
+/// the file's lock (`batch.rs`), with a copy of its bytes (one batch per WRITE being
+/// served: at most four session threads' worth).
 pub const WRITE_BATCH: usize = 4;
 /// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
@@ -148,15 +151,28 @@ impl<S: Storage> Container<S> {
 
     /// Writes `data` at `off`, growing the file when it ends past the end.
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        match self.write_deferring(off, data)? {
+            Some(batch) => self.finish_batch(batch.compress()),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Container::write`], except that a batch of covered extents due to go out is
+    /// returned instead, for the caller to compress without the file's lock
+    /// ([`Batch::compress`]) and hand back to [`Container::finish_batch`] (`batch.rs`).
+    pub fn write_deferring(&mut self, off: u64, data: &[u8]) -> Result<Option<Batch>> {
         let end = off.checked_add(data.len() as u64).ok_or(Error::TooLarge)?;
         match &mut self.mode {
-            Mode::Plain => Ok(self.storage.write_at(data, off)?),
+            Mode::Plain => {
+                self.storage.write_at(data, off)?;
+                Ok(None)
+            }
             Mode::Packed(p) => {
                 if end > MAX_SIZE {
                     return Err(Error::TooLarge);
                 }
                 if data.is_empty() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 p.changed();
                 if end > p.size {
@@ -192,6 +208,7 @@ impl<S: Storage> Container<S> {
                 let undecided = p.grow_to.is_some();
                 p.decide_extent_size(spent);
                 let held_back = std::mem::take(&mut p.held_back);
+                let mut batch = false;
                 let mut out: Vec<u64> = if (undecided && p.grow_to.is_none()) || held_back {
                     // Decided now (or since the last write, by another change): what
                     // earlier writes covered goes too.
@@ -201,7 +218,8 @@ impl<S: Storage> Container<S> {
                 } else if touched.iter().any(|t| t.1) {
                     // Covered extents go out together once WRITE_BATCH of them wait.
                     let waiting = p.covered_dirty();
-                    if waiting.len() >= WRITE_BATCH {
+                    batch = waiting.len() >= WRITE_BATCH;
+                    if batch {
                         waiting
                     } else {
                         Vec::new()
@@ -210,16 +228,57 @@ impl<S: Storage> Container<S> {
                     Vec::new()
                 };
                 if spent {
+                    batch = false;
                     out = p.exts.iter().filter(|(_, e)| e.dirty).map(|(i, _)| *i).collect();
                 }
                 // (A file that goes to a pack at its write-out has nothing to write early.)
+                let mut deferred = None;
                 if !out.is_empty() && !p.packs_it() {
-                    p.write_extents(&self.storage, &out)?;
+                    deferred = if batch { p.take_batch(&out) } else { None };
+                    if deferred.is_none() {
+                        p.write_extents(&self.storage, &out)?;
+                    }
                 }
                 p.trim_cache();
-                Ok(())
+                Ok(deferred)
             }
         }
+    }
+
+    /// Writes out the extents of a batch [`Batch::compress`] compressed: those still dirty
+    /// with the same bytes, through the write-out path, with their compressed copies where
+    /// the policy is still the same (`batch.rs`). Errors are the write-out's.
+    pub fn finish_batch(&mut self, done: Compressed) -> Result<()> {
+        let Mode::Packed(p) = &mut self.mode else {
+            return Ok(());
+        };
+        if p.instance != done.instance || p.shift != done.shift {
+            return Ok(());
+        }
+        let len = p.extent_len();
+        let mut pre = std::collections::BTreeMap::new();
+        for item in done.items {
+            let logical = p.logical_len(item.idx);
+            let Some(e) = p.exts.get_mut(&item.idx) else {
+                continue;
+            };
+            e.in_flight = false;
+            let same = e.dirty
+                && logical == item.bytes.len()
+                && e.data
+                    .as_deref()
+                    .is_some_and(|d| d.len() == len && d[..logical] == item.bytes[..]);
+            if same {
+                pre.insert(item.idx, item);
+            }
+        }
+        if pre.is_empty() || p.packs_it() {
+            return Ok(());
+        }
+        let idxs: Vec<u64> = pre.keys().copied().collect();
+        let r = p.write_extents_precompressed(&self.storage, &idxs, &pre, done.policy);
+        p.trim_cache();
+        r
     }
 
     /// Sets the logical size (truncate or extend with zeros).
@@ -337,7 +396,7 @@ impl Packed {
         let len = self.extent_len() as u32;
         self.exts
             .iter()
-            .filter(|(_, e)| e.dirty && e.covered == [(0, len)])
+            .filter(|(_, e)| e.dirty && !e.in_flight && e.covered == [(0, len)])
             .map(|(i, _)| *i)
             .collect()
     }

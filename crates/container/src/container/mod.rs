@@ -31,6 +31,7 @@
 //!   when loaded, and extents from `stale_from` on are treated as holes until rewritten.
 
 mod ahead;
+mod batch;
 mod cache;
 mod copy;
 mod data;
@@ -53,6 +54,7 @@ use log::warn;
 use squeezefs_codec::{Algorithm, CodecSpec};
 
 pub use ahead::{AheadPlan, Fetched};
+pub use batch::{Batch, Compressed};
 pub use data::WRITE_BATCH;
 pub use dirty::{DirtyBudget, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE};
 pub use grow::{give_up_at, give_up_dense_at, grow_at};
@@ -381,7 +383,7 @@ impl<S: Storage> Container<S> {
                     disk: None,
                     written: false,
                     last_use: clock,
-                    covered: Vec::new(),
+                    ..Ext::default()
                 },
             );
         } else {

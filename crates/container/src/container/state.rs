@@ -60,6 +60,9 @@ pub(super) struct Ext {
     /// only once writes covered all of it, so writes arriving out of order (several FUSE
     /// threads) do not compress and store it twice.
     pub(super) covered: Vec<(u32, u32)>,
+    /// Taken by a batch being compressed without the file's lock (`batch.rs`): no other
+    /// batch takes it; any other write-out still writes it.
+    pub(super) in_flight: bool,
 }
 
 impl Ext {

@@ -9,8 +9,9 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 
 use std::collections::BTreeMap;
 
+use super::batch::Precompressed;
 use super::state::{DiskState, Packed};
-use crate::encode::{encode_extent, encode_inline, Outcome};
+use crate::encode::{encode_extent, encode_inline, Outcome, Policy};
 use crate::format::{
     sb_offset, ExtentHeader, Superblock, BLOCK, DATA_START, EXTENT_HEADER_LEN, INLINE_MAX, PROP_COMPRESSION,
     PROP_DICTIONARY, PROP_EXTENT_SIZE, PROP_FORCE, SB_FLAG_DICT, SB_FLAG_INLINE, SB_FLAG_NOCOMPRESS,
@@ -101,12 +102,38 @@ fn share_half<S: Storage>(
     }
 }
 
+/// A half compressed beforehand (`batch.rs`, generation 0) with generation `gen`; `None`
+/// if its header does not decode (then the extent is compressed again).
+fn with_generation(c: &Precompressed, shift: u8, gen: u64) -> Option<(Vec<u8>, Outcome)> {
+    let h = ExtentHeader::decode(&c.half, c.idx, shift).ok()?;
+    let h = ExtentHeader { generation: gen, ..h };
+    let mut half = Vec::with_capacity(c.half.len());
+    half.extend_from_slice(&h.encode());
+    half.extend_from_slice(&c.half[EXTENT_HEADER_LEN..]);
+    Some((half, c.outcome))
+}
+
 impl Packed {
     /// Compresses and writes extents `idxs` (dirty ones), in parallel. Whatever the
     /// outcome, the dirty share and the clean count are exact afterwards (one recount on
     /// every exit, early errors included).
     pub(super) fn write_extents<S: Storage>(&mut self, st: &S, idxs: &[u64]) -> Result<()> {
-        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new(), None);
+        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new(), None, None);
+        self.recount();
+        r
+    }
+
+    /// [`Packed::write_extents`] with copies compressed beforehand under `policy`
+    /// (`batch.rs`): each used where its extent's plan compresses under that same policy
+    /// (the caller checked the bytes), given the generation planned.
+    pub(super) fn write_extents_precompressed<S: Storage>(
+        &mut self,
+        st: &S,
+        idxs: &[u64],
+        pre: &BTreeMap<u64, Precompressed>,
+        policy: Policy,
+    ) -> Result<()> {
+        let r = self.write_extents_counted_after(st, idxs, &BTreeMap::new(), None, Some((pre, policy)));
         self.recount();
         r
     }
@@ -126,7 +153,7 @@ impl Packed {
         for &idx in &idxs {
             self.exts.entry(idx).or_default();
         }
-        let r = self.write_extents_counted_after(st, &idxs, &copies, Some(from));
+        let r = self.write_extents_counted_after(st, &idxs, &copies, Some(from), None);
         self.recount();
         r
     }
@@ -139,6 +166,7 @@ impl Packed {
         idxs: &[u64],
         stored: &BTreeMap<u64, Foreign>,
         from: Option<&S>,
+        pre: Option<(&BTreeMap<u64, Precompressed>, Policy)>,
     ) -> Result<()> {
         // `idxs` are extents of the size the file has now: it keeps it (the callers that
         // may let it grow decide before they pick them).
@@ -323,12 +351,24 @@ impl Packed {
         let run = |(j, skip): (&Job<'_>, &bool)| {
             let (half, outcome) = match j.data {
                 Src::Bytes(data) => {
-                    // (Nor extents stored raw for their content type: not compressed either.)
-                    let timed = adapt
-                        .filter(|_| !*skip && !policy.compressed_content)
-                        .map(|a| a.compressing());
-                    let (half, outcome) = encode_extent(policy, *skip, j.idx, j.gen, data);
-                    drop(timed);
+                    // Compressed beforehand, without the file's lock, under this policy.
+                    let ready = pre
+                        .filter(|(_, p)| !*skip && *p == policy)
+                        .and_then(|(m, _)| m.get(&j.idx))
+                        .and_then(|c| with_generation(c, geo.shift, j.gen));
+                    let (half, outcome) = match ready {
+                        Some(ready) => ready,
+                        None => {
+                            // (Nor extents stored raw for their content type: not compressed
+                            // either.)
+                            let timed = adapt
+                                .filter(|_| !*skip && !policy.compressed_content)
+                                .map(|a| a.compressing());
+                            let r = encode_extent(policy, *skip, j.idx, j.gen, data);
+                            drop(timed);
+                            r
+                        }
+                    };
                     self.stats
                         .extent(&outcome, data.len(), half.len() - EXTENT_HEADER_LEN);
                     (half, Some(outcome))

@@ -22,7 +22,13 @@ impl Files {
         } else {
             Change::KernelWrite
         };
-        self.run(inode, change, |c| c.write(offset, data), "write")?;
+        // A batch of covered extents due to go out is compressed without the file's lock,
+        // so that the file's next WRITEs are served meanwhile (`container/batch.rs`).
+        let batch = self.run(inode, change, |c| c.write_deferring(offset, data), "write")?;
+        if let Some(batch) = batch {
+            let done = batch.compress();
+            self.run(inode, change, |c| c.finish_batch(done), "write")?;
+        }
         if !write_out {
             return Ok(());
         }

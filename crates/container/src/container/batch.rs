@@ -1,0 +1,151 @@
+//! A batch of covered extents compressed without the file's lock (issue 45).
+//!
+//! Why: extents that writes covered whole go out [`super::WRITE_BATCH`] at a time
+//! (`data.rs`), compressed on every core. Compressed inside `Container::write`, they held
+//! the file's lock (the FUSE layer's) for the whole compression: the file's next WRITEs
+//! waited, so the writer (`cp`, one core) and the compressors (both cores) took turns, and
+//! a copy of big files left a quarter of the machine idle (docs/BENCHMARKS.md, session 30).
+//!
+//! What: [`Container::write_deferring`] takes the batch out as a [`Batch`] — a copy of each
+//! extent's bytes and the policy they are to be compressed with — and marks its extents in
+//! flight (no later batch takes them again). The caller lets go of the file, runs
+//! [`Batch::compress`] (pure: no storage, no file state), takes the file again and hands
+//! the result to [`Container::finish_batch`], which writes the extents through the one
+//! write-out path there is (`writeout.rs`: halves, generations, the backoff, crash safety
+//! all as for any write-out), using a compressed copy only where the extent still holds
+//! exactly the bytes compressed, under the same policy, and the backoff does not skip it.
+//! Anything else — the extent written again, written out by an fsync or a close meanwhile,
+//! cut off, the file's codec changed, another container instance — is left as it is now:
+//! dirty extents are compressed again when they next go out, clean ones are done. A batch
+//! never finished (its WRITE failed) leaves its extents dirty and in flight: written by the
+//! next write-out of the file, never by a batch.
+//!
+//! `Container::write` is both steps at once (the property tests' writes), so the deferred
+//! path is the only path.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::adapt::Adaptive;
+use crate::encode::{encode_extent, Outcome, Policy};
+
+/// Extents to compress: their bytes as they were when the batch was taken.
+#[derive(Debug)]
+pub struct Batch {
+    pub(super) instance: u64,
+    pub(super) shift: u8,
+    pub(super) policy: Policy,
+    pub(super) adapt: Option<Arc<Adaptive>>,
+    /// (extent index, its logical bytes)
+    pub(super) items: Vec<(u64, Vec<u8>)>,
+}
+
+/// A compressed batch, for [`crate::Container::finish_batch`].
+#[derive(Debug)]
+pub struct Compressed {
+    pub(super) instance: u64,
+    pub(super) shift: u8,
+    pub(super) policy: Policy,
+    pub(super) items: Vec<Precompressed>,
+}
+
+/// One extent of a compressed batch.
+#[derive(Debug)]
+pub(super) struct Precompressed {
+    pub(super) idx: u64,
+    /// The bytes compressed (compared with the extent's when the batch is finished).
+    pub(super) bytes: Vec<u8>,
+    /// The half as `encode_extent` made it, with generation 0 (the write-out gives it the
+    /// generation it plans).
+    pub(super) half: Vec<u8>,
+    pub(super) outcome: Outcome,
+}
+
+impl Batch {
+    /// How many extents.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it holds no extent.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Compresses every extent, in parallel (rayon's pool), as the write-out would.
+    pub fn compress(self) -> Compressed {
+        let Batch {
+            instance,
+            shift,
+            policy,
+            adapt,
+            items,
+        } = self;
+        let items = items
+            .into_par_iter()
+            .map(|(idx, bytes)| {
+                // The adaptive level learns how long the writer waits for compression.
+                let timed = adapt.as_ref().map(|a| a.compressing());
+                let (half, outcome) = encode_extent(policy, false, idx, 0, &bytes);
+                drop(timed);
+                Precompressed {
+                    idx,
+                    bytes,
+                    half,
+                    outcome,
+                }
+            })
+            .collect();
+        Compressed {
+            instance,
+            shift,
+            policy,
+            items,
+        }
+    }
+}
+
+impl super::state::Packed {
+    /// The batch of extents `idxs` (covered, dirty, sorted) to compress without the lock,
+    /// their extents marked in flight; `None` when they are better written out here and
+    /// now: a background rewrite, a file whose backoff skips extents, or content stored raw
+    /// untried (nothing to compress).
+    pub(super) fn take_batch(&mut self, idxs: &[u64]) -> Option<Batch> {
+        if self.rewrite_codec.is_some() || !(self.forced() || self.fails < super::BACKOFF_AFTER) {
+            return None;
+        }
+        if idxs.first() == Some(&0) {
+            // As the write-out does: the file's first bytes may name a compressed format.
+            let n = self.logical_len(0).min(super::writeout::SNIFF_LEN);
+            let head = self.exts.get(&0)?.data.as_deref()?.get(..n)?.to_vec();
+            self.sniff(&head);
+        }
+        let policy = self.policy();
+        if policy.compressed_content {
+            return None;
+        }
+        let mut items = Vec::with_capacity(idxs.len());
+        for &idx in idxs {
+            let logical = self.logical_len(idx);
+            if logical == 0 {
+                return None;
+            }
+            let e = self.exts.get_mut(&idx)?;
+            let bytes = e.data.as_deref()?.get(..logical)?.to_vec();
+            items.push((idx, bytes));
+        }
+        for &(idx, _) in &items {
+            if let Some(e) = self.exts.get_mut(&idx) {
+                e.in_flight = true;
+            }
+        }
+        Some(Batch {
+            instance: self.instance,
+            shift: self.shift,
+            policy,
+            adapt: self.adaptive().cloned(),
+            items,
+        })
+    }
+}
