@@ -38,6 +38,7 @@ pub struct Stats {
     packed_files: AtomicU64,
     files_grown: AtomicU64,
     extents_copied: AtomicU64,
+    batch_copies_used: AtomicU64,
     copied_logical: AtomicU64,
     copied_stored: AtomicU64,
     copied_shared: AtomicU64,
@@ -90,6 +91,9 @@ pub struct Snapshot {
     /// Stored extents copied as they are by `copy_file_range` (`container/copy.rs`), the
     /// bytes they hold and their payloads' bytes.
     pub extents_copied: u64,
+    /// Extents written with the copy a batch compressed without the file's lock
+    /// (`container/batch.rs`); the others of a batch were written again or out meanwhile.
+    pub batch_copies_used: u64,
     pub copied_logical: u64,
     pub copied_stored: u64,
     /// Bytes of copied extents whose blocks the backing filesystem shares (reflinks).
@@ -193,6 +197,11 @@ impl Stats {
         add(&self.copied_shared, bytes);
     }
 
+    /// An extent written with its batch's compressed copy (`container/batch.rs`).
+    pub fn batch_copy_used(&self) {
+        add(&self.batch_copies_used, 1);
+    }
+
     /// A stored extent copied as it is (`container/copy.rs`).
     pub fn extent_copied(&self, logical: usize, stored: usize) {
         add(&self.extents_copied, 1);
@@ -252,6 +261,7 @@ impl Stats {
             packed_files: g(&self.packed_files),
             files_grown: g(&self.files_grown),
             extents_copied: g(&self.extents_copied),
+            batch_copies_used: g(&self.batch_copies_used),
             copied_logical: g(&self.copied_logical),
             copied_stored: g(&self.copied_stored),
             copied_shared: g(&self.copied_shared),

@@ -508,8 +508,10 @@ fn a_batch_compressed_without_the_lock_is_written_once_and_never_stale() {
     for b in batches {
         c.finish_batch(b.compress()).unwrap();
     }
-    // Seven written; extent 1 waits with its new bytes.
+    // Seven written, with the copies compressed without the lock; extent 1 waits with
+    // its new bytes.
     assert_eq!(compressed(), n - 1);
+    assert_eq!(o.stats.snapshot().batch_copies_used as usize, n - 1);
     assert_eq!(c.dirty_bytes(), E);
     c.fsync().unwrap();
     assert_eq!(compressed(), n);

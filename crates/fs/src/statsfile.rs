@@ -149,6 +149,7 @@ pub fn render(
             "unflagged": s.files_unflagged,
         },
         "checksum_errors": s.checksum_errors,
+        "batch_copies_used": s.batch_copies_used,
         "copied": {
             "extents": s.extents_copied,
             "bytes": s.copied_logical,

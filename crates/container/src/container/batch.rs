@@ -5,6 +5,8 @@
 //! the file's lock (the FUSE layer's) for the whole compression: the file's next WRITEs
 //! waited, so the writer (`cp`, one core) and the compressors (both cores) took turns, and
 //! a copy of big files left a quarter of the machine idle (docs/BENCHMARKS.md, session 30).
+//! Worse, the kernel ends a page's writeback only when its WRITE is answered, and a
+//! writer's `close` waits for that: each file's close waited for its last batch.
 //!
 //! What: [`Container::write_deferring`] takes the batch out as a [`Batch`] — a copy of each
 //! extent's bytes and the policy they are to be compressed with — and marks its extents in
@@ -21,7 +23,10 @@
 //! next write-out of the file, never by a batch.
 //!
 //! `Container::write` is both steps at once (the property tests' writes), so the deferred
-//! path is the only path.
+//! path is the only path. The daemon answers the WRITE before compressing
+//! (`fs/src/lifecycle/read_write.rs`): an error of the write-out then waits for the file's
+//! next `fsync`. `finish_batch` moves no epoch: any write-out between the two steps cleans
+//! the batch's extents (it finds them clean), and dirtying them again is a change.
 
 use std::sync::Arc;
 
@@ -116,10 +121,13 @@ impl super::state::Packed {
             return None;
         }
         if idxs.first() == Some(&0) {
-            // As the write-out does: the file's first bytes may name a compressed format.
-            let n = self.logical_len(0).min(super::writeout::SNIFF_LEN);
-            let head = self.exts.get(&0)?.data.as_deref()?.get(..n)?.to_vec();
-            self.sniff(&head);
+            // As the write-out does: the file's first bytes may name a compressed format
+            // (unless extent 0 is all zeros: then it becomes a hole, and is not looked at).
+            let d = self.exts.get(&0)?.data.as_deref()?.get(..self.logical_len(0))?;
+            if d.iter().any(|&b| b != 0) {
+                let head = d[..d.len().min(super::writeout::SNIFF_LEN)].to_vec();
+                self.sniff(&head);
+            }
         }
         let policy = self.policy();
         if policy.compressed_content {

@@ -24,8 +24,8 @@ use crate::{Error, Result};
 /// two extents each, and holds at most three extents more in memory per file than before
 /// (still counted in the dirty budget). A fixed number, not the machine's, so that what a
 /// write sends out does not depend on the machine. The daemon compresses a batch without
-/// the file's lock (`batch.rs`), with a copy of its bytes (one batch per WRITE being
-/// served: at most four session threads' worth).
+/// the file's lock (`batch.rs`), with a copy of its bytes (one batch per session thread at
+/// most: the thread that answered the WRITE compresses it).
 pub const WRITE_BATCH: usize = 4;
 /// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;

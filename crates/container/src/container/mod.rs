@@ -214,7 +214,6 @@ impl Packed {
             loc_unloaded: false,
             loc_pending: None,
             backing_stale: false,
-            cut_unsynced: false,
             loc_stale: false,
             pin: None,
             loc_moves: 0,
@@ -421,8 +420,6 @@ impl<S: Storage> Container<S> {
             p.pin = p.packs.as_ref().map(|packs| packs.pin(l.pack));
         }
         p.backing_stale = storage.len().map(|n| n > 0).unwrap_or(true);
-        // (An empty backing file: cut by an earlier open, durably or not.)
-        p.cut_unsynced = !p.backing_stale;
         Container {
             storage,
             mode: Mode::Packed(Box::new(p)),

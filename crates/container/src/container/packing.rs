@@ -303,14 +303,13 @@ impl Packed {
             }
             st.set_len(0)?;
             self.backing_stale = false;
-            self.cut_unsynced = true;
         }
-        if self.cut_unsynced {
-            // The cut durable before any byte of the new container: superblocks outrank
-            // the record, and the old extents sit at the slots the new one reads.
-            st.sync_data()?;
-            self.cut_unsynced = false;
-        }
+        // The cut durable before any byte of the new container: superblocks outrank the
+        // record, and the old extents sit at the slots the new one reads. Always, not only
+        // after a cut this container made: an earlier open, or a fsync of this one
+        // (`synced_all`), may have cut without a sync since, and a group commit's settle
+        // may run after such a cut with a sync from before it.
+        st.sync_data()?;
         self.loc_stale = true;
         if let (Some(l), Some(p)) = (&self.loc, &self.packs) {
             // Its bytes are nobody's once the superblock replaces the record: told now,
@@ -333,7 +332,6 @@ impl Packed {
             if self.backing_stale {
                 st.set_len(0)?;
                 self.backing_stale = false;
-                self.cut_unsynced = true;
             }
         }
         Ok(())

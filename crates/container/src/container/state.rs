@@ -234,11 +234,6 @@ pub(super) struct Packed {
     pub(super) loc_pending: Option<PendingLoc>,
     /// The backing file holds bytes the record replaced: cut once the record is durable.
     pub(super) backing_stale: bool,
-    /// The backing file may have been cut to zero since its last sync (or this container
-    /// cannot tell): a file leaving its pack syncs before writing a container there, or a
-    /// crash could keep the new superblock and lose the cut, and the old extents at their
-    /// fixed slots would read as the file's again.
-    pub(super) cut_unsynced: bool,
     /// A newer superblock replaces `loc`: the record is removed once it is durable.
     pub(super) loc_stale: bool,
     /// While the bytes are not loaded (`loc_unloaded`), a claim on the pack `loc` names: a

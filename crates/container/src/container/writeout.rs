@@ -357,7 +357,10 @@ impl Packed {
                         .and_then(|(m, _)| m.get(&j.idx))
                         .and_then(|c| with_generation(c, geo.shift, j.gen));
                     let (half, outcome) = match ready {
-                        Some(ready) => ready,
+                        Some(ready) => {
+                            self.stats.batch_copy_used();
+                            ready
+                        }
                         None => {
                             // (Nor extents stored raw for their content type: not compressed
                             // either.)
@@ -441,6 +444,9 @@ impl Packed {
                     e.dirty = false;
                     e.covered.clear();
                     e.written = true;
+                    // (A batch still compressing it finds it clean; the next batch may
+                    // take it again once it is dirty again.)
+                    e.in_flight = false;
                     if stored.contains_key(&idx) {
                         // Replaced whole by the copy: what memory held is stale.
                         e.data = None;
@@ -748,7 +754,6 @@ impl Packed {
     /// halves can go.
     pub(super) fn synced<S: Storage>(&mut self, st: &S) -> Result<()> {
         self.unsynced = false;
-        self.cut_unsynced = false;
         if let Some(s) = self.sb_slot {
             self.sb_durable = true;
             self.sb_anchored = true;

@@ -42,6 +42,7 @@ pub use behind::WriteBehind;
 use commit::Committer;
 pub use kept::{Kept, IDLE_MAX};
 pub use meta::Deferred;
+pub use read_write::WriteLater;
 pub use spill::Spill;
 
 /// The lifecycle of every regular file's container (see [`state`] for the rules).

@@ -11,28 +11,103 @@ use super::{Files, Spill};
 use crate::inode::Inode;
 use crate::readahead;
 
+/// A WRITE's batch to compress after its answer ([`Files::write`]). However it ends —
+/// finished, or dropped unfinished (its extents stay dirty: the next write-out takes
+/// them) — the file's count of batches goes down and a last close waiting for it wakes.
+pub struct WriteLater {
+    inode: Arc<Inode>,
+    batch: Option<squeezefs_container::Batch>,
+}
+
+impl Drop for WriteLater {
+    fn drop(&mut self) {
+        if let Some(of) = self
+            .inode
+            .file
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            of.batches = of.batches.saturating_sub(1);
+        }
+        self.inode.file.changed.notify_all();
+    }
+}
+
 impl Files {
     /// A WRITE; with `write_out`, an open file's extents are written out at once, partial
     /// last one included, so that an error reaches this WRITE rather than the write-out at
     /// the last close, which nobody waits for (rule 10). A file with no handle is written
     /// back by [`Files::change_data`] anyway (rule 2).
-    pub fn write(&self, inode: &Arc<Inode>, offset: u64, data: &[u8], write_out: bool) -> Result<(), Errno> {
+    ///
+    /// A batch of covered extents due to go out (`container/batch.rs`) is returned instead
+    /// of compressed here, for [`Files::finish_write`] after the WRITE is answered: the
+    /// kernel then ends the pages' writeback at once, and a writer closing the file (whose
+    /// close waits for its writeback) or writing on goes on while the batch compresses.
+    /// With `write_out`, it is compressed and written here, before the answer.
+    pub fn write(
+        &self,
+        inode: &Arc<Inode>,
+        offset: u64,
+        data: &[u8],
+        write_out: bool,
+    ) -> Result<Option<WriteLater>, Errno> {
         let change = if self.read_only {
             Change::Data
         } else {
             Change::KernelWrite
         };
-        // A batch of covered extents due to go out is compressed without the file's lock,
-        // so that the file's next WRITEs are served meanwhile (`container/batch.rs`).
+        // (A file with no handle is written back by this very call, batch and all: nothing
+        // to compress after it.)
+        let handles = inode
+            .file
+            .open
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|of| of.handles > 0);
+        if !handles {
+            self.run(inode, change, |c| c.write(offset, data), "write")?;
+            return Ok(None);
+        }
         let batch = self.run(inode, change, |c| c.write_deferring(offset, data), "write")?;
         if let Some(batch) = batch {
+            if !write_out {
+                if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
+                    of.batches += 1;
+                }
+                return Ok(Some(WriteLater {
+                    inode: inode.clone(),
+                    batch: Some(batch),
+                }));
+            }
             let done = batch.compress();
             self.run(inode, change, |c| c.finish_batch(done), "write")?;
         }
         if !write_out {
-            return Ok(());
+            return Ok(None);
         }
-        self.write_out(inode)
+        self.write_out(inode).map(|()| None)
+    }
+
+    /// The rest of a WRITE [`Files::write`] deferred, after its answer: the batch is
+    /// compressed without the file's lock and written. Nobody waits for an error here: it
+    /// waits for the file's next `fsync` (rule 10), and the extents stay dirty (the next
+    /// write-out tries again).
+    pub fn finish_write(&self, mut later: WriteLater) {
+        let Some(batch) = later.batch.take() else {
+            return;
+        };
+        let done = batch.compress();
+        let change = if self.read_only {
+            Change::Data
+        } else {
+            Change::KernelWrite
+        };
+        if let Err(e) = self.run(&later.inode, change, |c| c.finish_batch(done), "write") {
+            later.inode.file.lost_write(e.code());
+        }
     }
 
     /// An open file's extents written out now, partial last one included (rule 10: near a

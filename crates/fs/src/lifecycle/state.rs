@@ -74,9 +74,10 @@
 //! 10. **`close` does not wait for the write-out** (FLUSH is answered ENOSYS once, which
 //!     turns it off for the mount): the last close's write-out (rule 1) runs at RELEASE,
 //!     which the kernel sends without waiting. `close` still reports the errors of the
-//!     WRITEs the kernel sends for its dirty pages before it returns (every full extent is
-//!     compressed and written there); what it no longer reports is a failure to write the
-//!     last, partial extent, or of the group commit. Those are logged with the file's name,
+//!     WRITEs the kernel sends for its dirty pages before it returns; what it no longer
+//!     reports is a failure to write the extents filled by them (a batch of them is
+//!     compressed and written after the WRITE that filled the last is answered,
+//!     `container/batch.rs`), the last, partial extent, or the group commit. Those are logged with the file's name,
 //!     kept ([`FileState::take_unreported`]) and returned by the file's next `fsync` — as a
 //!     kernel filesystem reports a failed writeback of its page cache. So that a full
 //!     backing filesystem still fails the `close` (or the `write`) of the file that did
@@ -149,6 +150,9 @@ pub struct OpenFile {
     pub meta: Meta,
     /// Where its sequential reader is, for the read-ahead (`readahead.rs`).
     pub stream: Stream,
+    /// Batches of its extents being compressed after their WRITE was answered
+    /// (`lifecycle/read_write.rs`); the last close waits for them (`handles.rs`).
+    pub batches: u32,
 }
 
 impl OpenFile {
@@ -262,6 +266,7 @@ impl OpenFile {
             times: Times::default(),
             meta: Meta::default(),
             stream: Stream::default(),
+            batches: 0,
         })
     }
 

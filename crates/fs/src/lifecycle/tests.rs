@@ -292,7 +292,9 @@ fn written(b: &Backing, name: &str, len: usize) -> (u64, Arc<Inode>, Vec<u8>) {
     let (ino, inode) = b.file(name);
     let data = text(len);
     b.files.attach(&inode, false, true).unwrap();
-    b.files.write(&inode, 0, &data, false).unwrap();
+    if let Some(later) = b.files.write(&inode, 0, &data, false).unwrap() {
+        b.files.finish_write(later);
+    }
     b.files.release(ino, &inode, true).unwrap();
     b.files.commit_now();
     (ino, inode, data)

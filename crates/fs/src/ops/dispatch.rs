@@ -293,7 +293,13 @@ impl Filesystem for SqueezeFs {
         self.background.touched(data.len() as u64);
         let _timed = self.timed(Kind::Write);
         match self.do_write(&req.into(), ino, offset, data, wf) {
-            Ok(()) => reply.written(data.len() as u32),
+            Ok(later) => {
+                reply.written(data.len() as u32);
+                // A batch of extents this WRITE filled, compressed after the answer.
+                if let Some(later) = later {
+                    self.files.finish_write(later);
+                }
+            }
             Err(e) => reply.error(e),
         }
     }

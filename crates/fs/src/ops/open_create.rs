@@ -15,7 +15,7 @@ use super::Core;
 use super::Who;
 use crate::inode::known::Change;
 use crate::inode::Inode;
-use crate::lifecycle::Spill;
+use crate::lifecycle::{Spill, WriteLater};
 use crate::sys;
 
 /// The file handle of a lazy open (rule 9 of `lifecycle::state`); every other open of a
@@ -242,7 +242,7 @@ impl Core {
         offset: u64,
         data: &[u8],
         wf: WriteFlags,
-    ) -> Result<(), Errno> {
+    ) -> Result<Option<WriteLater>, Errno> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         // A caller without CAP_FSETID writing a setuid/setgid file (FUSE_HANDLE_KILLPRIV_V2).
