@@ -701,15 +701,17 @@ fn big_files_compressed_after_their_writes_are_answered_read_back_as_written() {
             s.spawn(move || fs::write(p, data).unwrap());
         }
     });
-    // One file overwritten in the middle while its extents may still be compressing.
+    // One file's last 4 MiB overwritten right after its writer closed it, while its last
+    // batch may still be compressing.
     let mut again = files[3].1.clone();
     {
         use std::io::{Seek, SeekFrom};
+        let at = again.len() - (4 << 20);
         let mut f = fs::OpenOptions::new().write(true).open(m.path("big3")).unwrap();
-        let patch = vec![b'~'; 3 << 20];
-        f.seek(SeekFrom::Start(5 << 20)).unwrap();
+        let patch = vec![b'~'; 4 << 20];
+        f.seek(SeekFrom::Start(at as u64)).unwrap();
         f.write_all(&patch).unwrap();
-        again[5 << 20..8 << 20].copy_from_slice(&patch);
+        again[at..].copy_from_slice(&patch);
     }
     let stats: serde_json::Value =
         serde_json::from_slice(&fs::read(m.path(".squeezefs-stats")).unwrap()).unwrap();
@@ -722,6 +724,8 @@ fn big_files_compressed_after_their_writes_are_answered_read_back_as_written() {
             &files.iter().find(|f| f.0 == name).unwrap().1
         }
     };
+    // From the daemon, not the kernel's page cache.
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     for (name, _) in &files {
         assert!(
             fs::read(m.path(name)).unwrap() == *expect(name),

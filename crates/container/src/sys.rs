@@ -126,12 +126,16 @@ pub(crate) fn pread_vec(fd: BorrowedFd<'_>, len: usize, off: u64) -> io::Result<
     while buf.len() < len {
         let done = buf.len();
         let spare = buf.spare_capacity_mut();
-        let at = libc::off_t::try_from(off + done as u64)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: `spare` is this buffer's unused capacity: `spare.len()` writable bytes
-        // that nothing else refers to; the kernel writes at most that many, and returns
-        // how many (or -1 with errno). The fd is kept open by `BorrowedFd`.
-        let r = unsafe { libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        // (The capacity may exceed `len`: never more than asked for.)
+        let n = (len - done).min(spare.len());
+        let at = off
+            .checked_add(done as u64)
+            .and_then(|a| libc::off64_t::try_from(a).ok())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `spare` is this buffer's unused capacity: at least `n` writable bytes
+        // that nothing else refers to; the kernel writes at most `n`, and returns how many
+        // (or -1 with errno). The fd is kept open by `BorrowedFd`.
+        let r = unsafe { libc::pread64(fd.as_raw_fd(), spare.as_mut_ptr().cast(), n, at) };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -142,7 +146,7 @@ pub(crate) fn pread_vec(fd: BorrowedFd<'_>, len: usize, off: u64) -> io::Result<
         if r == 0 {
             break;
         }
-        // SAFETY: the kernel initialised the `r` (≤ `spare.len()`) bytes after `done`.
+        // SAFETY: the kernel initialised the `r` (≤ `n`) bytes after `done`.
         unsafe { buf.set_len(done + r as usize) };
     }
     Ok(buf)

@@ -19,8 +19,8 @@
 //! Anything else — the extent written again, written out by an fsync or a close meanwhile,
 //! cut off, the file's codec changed, another container instance — is left as it is now:
 //! dirty extents are compressed again when they next go out, clean ones are done. A batch
-//! never finished (its WRITE failed) leaves its extents dirty and in flight: written by the
-//! next write-out of the file, never by a batch.
+//! never finished (dropped) leaves its extents dirty and in flight until a write-out of the
+//! file writes them (which clears the mark).
 //!
 //! `Container::write` is both steps at once (the property tests' writes), so the deferred
 //! path is the only path. The daemon answers the WRITE before compressing

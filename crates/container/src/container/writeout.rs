@@ -349,6 +349,7 @@ impl Packed {
         // the backoff skips are not compressed, and teach it nothing).
         let adapt = self.adaptive();
         let run = |(j, skip): (&Job<'_>, &bool)| {
+            let mut used = false;
             let (half, outcome) = match j.data {
                 Src::Bytes(data) => {
                     // Compressed beforehand, without the file's lock, under this policy.
@@ -358,7 +359,7 @@ impl Packed {
                         .and_then(|c| with_generation(c, geo.shift, j.gen));
                     let (half, outcome) = match ready {
                         Some(ready) => {
-                            self.stats.batch_copy_used();
+                            used = true;
                             ready
                         }
                         None => {
@@ -416,7 +417,11 @@ impl Packed {
                     (half, None)
                 }
             };
-            write_half(st, &half, geo.half(j.idx, j.half), j.careful).map(|()| outcome)
+            write_half(st, &half, geo.half(j.idx, j.half), j.careful)?;
+            if used {
+                self.stats.batch_copy_used();
+            }
+            Ok(outcome)
         };
         // One extent (most closes of small files): no thread hand-off.
         let results: Vec<std::io::Result<Option<Outcome>>> = if jobs.len() == 1 {
@@ -490,6 +495,7 @@ impl Packed {
             let e = self.exts.get_mut(&idx).expect("hole");
             e.punched();
             e.written = true;
+            e.in_flight = false;
             self.stats.hole();
         }
         Ok(punched?)

@@ -13,9 +13,6 @@ use super::Files;
 use crate::inode::Inode;
 use crate::readahead;
 
-/// How long a last close waits for batches of the file being compressed.
-const BATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
 impl Files {
     /// Whether a handle open for writing exists (the kernel may hold unwritten data).
     pub fn has_writers(&self, inode: &Arc<Inode>) -> bool {
@@ -88,18 +85,10 @@ impl Files {
 
     /// A handle goes (rule 1 of [`state`](super::state) for the last one).
     pub fn release(&self, ino: u64, inode: &Arc<Inode>, writable: bool) -> Result<(), Errno> {
-        let mut open = inode.file.open.lock().unwrap();
         // The last handle's write-back would compress the extents of a batch being
-        // compressed after its WRITE's answer (`read_write.rs`) a second time: it waits for
-        // those first, a while at most (then compressing twice is only work lost).
-        let until = std::time::Instant::now() + BATCH_WAIT;
-        while let Some(left) = open
-            .as_ref()
-            .filter(|of| of.handles == 1 && of.batches > 0)
-            .and_then(|_| until.checked_duration_since(std::time::Instant::now()))
-        {
-            open = inode.file.changed.wait_timeout(open, left).unwrap().0;
-        }
+        // compressed after its WRITE's answer a second time: those end first.
+        self.wait_batches(inode, true);
+        let mut open = inode.file.open.lock().unwrap();
         let Some(of) = open.as_mut() else {
             return Ok(());
         };

@@ -11,6 +11,10 @@ use super::{Files, Spill};
 use crate::inode::Inode;
 use crate::readahead;
 
+/// How long a last close or an fsync waits for batches of the file being compressed
+/// (`finish_write` waits for nothing a session thread provides: they end).
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A WRITE's batch to compress after its answer ([`Files::write`]). However it ends —
 /// finished, or dropped unfinished (its extents stay dirty: the next write-out takes
 /// them) — the file's count of batches goes down and a last close waiting for it wakes.
@@ -100,13 +104,38 @@ impl Files {
             return;
         };
         let done = batch.compress();
-        let change = if self.read_only {
-            Change::Data
-        } else {
-            Change::KernelWrite
+        let inode = &later.inode;
+        // Not through `run`: this changes no byte of the file (its WRITE did), so it waits
+        // for no page-cache store (rule 11: a session thread never does), and a file whose
+        // state went meanwhile (its last close did not wait for this, or it was written
+        // out) has nothing left here to write.
+        let mut open = inode.file.open.lock().unwrap();
+        let Some(of) = open.as_mut() else {
+            return;
         };
-        if let Err(e) = self.run(&later.inode, change, |c| c.finish_batch(done), "write") {
-            later.inode.file.lost_write(e.code());
+        of.pin_kernel_mtime();
+        let r = of.container.finish_batch(done);
+        self.keep_times(inode, of);
+        drop(open);
+        if let Err(e) = r {
+            let errno = self.error(inode, "write", e);
+            inode.file.lost_write(errno.code());
+        }
+    }
+
+    /// Waits, a while at most, until no batch of the file is being compressed after its
+    /// WRITE's answer ([`Files::finish_write`]) — with `last`, only when one handle is
+    /// left: the write-out of a last close, or an fsync, would otherwise compress those
+    /// extents a second time (then only work is lost).
+    pub fn wait_batches(&self, inode: &Arc<Inode>, last: bool) {
+        let mut open = inode.file.open.lock().unwrap();
+        let until = std::time::Instant::now() + BATCH_WAIT;
+        while let Some(left) = open
+            .as_ref()
+            .filter(|of| of.batches > 0 && (!last || of.handles == 1))
+            .and_then(|_| until.checked_duration_since(std::time::Instant::now()))
+        {
+            open = inode.file.changed.wait_timeout(open, left).unwrap().0;
         }
     }
 

@@ -75,8 +75,8 @@
 //!     turns it off for the mount): the last close's write-out (rule 1) runs at RELEASE,
 //!     which the kernel sends without waiting. `close` still reports the errors of the
 //!     WRITEs the kernel sends for its dirty pages before it returns; what it no longer
-//!     reports is a failure to write the extents filled by them (a batch of them is
-//!     compressed and written after the WRITE that filled the last is answered,
+//!     reports is a failure to write a batch of extents those WRITEs filled (compressed
+//!     and written after the answer of the WRITE that filled the last of them,
 //!     `container/batch.rs`), the last, partial extent, or the group commit. Those are logged with the file's name,
 //!     kept ([`FileState::take_unreported`]) and returned by the file's next `fsync` — as a
 //!     kernel filesystem reports a failed writeback of its page cache. So that a full
@@ -364,8 +364,9 @@ pub struct FileState {
     errors: std::sync::atomic::AtomicU32,
     /// Notified (with `open`'s lock) when an extent loaded ahead is cached or given up (a
     /// READ that wants it waits for it rather than loading it a second time:
-    /// `readahead.rs`), when a store into the page cache ends (`spilling`), and when a
-    /// [`Private`] ends. One for all (each waiter checks what it waits for).
+    /// `readahead.rs`), when a store into the page cache ends (`spilling`), when a
+    /// [`Private`] ends, and when a batch compressed after its WRITE's answer ends
+    /// (`read_write.rs`, `WriteLater`). One for all (each waiter checks what it waits for).
     pub changed: std::sync::Condvar,
     /// Stores of this file's bytes into the kernel's page cache under way (rule 11): a
     /// change of its data and a new writer wait (on `changed`, with `open`'s lock) until

@@ -757,3 +757,54 @@ fn a_call_without_state_does_not_replace_what_a_newer_state_said() {
     });
     assert_eq!(b.files.size_and_times(ino, &inode).unwrap().0, 6000);
 }
+
+/// A WRITE that filled a batch of extents answers before compressing it
+/// (`Files::write` returns it, `finish_write` compresses and writes it): the last close
+/// waits for that batch (its write-out would compress the same extents again), and returns
+/// as soon as it ends; the bytes written over the batch's meanwhile win.
+#[test]
+fn a_last_close_waits_for_the_batch_compressed_after_the_answer() {
+    let b = backing("batch-after");
+    let (ino, inode) = b.file("f");
+    let mut data = text(16 << 20);
+    b.files.attach(&inode, false, true).unwrap();
+    let mut later = None;
+    for i in 0..16 {
+        let at = i << 20;
+        if let Some(l) = b
+            .files
+            .write(&inode, at as u64, &data[at..at + (1 << 20)], false)
+            .unwrap()
+        {
+            match later.take() {
+                None => later = Some(l),
+                Some(first) => {
+                    b.files.finish_write(first);
+                    later = Some(l);
+                }
+            }
+        }
+    }
+    let later = later.expect("a batch after the answer");
+    // Rewritten while its batch waits: the new bytes must be the ones written.
+    let patch = vec![b'~'; 1 << 20];
+    b.files.write(&inode, 15 << 20, &patch, false).unwrap();
+    data[15 << 20..].copy_from_slice(&patch);
+    std::thread::scope(|s| {
+        let closing = s.spawn(|| {
+            let t = std::time::Instant::now();
+            b.files.release(ino, &inode, true).unwrap();
+            t.elapsed()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!closing.is_finished(), "the last close waits for the batch");
+        b.files.finish_write(later);
+        let took = closing.join().unwrap();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "woken when the batch ended: {took:?}"
+        );
+    });
+    b.files.flush_all();
+    assert!(b.on_disk("f") == data);
+}

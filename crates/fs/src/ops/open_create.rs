@@ -332,6 +332,8 @@ impl Core {
         let i = self.inode(ino)?;
         // A new file's name first (`crate::ns`): on the backing and durable.
         self.settle_name(&i)?;
+        // Batches compressed after their WRITEs' answers end first (else written twice).
+        self.files.wait_batches(&i, false);
         self.files.with_container(
             &i,
             |c| {
