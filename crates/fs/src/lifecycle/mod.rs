@@ -59,6 +59,9 @@ pub struct Files {
     releasing: std::sync::atomic::AtomicUsize,
     /// Loads extents ahead of sequential readers (`readahead.rs`).
     ahead: ReadAhead,
+    /// Batches being compressed after their WRITE's answer, on the whole mount
+    /// (`read_write.rs`): at most one per core, each holding copies of its extents.
+    batches: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A RELEASE under way, counted while it lives.
@@ -86,6 +89,7 @@ impl Files {
             }),
             releasing: Default::default(),
             ahead: ReadAhead::default(),
+            batches: Default::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! 10), a read through the file's state or a container kept for the reads that follow (rule
 //! 9), with the rest of its extent to spill (rule 11), and the end of a reader.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fuser::Errno;
@@ -10,6 +11,13 @@ use super::access::Change;
 use super::{Files, Spill};
 use crate::inode::Inode;
 use crate::readahead;
+
+/// Batches compressed after their WRITE's answer at once, on the whole mount: one per
+/// core.
+fn max_batches() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// How long a last close or an fsync waits for batches of the file being compressed
 /// (`finish_write` waits for nothing a session thread provides: they end).
@@ -21,10 +29,13 @@ const BATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 pub struct WriteLater {
     inode: Arc<Inode>,
     batch: Option<squeezefs_container::Batch>,
+    /// The mount's count of batches after their answer ([`Files::batches`]).
+    mount: Arc<AtomicUsize>,
 }
 
 impl Drop for WriteLater {
     fn drop(&mut self) {
+        self.mount.fetch_sub(1, Ordering::AcqRel);
         if let Some(of) = self
             .inode
             .file
@@ -77,14 +88,22 @@ impl Files {
         }
         let batch = self.run(inode, change, |c| c.write_deferring(offset, data), "write")?;
         if let Some(batch) = batch {
-            if !write_out {
+            // At most one batch per core after its answer on the whole mount (each holds
+            // copies of its extents, outside the dirty budget; session threads are twice
+            // the cores): past that, this WRITE compresses its batch before answering.
+            let later = !write_out && self.batches.fetch_add(1, Ordering::AcqRel) < max_batches();
+            if later {
                 if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
                     of.batches += 1;
                 }
                 return Ok(Some(WriteLater {
                     inode: inode.clone(),
                     batch: Some(batch),
+                    mount: self.batches.clone(),
                 }));
+            }
+            if !write_out {
+                self.batches.fetch_sub(1, Ordering::AcqRel);
             }
             let done = batch.compress();
             self.run(inode, change, |c| c.finish_batch(done), "write")?;

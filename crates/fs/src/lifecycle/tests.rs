@@ -808,3 +808,38 @@ fn a_last_close_waits_for_the_batch_compressed_after_the_answer() {
     b.files.flush_all();
     assert!(b.on_disk("f") == data);
 }
+
+/// At most one batch per core waits after its WRITE's answer on a mount (each holds copies
+/// of its extents): past that, a WRITE compresses its batch before answering. Every file
+/// reads back as written either way.
+#[test]
+fn batches_after_the_answer_are_at_most_one_per_core() {
+    let b = backing("batch-bound");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut laters = Vec::new();
+    let mut files = Vec::new();
+    for k in 0..cores + 2 {
+        let name = format!("f{k}");
+        let (ino, inode) = b.file(&name);
+        b.files.attach(&inode, false, true).unwrap();
+        let data = text(8 << 20);
+        for i in 0..8 {
+            let at = i << 20;
+            if let Some(l) = b.files.write(&inode, at as u64, &data[at..at + (1 << 20)], false).unwrap() {
+                laters.push(l);
+            }
+        }
+        files.push((name, ino, inode, data));
+    }
+    assert_eq!(laters.len(), cores, "one batch per core after the answer, the rest before");
+    for l in laters {
+        b.files.finish_write(l);
+    }
+    for (_, ino, inode, _) in &files {
+        b.files.release(*ino, inode, true).unwrap();
+    }
+    b.files.flush_all();
+    for (name, _, _, data) in &files {
+        assert!(b.on_disk(name) == *data, "{name}");
+    }
+}
