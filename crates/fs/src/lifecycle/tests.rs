@@ -825,13 +825,21 @@ fn batches_after_the_answer_are_at_most_one_per_core() {
         let data = text(8 << 20);
         for i in 0..8 {
             let at = i << 20;
-            if let Some(l) = b.files.write(&inode, at as u64, &data[at..at + (1 << 20)], false).unwrap() {
+            if let Some(l) = b
+                .files
+                .write(&inode, at as u64, &data[at..at + (1 << 20)], false)
+                .unwrap()
+            {
                 laters.push(l);
             }
         }
         files.push((name, ino, inode, data));
     }
-    assert_eq!(laters.len(), cores, "one batch per core after the answer, the rest before");
+    assert_eq!(
+        laters.len(),
+        cores,
+        "one batch per core after the answer, the rest before"
+    );
     for l in laters {
         b.files.finish_write(l);
     }
