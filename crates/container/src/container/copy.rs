@@ -149,6 +149,24 @@ impl<S: Storage> Container<S> {
         if end > d.size {
             d.grow(&self.storage, end)?;
         }
+        // The source's dirty extents in the range are written out first (as its close or
+        // the budget would write them), so that they too are copied as stored: a file
+        // copied right after it was written (`cp` after a write whose last extents were
+        // still in memory, or being compressed after their WRITE's answer) is shared like
+        // any other.
+        if let Mode::Packed(s) = &mut src.mode {
+            let first = off_in >> shift;
+            let last = (off_in + len).div_ceil(e);
+            let dirty: Vec<u64> = s
+                .exts
+                .range(first..last)
+                .filter(|(_, x)| x.dirty)
+                .map(|(i, _)| *i)
+                .collect();
+            if !dirty.is_empty() {
+                s.write_extents(&src.storage, &dirty)?;
+            }
+        }
         let mut batch = BTreeMap::new();
         let mut held = 0;
         let mut plain = Vec::new();

@@ -38,6 +38,9 @@ impl Files {
         len: u64,
     ) -> Result<u64, Errno> {
         let len = len.min(MAX_COPY);
+        // The source's batches compressed after their WRITEs' answers end first (the copy
+        // writes its dirty extents out, and would compress them a second time).
+        self.wait_batches(src, false);
         if Arc::ptr_eq(src, dst) {
             return self.run(
                 dst,
