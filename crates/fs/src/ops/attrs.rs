@@ -176,8 +176,27 @@ impl Core {
                     .files
                     .defer_meta(&inode, a.mode, owner, no_acl, self.as_root)?
                 {
-                    Deferred::Waits(Some(st)) => return self.attr_with(ino.0, &inode, &st),
-                    Deferred::Waits(None) => return self.attr(ino.0, &inode),
+                    Deferred::Waits(st) => {
+                        let mut st = match st {
+                            Some(st) => st,
+                            None => sys::fstat(self.fd(&inode)?)?,
+                        };
+                        // What this SETATTR set, in its answer whatever happened since:
+                        // a last RELEASE may have put it on the backing file and dropped
+                        // the state in between (the stat above is then from before, and
+                        // no state overlays it: the answer, which the kernel caches,
+                        // showed the old mode — pjdfstest `chmod::change_perm` once in CI).
+                        if let Some(m) = a.mode {
+                            st.st_mode = (st.st_mode & libc::S_IFMT) | (m & 0o7777);
+                        }
+                        if let Some(u) = owner.0 {
+                            st.st_uid = u;
+                        }
+                        if let Some(g) = owner.1 {
+                            st.st_gid = g;
+                        }
+                        return self.attr_with(ino.0, &inode, &st);
+                    }
                     Deferred::No => {}
                 }
             }
