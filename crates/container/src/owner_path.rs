@@ -30,7 +30,24 @@ fn open_path_as_owner(path: &Path, flags: i32) -> io::Result<File> {
         r => return r,
     };
     match open_with_flags(path, libc::O_PATH | (flags & libc::O_NOFOLLOW)) {
-        Ok(found) => return reopen_as_owner(&found, flags & !libc::O_NOFOLLOW)?.ok_or(e),
+        Ok(found) => {
+            if let Some(f) = reopen_as_owner(&found, flags & !libc::O_NOFOLLOW)? {
+                return Ok(f);
+            }
+            // Its own mode does not refuse its owner: a directory on the way refused the
+            // first open and let the second through (its search granted a moment for
+            // another thread's call: `stats` opens a mode-0 directory's files in
+            // parallel; seen in CI as `stats` erring on such a file). The fd needs no
+            // search of the path: reopened through it.
+            if flags & libc::O_PATH != 0 {
+                return Ok(found);
+            }
+            let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&found));
+            return match open_with_flags(Path::new(&proc), flags & !libc::O_NOFOLLOW) {
+                Err(e2) if refused(&e2) => Err(e),
+                r => r,
+            };
+        }
         Err(e2) if !refused(&e2) => return Err(e2),
         Err(_) => {}
     }
