@@ -125,8 +125,7 @@ impl super::state::Packed {
             // (unless extent 0 is all zeros: then it becomes a hole, and is not looked at).
             let d = self.exts.get(&0)?.data.as_deref()?.get(..self.logical_len(0))?;
             if d.iter().any(|&b| b != 0) {
-                let head = d[..d.len().min(super::writeout::SNIFF_LEN)].to_vec();
-                self.sniff(&head);
+                self.sniff_first_extent();
             }
         }
         let policy = self.policy();

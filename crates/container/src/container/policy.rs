@@ -18,6 +18,9 @@ use super::state::Packed;
 /// Consecutive extents that resist compression before a file is flagged incompressible
 /// (HAMMER2's `comp_heuristic` threshold).
 pub const BACKOFF_AFTER: u32 = 8;
+/// Bytes of a file's start that [`Packed::sniff`] looks at (the magic numbers of the
+/// formats it knows, ZIP's subtypes included, lie within them).
+pub(super) const SNIFF_LEN: usize = 8192;
 /// A flagged file still tries one extent write in this many (HAMMER2 retries every 8th).
 pub const RETRY_EVERY: u32 = 8;
 
@@ -68,6 +71,20 @@ impl Packed {
             self.nocompress = true;
             self.sb_dirty = true;
             self.stats.flagged(true);
+        }
+    }
+
+    /// [`Packed::sniff`] on the first [`SNIFF_LEN`] bytes of extent 0 in memory (the
+    /// write-out's look at a file's start, and a batch's before it: `batch.rs`).
+    pub(super) fn sniff_first_extent(&mut self) {
+        let n = self.logical_len(0).min(SNIFF_LEN);
+        let head = self
+            .exts
+            .get(&0)
+            .and_then(|e| e.data.as_deref())
+            .map(|d| d[..n.min(d.len())].to_vec());
+        if let Some(head) = head {
+            self.sniff(&head);
         }
     }
 

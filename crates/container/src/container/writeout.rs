@@ -10,6 +10,7 @@ use squeezefs_codec::{Algorithm, CodecSpec};
 use std::collections::BTreeMap;
 
 use super::batch::Precompressed;
+use super::policy::SNIFF_LEN;
 use super::state::{DiskState, Packed};
 use crate::encode::{encode_extent, encode_inline, Outcome, Policy};
 use crate::format::{
@@ -19,10 +20,6 @@ use crate::format::{
 use crate::layout::read_payload_at;
 use crate::storage::Storage;
 use crate::{Error, Result};
-
-/// Bytes of a file's start that [`Packed::sniff`] looks at (the magic numbers of the
-/// formats it knows, ZIP's subtypes included, lie within them).
-pub(super) const SNIFF_LEN: usize = 8192;
 
 /// How a half is written when no older copy of its extent can be fallen back on.
 ///
@@ -321,9 +318,7 @@ impl Packed {
             .first()
             .is_some_and(|p| p.0 == 0 && !stored.contains_key(&0))
         {
-            let n = self.logical_len(0).min(SNIFF_LEN);
-            let head = self.exts[&0].data.as_deref().expect("data")[..n].to_vec();
-            self.sniff(&head);
+            self.sniff_first_extent();
         }
         let policy = self.policy();
         let geo = self.geo();
