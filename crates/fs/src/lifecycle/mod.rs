@@ -254,4 +254,6 @@ impl Files {
 }
 
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod tests;
