@@ -26,9 +26,9 @@ mod sys;
 pub mod usage;
 
 pub use container::{
-    give_up_at, give_up_dense_at, grow_at, AheadPlan, Batch, Compressed, Container, DirtyBudget, Fetched,
-    Options, Recompressed, Relayout, RelayoutStep, StatTimes, StoredHalf, Ticket, WriteBack, BACKOFF_AFTER,
-    DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY, WRITE_BATCH,
+    give_up_at, give_up_dense_at, grow_at, AheadPlan, Batch, Compressed, Container, DirtyBudget, ExtentBuf,
+    Fetched, Options, ReadBytes, Recompressed, Relayout, RelayoutStep, StatTimes, StoredHalf, Ticket,
+    WriteBack, BACKOFF_AFTER, DEFAULT_DIRTY_BYTES, DEFAULT_DIRTY_EXPIRE, RETRY_EVERY, WRITE_BATCH,
 };
 pub use open_at::with_owner_access;
 pub use owner_path::{dir_names_as_owner, open_as_owner, symlink_metadata_as_owner};

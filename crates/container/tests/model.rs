@@ -16,8 +16,8 @@ use squeezefs_container::pack::record::{record_state, RecordState};
 use squeezefs_container::pack::{MemPackDir, Packs, DEFAULT_CACHE};
 use squeezefs_container::sim::{Crash, MemDisk};
 use squeezefs_container::{
-    AheadPlan, Batch, Container, DirtyBudget, Error, Fetched, Options, Relayout, RelayoutStep, StatTimes,
-    Storage, WriteBack, DEFAULT_DIRTY_BYTES, WRITE_BATCH,
+    AheadPlan, Batch, Container, DirtyBudget, Error, Fetched, Options, ReadBytes, Relayout, RelayoutStep,
+    StatTimes, Storage, WriteBack, DEFAULT_DIRTY_BYTES, WRITE_BATCH,
 };
 
 /// Options for a file on `disk`; with `packs`, the packs of its (simulated) backing
@@ -426,7 +426,7 @@ fn apply_container(
     opts: &Options,
     ahead: &mut Ahead,
     op: &Op,
-) -> Result<Option<Vec<u8>>, Error> {
+) -> Result<Option<ReadBytes>, Error> {
     match op {
         Op::PlanAhead { off, len } => {
             ahead.plans.extend(c.plan_ahead(*off, off + len));
@@ -516,7 +516,7 @@ fn apply_container(
             src.fsync()?;
             c.copy_from(&mut src, *off_in, *off_out, *len).map(|_| None)
         }
-        Op::Read { off, len } => c.read(*off, *len).map(Some),
+        Op::Read { off, len } => c.read_bytes(*off, *len).map(Some),
         Op::SetSize(n) => c.set_size(*n).map(|_| None),
         Op::Punch { off, len } => c.punch_hole(*off, *len).map(|_| None),
         Op::Flush => c.flush().map(|_| None),
@@ -686,10 +686,16 @@ proptest! {
         // packed file keeps its dictionary property in a version 2 record).
         let (mut dict, mut codec_prop, mut force) = (None, None, false);
         let mut ahead = Ahead::default();
+        // The last reads' bytes, held on while the file changes (a READ's reply shares the
+        // extent's buffer): what they hold never changes.
+        let mut held: Vec<(ReadBytes, Vec<u8>)> = Vec::new();
         for op in &ops {
             let ctime = disk.change_time().unwrap().unwrap();
             let kept = kept_after(c.kept_times(), op, c.size().unwrap(), ctime);
             let got = apply_container(&mut c, &disk, &opts, &mut ahead, op).unwrap();
+            for (bytes, was) in &held {
+                prop_assert_eq!(&bytes[..], &was[..], "a read held through {:?} changed", op);
+            }
             prop_assert!(kept.contains(&c.kept_times()), "kept ctime {:?} after {:?}, expected one of {:?}", c.kept_times(), op, kept);
             apply_model(&mut model, op);
             match op {
@@ -700,6 +706,11 @@ proptest! {
             }
             if let (Op::Read { off, len }, Some(bytes)) = (op, got) {
                 prop_assert_eq!(&bytes[..], expected_read(&model, *off, *len), "read after {:?}", op);
+                if held.len() == 4 {
+                    held.remove(0);
+                }
+                let was = bytes.to_vec();
+                held.push((bytes, was));
             }
             prop_assert_eq!(c.size().unwrap(), model.len() as u64);
             prop_assert_eq!(c.dictionary_property(), dict, "dictionary after {:?}", op);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use squeezefs_codec::CodecSpec;
 use squeezefs_container::format::{sb_offset, Superblock, BLOCK, SB_FLAG_NOCOMPRESS};
 use squeezefs_container::sim::MemDisk;
-use squeezefs_container::{Container, Options, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY, WRITE_BATCH};
+use squeezefs_container::{
+    Container, Options, ReadBytes, Stats, Storage, BACKOFF_AFTER, RETRY_EVERY, WRITE_BATCH,
+};
 use squeezefs_testdata::{random, text};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -505,16 +507,51 @@ fn a_batch_compressed_without_the_lock_is_written_once_and_never_stale() {
     let new: Vec<u8> = data[E..2 * E].iter().map(|b| b.wrapping_add(1)).collect();
     c.write(E as u64, &new).unwrap();
     data[E..2 * E].copy_from_slice(&new);
+    // And a few bytes of extent 2 (the batch shares its buffer: this write copies it).
+    c.write(2 * E as u64 + 10, b"xyz").unwrap();
+    data[2 * E + 10..2 * E + 13].copy_from_slice(b"xyz");
     for b in batches {
         c.finish_batch(b.compress()).unwrap();
     }
-    // Seven written, with the copies compressed without the lock; extent 1 waits with
-    // its new bytes.
-    assert_eq!(compressed(), n - 1);
-    assert_eq!(o.stats.snapshot().batch_copies_used as usize, n - 1);
-    assert_eq!(c.dirty_bytes(), E);
+    // Six written, with the copies compressed without the lock; extents 1 and 2 wait
+    // with their new bytes.
+    assert_eq!(compressed(), n - 2);
+    assert_eq!(o.stats.snapshot().batch_copies_used as usize, n - 2);
+    assert_eq!(c.dirty_bytes(), 2 * E);
     c.fsync().unwrap();
     assert_eq!(compressed(), n);
     let mut c = Container::open(disk.clone(), &Options::default()).unwrap();
     assert!(c.read(0, n * E).unwrap() == data);
+}
+
+#[test]
+fn a_read_shares_the_cached_extent_and_keeps_its_bytes_through_changes() {
+    // A sequential reader's READ (128 KiB of a cached extent) is answered by the extent's
+    // buffer, not a copy of it; the file changing afterwards (a partial write, a whole
+    // overwrite, a truncate) never changes what that READ holds. A short READ copies.
+    let disk = MemDisk::new();
+    let o = opts("zstd:1", false);
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    let data = text(2 * E);
+    c.write(0, &data).unwrap();
+    c.fsync().unwrap();
+    let mut c = Container::open(disk.clone(), &o).unwrap();
+    let whole = c.read_bytes(0, E).unwrap();
+    assert!(matches!(whole, ReadBytes::Shared(..)), "a whole extent is shared");
+    let half = c.read_bytes(E as u64 / 2, E / 2).unwrap();
+    assert!(matches!(half, ReadBytes::Shared(..)));
+    let short = c.read_bytes(4096, 4096).unwrap();
+    assert!(matches!(short, ReadBytes::Owned(_)), "a 4 KiB read copies");
+    c.write(100, b"changed").unwrap();
+    assert_eq!(&whole[..], &data[..E]);
+    assert_eq!(&c.read(100, 7).unwrap()[..], b"changed");
+    let again = c.read_bytes(0, E).unwrap();
+    c.write(E as u64 / 2, &vec![7u8; E / 2]).unwrap();
+    c.set_size(10).unwrap();
+    assert_eq!(&whole[..], &data[..E]);
+    assert_eq!(&half[..], &data[E / 2..E]);
+    assert_eq!(&again[..100], &data[..100]);
+    assert_eq!(&again[100..107], b"changed");
+    assert_eq!(&again[107..], &data[107..E]);
+    assert_eq!(c.read(0, E).unwrap().len(), 10);
 }

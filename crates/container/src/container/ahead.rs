@@ -153,7 +153,7 @@ impl<S: Storage> Container<S> {
         if e.data.is_none() {
             p.cached_clean += 1;
         }
-        e.data = Some(f.data);
+        e.data = Some(f.data.into());
         e.disk = Some(f.state);
         e.last_use = clock;
         p.trim_cache();

@@ -8,14 +8,15 @@
 //! Worse, the kernel ends a page's writeback only when its WRITE is answered, and a
 //! writer's `close` waits for that: each file's close waited for its last batch.
 //!
-//! What: [`Container::write_deferring`] takes the batch out as a [`Batch`] — a copy of each
-//! extent's bytes and the policy they are to be compressed with — and marks its extents in
-//! flight (no later batch takes them again). The caller lets go of the file, runs
+//! What: [`Container::write_deferring`] takes the batch out as a [`Batch`] — each extent's
+//! buffer, shared with the cache ([`ExtentBuf`]: a write meanwhile copies it rather than
+//! change what the batch compresses), and the policy they are to be compressed with — and
+//! marks its extents in flight (no later batch takes them again). The caller lets go of the file, runs
 //! [`Batch::compress`] (pure: no storage, no file state), takes the file again and hands
 //! the result to [`Container::finish_batch`], which writes the extents through the one
 //! write-out path there is (`writeout.rs`: halves, generations, the backoff, crash safety
 //! all as for any write-out), using a compressed copy only where the extent still holds
-//! exactly the bytes compressed, under the same policy, and the backoff does not skip it.
+//! the buffer compressed (so exactly those bytes), under the same policy, and the backoff does not skip it.
 //! Anything else — the extent written again, written out by an fsync or a close meanwhile,
 //! cut off, the file's codec changed, another container instance — is left as it is now:
 //! dirty extents are compressed again when they next go out, clean ones are done. A batch
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::state::ExtentBuf;
 use crate::adapt::Adaptive;
 use crate::encode::{encode_extent, Outcome, Policy};
 
@@ -42,8 +44,8 @@ pub struct Batch {
     pub(super) shift: u8,
     pub(super) policy: Policy,
     pub(super) adapt: Option<Arc<Adaptive>>,
-    /// (extent index, its logical bytes)
-    pub(super) items: Vec<(u64, Vec<u8>)>,
+    /// (extent index, its buffer, its logical length)
+    pub(super) items: Vec<(u64, ExtentBuf, usize)>,
 }
 
 /// A compressed batch, for [`crate::Container::finish_batch`].
@@ -59,8 +61,10 @@ pub struct Compressed {
 #[derive(Debug)]
 pub(super) struct Precompressed {
     pub(super) idx: u64,
-    /// The bytes compressed (compared with the extent's when the batch is finished).
-    pub(super) bytes: Vec<u8>,
+    /// The buffer compressed (the extent's still, when the batch is finished, or this copy
+    /// is not used) and its logical length.
+    pub(super) buf: ExtentBuf,
+    pub(super) logical: usize,
     /// The half as `encode_extent` made it, with generation 0 (the write-out gives it the
     /// generation it plans).
     pub(super) half: Vec<u8>,
@@ -89,14 +93,15 @@ impl Batch {
         } = self;
         let items = items
             .into_par_iter()
-            .map(|(idx, bytes)| {
+            .map(|(idx, buf, logical)| {
                 // The adaptive level learns how long the writer waits for compression.
                 let timed = adapt.as_ref().map(|a| a.compressing());
-                let (half, outcome) = encode_extent(policy, false, idx, 0, &bytes);
+                let (half, outcome) = encode_extent(policy, false, idx, 0, &buf[..logical]);
                 drop(timed);
                 Precompressed {
                     idx,
-                    bytes,
+                    buf,
+                    logical,
                     half,
                     outcome,
                 }
@@ -139,10 +144,10 @@ impl super::state::Packed {
                 return None;
             }
             let e = self.exts.get_mut(&idx)?;
-            let bytes = e.data.as_deref()?.get(..logical)?.to_vec();
-            items.push((idx, bytes));
+            let buf = e.data.as_ref().filter(|d| d.len() >= logical)?.clone();
+            items.push((idx, buf, logical));
         }
-        for &(idx, _) in &items {
+        for &(idx, _, _) in &items {
             if let Some(e) = self.exts.get_mut(&idx) {
                 e.in_flight = true;
             }

@@ -5,7 +5,7 @@
 
 use log::warn;
 
-use super::state::{Copy, DiskState, Ext, Packed};
+use super::state::{Copy, DiskState, Ext, ExtentBuf, Packed};
 use crate::encode::decode_payload_padded;
 use crate::format::Geometry;
 use crate::layout::{half_name, newest_halves, read_halves, read_payload, Half, Tie};
@@ -89,13 +89,18 @@ impl Packed {
     /// The bytes of extent `idx` (`None`: all zeros, not cached; a short buffer: zeros past
     /// its end, see `Ext::data`).
     pub(super) fn extent_data<S: Storage>(&mut self, st: &S, idx: u64) -> Result<Option<&[u8]>> {
+        Ok(self.extent_buf(st, idx)?.map(|d| &**d))
+    }
+
+    /// [`Packed::extent_data`], as the buffer the cache holds (to share).
+    pub(super) fn extent_buf<S: Storage>(&mut self, st: &S, idx: u64) -> Result<Option<&ExtentBuf>> {
         if !self.is_known(idx) && !self.load(st, idx)? {
             return Ok(None);
         }
         let clock = self.tick();
         let e = self.exts.get_mut(&idx).expect("loaded");
         e.last_use = clock;
-        Ok(e.data.as_deref())
+        Ok(e.data.as_ref())
     }
 
     /// Appends `n` bytes of extent `idx` from `from` to `out`: cached bytes, zeros past a
@@ -144,7 +149,7 @@ impl Packed {
         if e.data.is_none() {
             self.cached_clean += 1;
         }
-        e.data = Some(buf);
+        e.data = Some(buf.into());
         e.disk = Some(state);
         e.last_use = clock;
         Ok(true)
@@ -164,8 +169,9 @@ impl Packed {
         debug_assert_eq!(bytes.len(), self.extent_len());
         let e = self.dirty_entry(st, idx, false)?;
         match &mut e.data {
-            Some(d) if d.len() == bytes.len() => d.copy_from_slice(bytes),
-            d => *d = Some(bytes.into()),
+            // (A buffer someone else holds is replaced, not copied and then overwritten.)
+            Some(d) if d.len() == bytes.len() && d.unique() => d.make_mut().copy_from_slice(bytes),
+            d => *d = Some(Box::<[u8]>::from(bytes).into()),
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::batch::{Batch, Compressed};
 use super::recompress::Recompressed;
-use super::state::{Mode, Packed};
+use super::state::{ExtentBuf, Mode, Packed, ReadBytes};
 use super::Container;
 use crate::layout::{read_half, Half};
 use crate::storage::{read_full, Storage};
@@ -24,9 +24,15 @@ use crate::{Error, Result};
 /// two extents each, and holds at most three extents more in memory per file than before
 /// (still counted in the dirty budget). A fixed number, not the machine's, so that what a
 /// write sends out does not depend on the machine. The daemon compresses a batch without
-/// the file's lock (`batch.rs`), with a copy of its bytes (one batch per session thread at
-/// most: the thread that answered the WRITE compresses it).
+/// the file's lock (`batch.rs`), sharing its extents' buffers (one batch per session
+/// thread at most: the thread that answered the WRITE compresses it).
 pub const WRITE_BATCH: usize = 4;
+
+/// Reads at least this long (or half an extent, if less) inside one cached extent share its
+/// buffer instead of copying ([`Container::read_bytes`]): a sequential reader's READs (128
+/// KiB, the kernel's read-ahead). Shorter ones copy, so that a random reader's 4 KiB READs
+/// never make a write to the same extent meanwhile copy the whole extent (`ExtentBuf`).
+pub const SHARE_MIN: usize = 64 << 10;
 /// Bytes `rewrite` and `recompress` rewrite between two flushes.
 const REWRITE_FLUSH_BYTES: u64 = 8 << 20;
 /// Largest logical size: extent offsets must fit in 63 bits.
@@ -98,27 +104,50 @@ impl<S: Storage> Container<S> {
 
     /// Reads up to `len` bytes at `off` (short at the end of the file).
     pub fn read(&mut self, off: u64, len: usize) -> Result<Vec<u8>> {
+        self.read_bytes(off, len).map(ReadBytes::into_vec)
+    }
+
+    /// [`Container::read`], with a read of at least [`SHARE_MIN`] bytes (or half an extent)
+    /// inside one cached extent answered by that extent's buffer, shared, not copied
+    /// ([`ReadBytes`]): what it holds never changes, whatever the file does meanwhile.
+    pub fn read_bytes(&mut self, off: u64, len: usize) -> Result<ReadBytes> {
         match &mut self.mode {
             Mode::Plain => {
                 let mut buf = vec![0u8; len];
                 let n = read_full(&self.storage, &mut buf, off)?;
                 buf.truncate(n);
-                Ok(buf)
+                Ok(ReadBytes::Owned(buf))
             }
             Mode::Packed(p) => {
                 if off >= p.size {
-                    return Ok(Vec::new());
+                    return Ok(ReadBytes::Owned(Vec::new()));
                 }
                 let end = p.size.min(off.saturating_add(len as u64));
-                let mut out = Vec::with_capacity((end - off) as usize);
-                let mut pos = off;
-                while pos < end {
-                    let idx = pos >> p.shift;
-                    let within = (pos - (idx << p.shift)) as usize;
-                    let take = ((end - pos) as usize).min(p.extent_len() - within);
-                    p.append_bytes(&self.storage, idx, within, take, &mut out)?;
-                    pos += take as u64;
+                let n = (end - off) as usize;
+                let idx = off >> p.shift;
+                let within = (off - (idx << p.shift)) as usize;
+                let mut out = None;
+                if n >= SHARE_MIN.min(p.extent_len() / 2) && within + n <= p.extent_len() {
+                    out = p
+                        .extent_buf(&self.storage, idx)?
+                        .filter(|d| d.len() >= within + n)
+                        .map(|d| ReadBytes::Shared(d.clone(), within..within + n));
                 }
+                let out = match out {
+                    Some(shared) => shared,
+                    None => {
+                        let mut out = Vec::with_capacity(n);
+                        let mut pos = off;
+                        while pos < end {
+                            let idx = pos >> p.shift;
+                            let within = (pos - (idx << p.shift)) as usize;
+                            let take = ((end - pos) as usize).min(p.extent_len() - within);
+                            p.append_bytes(&self.storage, idx, within, take, &mut out)?;
+                            pos += take as u64;
+                        }
+                        ReadBytes::Owned(out)
+                    }
+                };
                 p.trim_cache();
                 if (p.loc.is_some() && !p.loc_stale) || p.loc_pending.is_some() {
                     // A packed file's bytes come from its pack (or memory, while its record
@@ -263,11 +292,13 @@ impl<S: Storage> Container<S> {
                 continue;
             };
             e.in_flight = false;
+            // One buffer is the same bytes: a change to the extent since the batch was
+            // taken copied it (`ExtentBuf`), or replaced it.
             let same = e.dirty
-                && logical == item.bytes.len()
+                && logical == item.logical
                 && e.data
-                    .as_deref()
-                    .is_some_and(|d| d.len() == len && d[..logical] == item.bytes[..]);
+                    .as_ref()
+                    .is_some_and(|d| d.len() == len && ExtentBuf::same_buffer(d, &item.buf));
             if same {
                 pre.insert(item.idx, item);
             }
@@ -433,7 +464,7 @@ impl Packed {
                 if let Some(tail) = ext
                     .data
                     .as_mut()
-                    .and_then(|d| d.get_mut((new_size % e) as usize..))
+                    .and_then(|d| d.make_mut().get_mut((new_size % e) as usize..))
                 {
                     tail.fill(0);
                 }

@@ -64,6 +64,7 @@ pub use policy::{BACKOFF_AFTER, RETRY_EVERY};
 pub use recompress::{Recompressed, StatTimes};
 pub use relayout::{Relayout, Step as RelayoutStep};
 use state::{Ext, Mode, Packed};
+pub use state::{ExtentBuf, ReadBytes};
 
 use crate::encode::decode_payload;
 use crate::format::{
@@ -377,7 +378,7 @@ impl<S: Storage> Container<S> {
             p.exts.insert(
                 0,
                 Ext {
-                    data: Some(buf),
+                    data: Some(buf.into()),
                     dirty: false,
                     disk: None,
                     written: false,

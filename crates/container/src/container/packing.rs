@@ -92,7 +92,7 @@ impl Packed {
         self.exts.insert(
             0,
             Ext {
-                data: Some(buf),
+                data: Some(buf.into()),
                 last_use: clock,
                 ..Ext::default()
             },

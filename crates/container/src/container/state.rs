@@ -41,6 +41,76 @@ impl DiskState {
     }
 }
 
+/// An extent's decoded bytes, shared copy-on-write: a READ's answer ([`ReadBytes`]) and a
+/// batch being compressed (`batch.rs`) hold the buffer the cache holds instead of a copy of
+/// it, and a change to an extent someone else still holds copies it first
+/// ([`ExtentBuf::make_mut`]), so what they hold never changes under them. Two holders of
+/// one buffer (`same_buffer`) therefore hold the same bytes.
+#[derive(Clone, Debug)]
+pub struct ExtentBuf(Arc<Box<[u8]>>);
+
+impl ExtentBuf {
+    /// The bytes to change: this buffer's own when nobody else holds it, else a copy
+    /// that replaces it here.
+    pub(super) fn make_mut(&mut self) -> &mut Box<[u8]> {
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// Whether nobody else holds this buffer (a change would not copy it).
+    pub(super) fn unique(&self) -> bool {
+        // No `Weak` of it is ever made; a clone needs the owner, so the count only falls
+        // under us.
+        Arc::strong_count(&self.0) == 1
+    }
+
+    /// Whether `a` and `b` are one buffer (and so hold the same bytes).
+    pub(super) fn same_buffer(a: &ExtentBuf, b: &ExtentBuf) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl From<Box<[u8]>> for ExtentBuf {
+    fn from(b: Box<[u8]>) -> ExtentBuf {
+        ExtentBuf(Arc::new(b))
+    }
+}
+
+impl std::ops::Deref for ExtentBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The bytes a read returns: its own buffer, or a range of an extent's cached buffer,
+/// shared rather than copied (a sequential reader's READs each take 128 KiB of one cached
+/// extent; the FUSE layer hands them to the kernel from there).
+#[derive(Debug)]
+pub enum ReadBytes {
+    Owned(Vec<u8>),
+    Shared(ExtentBuf, std::ops::Range<usize>),
+}
+
+impl ReadBytes {
+    /// The bytes in a buffer of their own (a copy when shared).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            ReadBytes::Owned(v) => v,
+            ReadBytes::Shared(b, r) => b[r].to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBytes::Owned(v) => v,
+            ReadBytes::Shared(b, r) => &b[r.clone()],
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Ext {
     /// Decompressed bytes; zero beyond the logical size. One extent long, except a clean
@@ -48,7 +118,7 @@ pub(super) struct Ext {
     /// (a small file's read then allocates and zeroes a few KiB, not a whole extent): bytes
     /// past its end are zeros ([`Ext::bytes`]), and it is made whole ([`Ext::whole`])
     /// before it is written to or written out.
-    pub(super) data: Option<Box<[u8]>>,
+    pub(super) data: Option<ExtentBuf>,
     pub(super) dirty: bool,
     /// `None` until the halves have been read.
     pub(super) disk: Option<DiskState>,
@@ -69,13 +139,15 @@ impl Ext {
     /// The buffer, one extent (`len`) long: zeros if there was none, grown with zeros if
     /// it was short.
     pub(super) fn whole(&mut self, len: usize) -> &mut [u8] {
-        let d = self.data.get_or_insert_with(|| vec![0u8; len].into_boxed_slice());
+        let d = self
+            .data
+            .get_or_insert_with(|| vec![0u8; len].into_boxed_slice().into());
         if d.len() < len {
-            let mut v = std::mem::take(d).into_vec();
+            let mut v = d.to_vec();
             v.resize(len, 0);
-            *d = v.into_boxed_slice();
+            *d = v.into_boxed_slice().into();
         }
-        d
+        d.make_mut()
     }
 
     /// Appends `n` bytes of cached data `d` from `from` to `out`, zeros past `d`'s end.

@@ -60,7 +60,7 @@ pub struct Files {
     /// Loads extents ahead of sequential readers (`readahead.rs`).
     ahead: ReadAhead,
     /// Batches being compressed after their WRITE's answer, on the whole mount
-    /// (`read_write.rs`): at most one per core, each holding copies of its extents.
+    /// (`read_write.rs`): at most one per core, each holding its extents' buffers.
     batches: Arc<std::sync::atomic::AtomicUsize>,
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fuser::Errno;
+use squeezefs_container::ReadBytes;
 
 use super::access::Change;
 use super::{Files, Spill};
@@ -89,8 +90,9 @@ impl Files {
         let batch = self.run(inode, change, |c| c.write_deferring(offset, data), "write")?;
         if let Some(batch) = batch {
             // At most one batch per core after its answer on the whole mount (each holds
-            // copies of its extents, outside the dirty budget; session threads are twice
-            // the cores): past that, this WRITE compresses its batch before answering.
+            // its extents' buffers, outside the dirty budget once they change or go out;
+            // session threads are twice the cores): past that, this WRITE compresses its
+            // batch before answering.
             let later = !write_out && self.batches.fetch_add(1, Ordering::AcqRel) < max_batches();
             if later {
                 if let Some(of) = inode.file.open.lock().unwrap().as_mut() {
@@ -187,7 +189,9 @@ impl Files {
     /// 9), through a container opened now and kept like a lookup's for the READs that
     /// follow. With the bytes, for a READ that does not continue a sequential stream (whose
     /// next extents the kernel asks for whole, and the read-ahead decodes ahead), the rest
-    /// of its extent to hand the kernel (rule 11), when `may_spill` (memory) allows.
+    /// of its extent to hand the kernel (rule 11), when `may_spill` (memory) allows. The
+    /// bytes of a sequential reader's READ are a range of the extent's cached buffer, shared
+    /// rather than copied (`ReadBytes`): the reply is written from it.
     pub fn read(
         &self,
         ino: u64,
@@ -195,16 +199,16 @@ impl Files {
         offset: u64,
         size: usize,
         may_spill: impl FnOnce() -> bool,
-    ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
+    ) -> Result<(ReadBytes, Option<Spill>), Errno> {
         let open = inode.file.open.lock().unwrap();
         let (data, streamed) = if open.is_some() {
             let open = self.ahead.wait_for(inode, open, offset, size);
             drop(open);
-            let data = self.with_container(inode, |c| c.read(offset, size), "read")?;
+            let data = self.with_container(inode, |c| c.read_bytes(offset, size), "read")?;
             (data, true)
         } else {
             drop(open);
-            let data = self.with_kept(ino, inode, |c| c.read(offset, size), "read")?;
+            let data = self.with_kept(ino, inode, |c| c.read_bytes(offset, size), "read")?;
             (data, false)
         };
         let mut open = inode.file.open.lock().unwrap();

@@ -20,6 +20,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use squeezefs_container::ReadBytes;
+
 use super::state::OpenFile;
 use super::Files;
 use crate::inode::Inode;
@@ -32,7 +34,8 @@ const PAGE: u64 = 4096;
 pub struct Spill {
     inode: Arc<Inode>,
     start: u64,
-    bytes: Vec<u8>,
+    /// (The extent's cached buffer, shared: the file's data does not change meanwhile.)
+    bytes: ReadBytes,
     /// The READ's own pages, left out (the kernel has them locked until the reply).
     skip: Range<u64>,
     /// Stored ahead of a reader (`crate::siblings`), not after a READ.
@@ -120,7 +123,7 @@ impl Files {
         }
         let bytes = of
             .container
-            .read(ext.start, (ext.end - ext.start) as usize)
+            .read_bytes(ext.start, (ext.end - ext.start) as usize)
             .ok()?;
         inode
             .file
@@ -187,7 +190,7 @@ impl Files {
         if len == 0 {
             return None;
         }
-        let bytes = of.container.read(0, len as usize).ok()?;
+        let bytes = of.container.read_bytes(0, len as usize).ok()?;
         if of.stream.next == 0 {
             of.stream.next = bytes.len() as u64;
         }

@@ -319,7 +319,7 @@ fn a_spill_is_the_rest_of_the_extent_and_only_without_writers_or_holds() {
     let ext = 128 << 10;
     let at = 3 * ext + 8192;
     let (got, spill) = b.files.read(ino, &inode, at, 4096, || true).unwrap();
-    assert_eq!(got, &data[at as usize..][..4096]);
+    assert_eq!(&got[..], &data[at as usize..][..4096]);
     let spill = spill.expect("a random READ spills its extent");
     let pieces: Vec<(u64, Vec<u8>)> = spill.pieces().map(|(o, b)| (o, b.to_vec())).collect();
     assert_eq!(

@@ -267,7 +267,7 @@ impl Filesystem for SqueezeFs {
             Node::Stats => reply::data(reply, self.stats.read(fh.0, offset, size)),
             Node::Backing(ino) => match self.do_read(ino, offset, size) {
                 Ok((data, spill)) => {
-                    reply::data(reply, Ok(data));
+                    reply.data(&data);
                     if let Some(s) = spill {
                         self.spill(ino, s);
                     }

@@ -218,7 +218,7 @@ impl Core {
         ino: INodeNo,
         offset: u64,
         size: u32,
-    ) -> Result<(Vec<u8>, Option<Spill>), Errno> {
+    ) -> Result<(squeezefs_container::ReadBytes, Option<Spill>), Errno> {
         let i = self.inode(ino)?;
         let r = self
             .files
