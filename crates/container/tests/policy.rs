@@ -546,10 +546,19 @@ fn a_read_shares_the_cached_extent_and_keeps_its_bytes_through_changes() {
     assert_eq!(&whole[..], &data[..E]);
     assert_eq!(&c.read(100, 7).unwrap()[..], b"changed");
     let again = c.read_bytes(0, E).unwrap();
+    let second = c.read_bytes(E as u64, E).unwrap();
+    assert!(matches!(second, ReadBytes::Shared(..)));
     c.write(E as u64 / 2, &vec![7u8; E / 2]).unwrap();
+    c.write(E as u64, &vec![9u8; E]).unwrap();
+    assert_eq!(c.read(E as u64, E).unwrap(), vec![9u8; E]);
     c.set_size(10).unwrap();
     assert_eq!(&whole[..], &data[..E]);
     assert_eq!(&half[..], &data[E / 2..E]);
+    assert_eq!(
+        &second[..],
+        &data[E..2 * E],
+        "a whole overwrite replaces, never changes it"
+    );
     assert_eq!(&again[..100], &data[..100]);
     assert_eq!(&again[100..107], b"changed");
     assert_eq!(&again[107..], &data[107..E]);

@@ -142,8 +142,9 @@ impl Files {
     /// reader walking its directory (`crate::siblings`): under the conditions of
     /// [`Files::spill`] (no writer, no hold, a trusted cache, memory), and not when they
     /// were stored ahead before. Opens the file's container as a READ of a file without
-    /// state does (kept, rule 9). The in-file read-ahead of its reader then continues from
-    /// where these bytes end (`readahead.rs`).
+    /// state does (kept, rule 9). The extent after them is decoded into its cache as well,
+    /// and the in-file read-ahead of its reader continues from where these bytes end
+    /// (`readahead.rs`).
     pub fn spill_ahead(
         &self,
         ino: u64,
@@ -177,6 +178,14 @@ impl Files {
         // (Workers behind: nothing decoded here under the lock, for a file nobody opened.)
         if !self.ahead.load(inode, of, 0, len) {
             return None;
+        }
+        // A larger file's next extent too, into its cache only (best effort): its reader's
+        // first READ, past the bytes stored here, then finds it decoded rather than
+        // waiting for it, and its read-ahead goes on from there (`readahead.rs`).
+        let size = of.container.size().ok()?;
+        if size > len {
+            let next = size.min(len + of.container.extent_size().unwrap_or(0));
+            let _ = self.ahead.load(inode, of, len, next);
         }
         let mut open = self.ahead.wait_for(inode, open, 0, len as usize);
         if !quiet(&open) || !may() {
