@@ -48,7 +48,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use squeezefs_codec::{compress, decompress, Algorithm, CodecSpec};
+use squeezefs_codec::{compress, decompress_padded, Algorithm, CodecSpec};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::storage::{read_full, Storage};
@@ -651,8 +651,9 @@ impl Packs {
             return Ok(b);
         }
         let (h, payload) = self.read_block(pack, block)?;
-        let mut out = vec![0u8; h.logical_len as usize];
-        decompress(h.codec, &payload, &mut out).map_err(|e| {
+        // (Into a new buffer's spare capacity: nothing zeroed first, as for an extent.)
+        let n = h.logical_len as usize;
+        let out = decompress_padded(h.codec, &payload, n, n).map_err(|e| {
             corrupt(
                 pack,
                 block,
@@ -694,8 +695,8 @@ impl Packs {
     pub fn read_block(&self, pack: u32, block: u64) -> Result<(BlockHeader, Vec<u8>)> {
         let st = self.handle(pack)?;
         let h = Self::read_header(&*st, pack, block)?;
-        let mut payload = vec![0u8; h.stored_len as usize];
-        if read_full(&*st, &mut payload, block + BLOCK_HEADER_LEN as u64)? < payload.len() {
+        let payload = st.read_vec(h.stored_len as usize, block + BLOCK_HEADER_LEN as u64)?;
+        if payload.len() < h.stored_len as usize {
             return Err(corrupt(pack, block, "payload beyond the end of the pack"));
         }
         if xxh3_64(&payload) != h.payload_sum {
