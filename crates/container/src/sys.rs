@@ -157,6 +157,18 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Starts the writeback of the file's dirty pages (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE` over the whole file): it neither waits for it nor makes anything
+/// durable (no metadata, no cache flush), so it orders nothing; a later `fsync` finds less
+/// to do. Pages already under writeback are not waited for.
+pub(crate) fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain integer arguments; the fd is kept open by `BorrowedFd`.
+    if unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain integer argument; the fd is kept open by `BorrowedFd`.
     if unsafe { libc::syncfs(fd.as_raw_fd()) } != 0 {
