@@ -151,8 +151,10 @@ pub struct FileStorage {
 /// backing filesystem writes them out while the daemon compresses the next ones, rather
 /// than all at a `sync` or an `fsync` at the end, when the daemon has nothing left to do
 /// meanwhile (`cp -r` + `sync` of the W1 mix: `sync` 0.18–0.28 → 0.03–0.15 s, the whole
-/// 2.31 → 2.23 s, docs/BENCHMARKS.md). Files smaller than this never start it: a tree of
-/// small files costs no extra call.
+/// 2.31 → 2.23 s, docs/BENCHMARKS.md). A file written less than this never starts it;
+/// packs, which take small files' bytes, start it every 8 MiB appended. The call may wait
+/// where the backing throttles writers (a congested device queue, NFS write congestion),
+/// as a write there would.
 pub const KICK_BYTES: u64 = 8 << 20;
 
 impl FileStorage {

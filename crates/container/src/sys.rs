@@ -6,7 +6,8 @@
 //! mount, the background pass), and `FS_IOC_FIEMAP`, which tells which blocks are shared
 //! (`squeezefs stats`); and `pread(2)` into a new buffer's uninitialised capacity (std's
 //! `read_at` wants initialised bytes, and zeroing each payload's buffer before reading over
-//! it was 2 % of a cold read's daemon time).
+//! it was 2 % of a cold read's daemon time); and `sync_file_range(2)`, which starts a
+//! file's writeback without waiting for it (std has only `sync_all`/`sync_data`, which wait).
 //!
 //! The crate's only `unsafe`. `nix` wraps the first two safely (not xattrs), but no crate of
 //! the workspace uses it yet and the workspace's `nix = "0.29"` is not in Cargo.lock: taking
