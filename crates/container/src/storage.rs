@@ -432,11 +432,9 @@ pub fn keeping_times<T>(dir: &std::path::Path, make: impl FnOnce() -> io::Result
 mod tests {
     use super::*;
 
-    /// Writeback is started once per `KICK_BYTES` written to a file, never for less, and the
-    /// bytes read back as written (the hint changes nothing a reader sees).
-    #[test]
-    fn writeback_is_started_every_kick_bytes_written() {
-        let path = std::env::temp_dir().join(format!("sqz-kick-{}", std::process::id()));
+    /// A new, empty backing file of its own (already unlinked) in the temporary directory.
+    fn scratch(name: &str) -> FileStorage {
+        let path = std::env::temp_dir().join(format!("sqz-{name}-{}", std::process::id()));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -445,7 +443,14 @@ mod tests {
             .open(&path)
             .unwrap();
         std::fs::remove_file(&path).unwrap();
-        let st = FileStorage::new(file);
+        FileStorage::new(file)
+    }
+
+    /// Writeback is started once per `KICK_BYTES` written to a file, never for less, and the
+    /// bytes read back as written (the hint changes nothing a reader sees).
+    #[test]
+    fn writeback_is_started_every_kick_bytes_written() {
+        let st = scratch("kick");
         let chunk: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
         let per = (KICK_BYTES >> 20) as usize;
         for i in 0..per - 1 {
@@ -467,16 +472,7 @@ mod tests {
     /// short by EOF, ranges past it, holes as zeros.
     #[test]
     fn read_vec_of_a_backing_file_is_read_full() {
-        let path = std::env::temp_dir().join(format!("sqz-read-vec-{}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        std::fs::remove_file(&path).unwrap();
-        let st = FileStorage::new(file);
+        let st = scratch("read-vec");
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         st.write_at(&data, 0).unwrap();
         st.write_at(&data[..1000], 1 << 20).unwrap(); // a hole between

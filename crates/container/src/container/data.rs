@@ -128,14 +128,15 @@ impl<S: Storage> Container<S> {
                 let within = (off - (idx << p.shift)) as usize;
                 let mut out = None;
                 if n >= SHARE_MIN.min(p.extent_len() / 2) && within + n <= p.extent_len() {
-                    out = Some(match p.extent_buf(&self.storage, idx)? {
+                    out = match p.extent_buf(&self.storage, idx)? {
                         // A hole: zeros (not probed a second time below).
-                        None => ReadBytes::Owned(vec![0; n]),
-                        Some(d) if d.len() >= within + n => ReadBytes::Shared(d.clone(), within..within + n),
+                        None => Some(ReadBytes::Owned(vec![0; n])),
+                        Some(d) if d.len() >= within + n => {
+                            Some(ReadBytes::Shared(d.clone(), within..within + n))
+                        }
                         // A short buffer (a small file's bytes): zeros past it, below.
-                        Some(_) => ReadBytes::Owned(Vec::new()),
-                    })
-                    .filter(|r| r.len() == n);
+                        Some(_) => None,
+                    };
                 }
                 let out = match out {
                     Some(shared) => shared,

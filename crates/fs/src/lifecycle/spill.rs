@@ -171,7 +171,8 @@ impl Files {
         // reader's OPEN and READs do not wait behind a decode), then taken under it.
         let mut open = inode.file.open.lock().unwrap();
         let of = open.as_mut()?;
-        let len = of.container.size().ok()?.min(max);
+        let size = of.container.size().ok()?;
+        let len = size.min(max);
         if len == 0 || of.writers > 0 || !may() {
             return None;
         }
@@ -182,7 +183,6 @@ impl Files {
         // A larger file's next extent too, into its cache only (best effort): its reader's
         // first READ, past the bytes stored here, then finds it decoded rather than
         // waiting for it, and its read-ahead goes on from there (`readahead.rs`).
-        let size = of.container.size().ok()?;
         if size > len {
             let next = size.min(len + of.container.extent_size().unwrap_or(0));
             let _ = self.ahead.load(inode, of, len, next);
