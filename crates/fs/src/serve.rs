@@ -61,6 +61,11 @@ pub fn mount(
         check_backing(&backing)?;
     }
     let limit = raise_fd_limit();
+    // The descriptor table grown now, not a doubling at a time under a copy's CREATEs.
+    if let Ok(dir) = std::fs::File::open(&backing) {
+        use std::os::fd::AsFd;
+        sys::reserve_fd_table(dir.as_fd(), limit);
+    }
     // The zstd workspace pool: one compressing thread per core (plus the reserved
     // max-level workspace), tables sized for this mount's largest extents (those of files
     // written whole, `grow_extent_shift`, where the mount did not name its extent size).

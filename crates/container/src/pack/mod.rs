@@ -142,6 +142,9 @@ struct Writer {
     /// Per pack, the slots placed in it: while one is alive, a record naming the pack may
     /// still be set (so the pack is not [`Packs::reclaimable`]).
     placed: HashMap<u32, Vec<Weak<Slot>>>,
+    /// Packs created whose directory entries are not known durable ([`PackDir::create`]):
+    /// synced before a record may name one of them.
+    unnamed: BTreeSet<u32>,
 }
 
 /// Counters of a mount's packs (for `squeezefs stats --live`).
@@ -170,7 +173,7 @@ pub struct PackCounters {
 /// What a [`Packs::seal_all`] wrote: the length of every pack with writes not yet known
 /// durable. Handed back to [`Packs::synced`] after a sync of the whole backing filesystem.
 #[derive(Debug, Default)]
-pub struct SyncMark(Vec<(u32, u64)>);
+pub struct SyncMark(Vec<(u32, u64)>, Vec<u32>);
 
 /// The packs of one backing directory.
 pub struct Packs {
@@ -528,6 +531,7 @@ impl Packs {
             }
             w.next_id += 1;
             let st = self.dir.create(id)?;
+            w.unnamed.insert(id);
             st.write_at(&PackHeader { id }.encode(), 0)?;
             self.handles.write().unwrap().insert(id, st.clone());
             w.cur[lane] = Some(Current {
@@ -598,6 +602,10 @@ impl Packs {
             self.handle(placed.pack)?.sync_data()?;
             w.synced.insert(placed.pack, written);
         }
+        if w.unnamed.contains(&placed.pack) {
+            self.dir.sync_names()?;
+            w.unnamed.clear();
+        }
         Ok(placed)
     }
 
@@ -621,24 +629,33 @@ impl Packs {
             .filter(|(id, end)| w.synced.get(id).is_none_or(|s| s < end))
             .map(|(id, end)| (*id, *end))
             .collect();
-        Ok(SyncMark(mark))
+        Ok(SyncMark(mark, w.unnamed.iter().copied().collect()))
     }
 
     /// A sync of the whole backing filesystem finished after [`Packs::seal_all`] returned
     /// `mark`: what it wrote is durable.
+    /// The directory entries of the packs created before it are durable too.
     pub fn synced(&self, mark: SyncMark) {
         let mut w = self.writer.lock().unwrap();
         for (id, end) in mark.0 {
             let s = w.synced.entry(id).or_insert(0);
             *s = (*s).max(end);
         }
+        for id in &mark.1 {
+            w.unnamed.remove(id);
+        }
+        self.dir.names_synced(&mark.1);
     }
 
-    /// Syncs every pack with writes not yet durable (unmount, `fsync` of many files).
+    /// Syncs every pack with writes not yet durable, and the names of new packs (unmount,
+    /// `fsync` of many files).
     pub fn sync(&self) -> Result<()> {
         let mark = self.seal_all()?;
         for (id, _) in &mark.0 {
             self.handle(*id)?.sync_data()?;
+        }
+        if !mark.1.is_empty() {
+            self.dir.sync_names()?;
         }
         self.synced(mark);
         Ok(())

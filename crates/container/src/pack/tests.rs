@@ -143,6 +143,49 @@ fn durable_means_synced_and_a_crash_keeps_durable_blocks() {
     }
 }
 
+/// A pack's directory entry is not synced when the pack is made (that cost a forced journal
+/// commit while every append waited): a crash before any sync takes the pack away, and
+/// whatever may be named by a record first makes the name durable — `durable` (a file's own
+/// fsync), a whole-filesystem sync handed to `synced` (the group commit), `sync`.
+#[test]
+fn a_new_packs_name_is_made_durable_before_anything_names_it() {
+    let reboot = |d: &MemPackDir| d.reboot_into(&Crash::new(), || 1);
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
+    // The group commit: the block written by `seal_all`, then a sync of the backing.
+    let a = packs.append(zstd1(), 17, &text(1, 5000)).unwrap();
+    let mark = packs.seal_all().unwrap();
+    assert_eq!(dir.list().unwrap(), vec![1]);
+    assert!(!dir.is_named(1), "no directory sync on the append path");
+    assert!(
+        reboot(&dir).list().unwrap().is_empty(),
+        "a crash takes an unnamed pack"
+    );
+    // (The whole-filesystem sync: the pack's bytes; `synced` records its name.)
+    dir.disk(1).unwrap().sync_data().unwrap();
+    packs.synced(mark);
+    assert!(dir.is_named(1));
+    let pa = packs.durable(&a).unwrap();
+    assert_eq!(reboot(&dir).list().unwrap(), vec![1]);
+    // A file's own fsync: its block's new pack (another lane's) is named by `durable`.
+    let b = packs
+        .append_in(Lane::Repacked, zstd1(), 17, &text(2, 5000))
+        .unwrap();
+    let pb = packs.durable(&b).unwrap();
+    assert_eq!(pb.pack, 2);
+    assert!(dir.is_named(2));
+    let after = Packs::new(Box::new(reboot(&dir)), true, 0).unwrap();
+    assert_eq!(after.read(&loc(&a, pa)).unwrap(), text(1, 5000));
+    assert_eq!(after.read(&loc(&b, pb)).unwrap(), text(2, 5000));
+    // `sync` (unmount): a third pack, named with the data.
+    let dir3 = MemPackDir::new(&Crash::new());
+    let p3 = Packs::new(Box::new(dir3.clone()), true, 0).unwrap();
+    p3.append(zstd1(), 17, &text(3, 5000)).unwrap();
+    p3.sync().unwrap();
+    assert!(dir3.is_named(1));
+    assert_eq!(reboot(&dir3).list().unwrap(), vec![1]);
+}
+
 #[test]
 fn incompressible_blocks_are_stored_raw_and_groups_do_not_mix() {
     let dir = MemPackDir::new(&Crash::new());
