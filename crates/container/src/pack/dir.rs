@@ -265,6 +265,13 @@ impl MemPackDir {
         self.named.lock().unwrap().contains(&id)
     }
 
+    /// Every pack's bytes made durable, as a sync of the whole backing filesystem would
+    /// (the model tests' group commit; their names go with [`PackDir::names_synced`]).
+    pub fn sync_disks(&self) -> io::Result<()> {
+        let disks: Vec<MemDisk> = self.packs.lock().unwrap().values().cloned().collect();
+        disks.iter().try_for_each(|d| d.sync_data())
+    }
+
     /// The disk of pack `id`, for tests that damage it.
     pub fn disk(&self, id: u32) -> Option<MemDisk> {
         self.packs.lock().unwrap().get(&id).cloned()
@@ -306,9 +313,13 @@ impl PackDir for MemPackDir {
     }
 
     fn names_synced(&self, ids: &[u32]) {
-        if !self.crash.has_crashed() {
-            self.named.lock().unwrap().extend(ids.iter().copied());
+        if self.crash.has_crashed() {
+            return;
         }
+        // (Only packs still there: a removed one's id may name a new pack, unsynced.)
+        let packs = self.packs.lock().unwrap();
+        let present = ids.iter().filter(|id| packs.contains_key(id));
+        self.named.lock().unwrap().extend(present);
     }
 
     fn remove(&self, id: u32) -> io::Result<()> {

@@ -420,6 +420,8 @@ impl Packs {
 
     /// Forgets pack `id`'s open handle and cached blocks (before it is removed).
     pub fn forget(&self, id: u32) {
+        // (Its name need not be synced any more: a removed pack's id may be taken again.)
+        self.writer.lock().unwrap().unnamed.remove(&id);
         self.handles.write().unwrap().remove(&id);
         self.cache.lock().unwrap().forget_pack(id);
         self.headers.lock().unwrap().retain(|k, _| k.0 != id);
