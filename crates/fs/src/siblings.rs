@@ -14,7 +14,7 @@
 //! ([`Siblings::listed`], the last [`LISTINGS`] directories). When files of one listing are
 //! opened read-only in that order ([`Siblings::opened`]: the first one, or one at most
 //! [`STEP`] places after the previous open), the next [`AHEAD_FILES`] files are queued for
-//! one worker, which decodes the first [`FILE_BYTES`] of each through its container and
+//! [`WORKERS`] workers, which decode the first [`FILE_BYTES`] of each through its container and
 //! hands them to the kernel's page cache (`FUSE_NOTIFY_STORE`, `pagecache.rs`), under rule
 //! 11 of `lifecycle::state` like any store: never from a file with a writer, never over
 //! bytes the kernel may hold newer. Its reader then finds them cached: no READ for a file
@@ -27,22 +27,30 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Directories whose listing order is remembered.
 pub const LISTINGS: usize = 16;
 /// Regular files remembered of one listing at most (the rest are not read ahead).
 pub const LISTED_FILES: usize = 1 << 16;
-/// Files stored ahead of the one a walk opens.
-pub const AHEAD_FILES: usize = 2;
+/// Files stored ahead of the one a walk opens. Two were too few: a walker caught up with
+/// the one worker and waited at its OPEN for the file being prepared (its container opened,
+/// its pack block read, under the file's lock); with six ahead on four workers a cold walk
+/// of the W1 mix's 750 files under 4 MiB took 0.66 s instead of 0.74 (median of four,
+/// docs/BENCHMARKS.md, session 32).
+pub const AHEAD_FILES: usize = 6;
+/// Threads that store files ahead. Most of a file's preparation is waiting for the backing
+/// filesystem (its inode, superblock, location record, pack block), so more threads than
+/// cores pay, as for the in-file read-ahead (`readahead.rs`).
+pub const WORKERS: usize = 4;
 /// An open this many places after the previous one of its listing (or fewer) continues the
 /// walk: files it skipped (unreadable, or opened by another program) do not stop it.
 pub const STEP: usize = 2;
 /// Bytes of each file stored ahead: its first 1 MiB (one extent of a file written whole, a
 /// whole packed file; a larger file's in-file read-ahead takes over from there).
 pub const FILE_BYTES: u64 = 1 << 20;
-/// Files waiting for the worker, beyond which new ones are dropped.
-const QUEUE: usize = 8;
+/// Files waiting for the workers, beyond which new ones are dropped.
+const QUEUE: usize = 16;
 
 /// A file to store ahead: its backing key (device, inode), as the listing had it.
 pub type Key = (u64, u64);
@@ -72,20 +80,24 @@ pub struct Siblings {
 }
 
 impl Siblings {
-    /// Starts the worker; it holds `to` weakly (the core holds this). Until started (and
-    /// with `nofill_cache`, where it is never started) nothing is queued.
+    /// Starts the workers; they hold `to` weakly (the core holds this). Until started (and
+    /// with `nofill_cache`, where they are never started) nothing is queued.
     pub fn start(&self, to: Weak<dyn Load>) -> std::io::Result<()> {
         let (tx, rx): (SyncSender<Key>, Receiver<Key>) = sync_channel(QUEUE);
-        std::thread::Builder::new()
-            .name("squeezefs-siblings".into())
-            .spawn(move || {
-                for key in rx {
-                    match to.upgrade() {
-                        Some(l) => l.load_ahead(key),
-                        None => return,
-                    }
-                }
-            })?;
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..WORKERS {
+            let (rx, to) = (rx.clone(), to.clone());
+            std::thread::Builder::new()
+                .name(format!("squeezefs-siblings-{i}"))
+                .spawn(move || loop {
+                    // The queue's lock is held only to take a file.
+                    let key = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let (Ok(key), Some(l)) = (key, to.upgrade()) else {
+                        return;
+                    };
+                    l.load_ahead(key);
+                })?;
+        }
         *self.tx.lock().unwrap() = Some(tx);
         Ok(())
     }
@@ -175,13 +187,14 @@ mod tests {
     #[test]
     fn a_walk_in_listing_order_stores_the_next_files_once() {
         let s = started();
-        s.listed(1, keys(6).into_iter());
-        let k = keys(6);
-        assert_eq!(s.opened(k[0]), vec![k[1], k[2]], "the first file starts a walk");
-        assert_eq!(s.opened(k[1]), vec![k[3]]);
-        assert_eq!(s.opened(k[2]), vec![k[4]]);
+        let a = AHEAD_FILES;
+        let k = keys(a as u64 + 4);
+        s.listed(1, k.clone().into_iter());
+        assert_eq!(s.opened(k[0]), k[1..=a].to_vec(), "the first file starts a walk");
+        assert_eq!(s.opened(k[1]), vec![k[a + 1]]);
+        assert_eq!(s.opened(k[2]), vec![k[a + 2]]);
         // A file skipped (not readable, say): the walk goes on.
-        assert_eq!(s.opened(k[4]), vec![k[5]]);
+        assert_eq!(s.opened(k[4]), vec![k[a + 3]]);
         assert_eq!(s.opened(k[5]), Vec::<Key>::new(), "the end of the listing");
         // Opened again: the same place, nothing new.
         assert_eq!(s.opened(k[5]), Vec::<Key>::new());
@@ -200,7 +213,7 @@ mod tests {
         let s2 = started();
         s2.listed(1, k.clone().into_iter());
         assert!(s2.opened(k[3]).is_empty());
-        assert_eq!(s2.opened(k[4]), vec![k[5], k[6]]);
+        assert_eq!(s2.opened(k[4]), k[5..(5 + AHEAD_FILES).min(10)].to_vec());
     }
 
     #[test]
@@ -208,10 +221,10 @@ mod tests {
         let s = started();
         let k = keys(4);
         s.listed(1, k.clone().into_iter());
-        assert_eq!(s.opened(k[0]), vec![k[1], k[2]]);
+        assert_eq!(s.opened(k[0]), k[1..].to_vec());
         // Listed again (a rewind, or another walk): it starts over.
         s.listed(1, k.clone().into_iter());
-        assert_eq!(s.opened(k[0]), vec![k[1], k[2]]);
+        assert_eq!(s.opened(k[0]), k[1..].to_vec());
         for d in 2..2 + LISTINGS as u64 {
             s.listed(d, [(8, d)].into_iter());
         }
