@@ -1216,7 +1216,11 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
     assert!(c.write_back().unwrap().is_done());
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     assert!(c.is_packed());
+    // Not loaded at the open: its block is named (for a read into the packs' cache first).
+    let (pack, block) = c.unloaded_pack_block().expect("unloaded, in a pack");
+    assert!(opts.packs.as_ref().unwrap().block(pack, block).is_ok());
     assert_eq!(c.read(0, 10).unwrap(), b"hello");
+    assert_eq!(c.unloaded_pack_block(), None, "loaded");
     assert_eq!(disk.contents().len(), 0, "nothing in the backing file");
 }
 

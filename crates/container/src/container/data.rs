@@ -166,6 +166,19 @@ impl<S: Storage> Container<S> {
         }
     }
 
+    /// The pack block holding the file's bytes, when they are in a pack and not loaded yet
+    /// (a caller may read it into the packs' cache first, without the file's lock: blocks
+    /// never change, and the load then finds it there).
+    pub fn unloaded_pack_block(&self) -> Option<(u32, u64)> {
+        let Mode::Packed(p) = &self.mode else {
+            return None;
+        };
+        if !p.loc_unloaded || p.loc_pending.is_some() {
+            return None;
+        }
+        p.loc.map(|l| (l.pack, l.block))
+    }
+
     /// The extent holding byte `off`, as a range of the file (ending at its size), when its
     /// decoded bytes are in memory; `None` for a plain file, a hole, an extent not cached,
     /// or an offset at or past the end. The FUSE layer uses it to hand the kernel the rest

@@ -167,6 +167,19 @@ impl Files {
         } else {
             drop(open);
         }
+        // A packed file's block read and decoded into the packs' cache without the file's
+        // lock, which its reader's OPEN takes: read under it, a walker waited at a tenth
+        // of its OPENs for the disk (blocks never change; the load below finds it cached).
+        let block = inode
+            .file
+            .open
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|of| of.container.unloaded_pack_block());
+        if let (Some((pack, at)), Some(packs)) = (block, &self.opts().packs) {
+            let _ = packs.block(pack, at);
+        }
         // The extents decoded on the read-ahead workers, without the file's lock (its
         // reader's OPEN and READs do not wait behind a decode), then taken under it.
         let mut open = inode.file.open.lock().unwrap();
