@@ -1200,6 +1200,7 @@ fn a_ticket_of_an_earlier_container_commits_nothing_in_a_later_one() {
 /// second write-back still reports the record its bytes wait for.
 #[test]
 fn a_packed_file_written_back_twice_keeps_its_pending_record() {
+    use std::sync::atomic::Ordering::Relaxed;
     let disk = MemDisk::new();
     let dir = MemPackDir::new(disk.crash());
     let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
@@ -1214,13 +1215,26 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
     syncfs(&disk, &opts).unwrap();
     c.settle(t).unwrap();
     assert!(c.write_back().unwrap().is_done());
+    // Opened by a later mount (its packs' cache empty).
+    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     assert!(c.is_packed());
     // Not loaded at the open: its block is named (for a read into the packs' cache first).
-    let (pack, block) = c.unloaded_pack_block().expect("unloaded, in a pack");
-    assert!(opts.packs.as_ref().unwrap().block(pack, block).is_ok());
+    let (pin, pack, block) = c.unloaded_pack_block().expect("unloaded, in a pack");
+    let packs = opts.packs.as_ref().unwrap();
+    let (read, hits) = (&packs.counters.blocks_read, &packs.counters.cache_hits);
+    let before = (read.load(Relaxed), hits.load(Relaxed));
+    packs.prefetch_block(&pin, pack, block);
+    packs.prefetch_block(&pin, pack, block);
+    assert_eq!(
+        (read.load(Relaxed), hits.load(Relaxed)),
+        (before.0 + 1, before.1),
+        "read once, no hit counted"
+    );
+    drop(pin);
     assert_eq!(c.read(0, 10).unwrap(), b"hello");
-    assert_eq!(c.unloaded_pack_block(), None, "loaded");
+    assert_eq!(hits.load(Relaxed), before.1 + 1, "the load found it cached");
+    assert!(c.unloaded_pack_block().is_none(), "loaded");
     assert_eq!(disk.contents().len(), 0, "nothing in the backing file");
 }
 

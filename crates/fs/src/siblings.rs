@@ -95,11 +95,18 @@ impl Siblings {
                     let (Ok(key), Some(l)) = (key, to.upgrade()) else {
                         return;
                     };
-                    l.load_ahead(key);
+                    // A panic (a decoder's) ends this file's preparation, not the worker.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.load_ahead(key)));
                 })?;
         }
         *self.tx.lock().unwrap() = Some(tx);
         Ok(())
+    }
+
+    /// Stops queueing (unmount, before the final write-out): the workers end once the
+    /// files they took are done.
+    pub fn stop(&self) {
+        self.tx.lock().unwrap().take();
     }
 
     /// A fresh listing of directory `dir`: its regular files, in the order readdir returns

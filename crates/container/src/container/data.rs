@@ -12,6 +12,7 @@ use super::recompress::Recompressed;
 use super::state::{ExtentBuf, Mode, Packed, ReadBytes};
 use super::Container;
 use crate::layout::{read_half, Half};
+use crate::pack::Pin;
 use crate::storage::{read_full, Storage};
 use crate::{Error, Result};
 
@@ -166,17 +167,19 @@ impl<S: Storage> Container<S> {
         }
     }
 
-    /// The pack block holding the file's bytes, when they are in a pack and not loaded yet
-    /// (a caller may read it into the packs' cache first, without the file's lock: blocks
-    /// never change, and the load then finds it there).
-    pub fn unloaded_pack_block(&self) -> Option<(u32, u64)> {
+    /// The pack block holding the file's bytes, when they are in a pack and not loaded yet,
+    /// with a pin on the pack: a caller may read it into the packs' cache first
+    /// ([`Packs::prefetch_block`]), without the file's lock (blocks never change, and the
+    /// load then finds it there).
+    pub fn unloaded_pack_block(&self) -> Option<(Pin, u32, u64)> {
         let Mode::Packed(p) = &self.mode else {
             return None;
         };
         if !p.loc_unloaded || p.loc_pending.is_some() {
             return None;
         }
-        p.loc.map(|l| (l.pack, l.block))
+        let loc = p.loc?;
+        Some((p.packs.as_ref()?.pin(loc.pack), loc.pack, loc.block))
     }
 
     /// The extent holding byte `off`, as a range of the file (ending at its size), when its

@@ -191,6 +191,8 @@ pub struct Packs {
     /// Per pack, the [`Pin`]s of containers whose bytes are there and not loaded (taken
     /// alone, like `records`).
     pins: Mutex<HashMap<u32, Vec<Weak<()>>>>,
+    /// Blocks being read ahead ([`Packs::prefetch_block`]; taken alone).
+    prefetching: Mutex<std::collections::HashSet<cache::BlockId>>,
     /// Whether reclaim keeps a moved file's change time in its record (version 3, 64
     /// bytes): set by the mount when the backing filesystem keeps such a record for free.
     keep_ctime: std::sync::atomic::AtomicBool,
@@ -297,6 +299,7 @@ impl Packs {
             moves: AtomicU64::new(0),
             moved: Mutex::new(moves::MoveLog::default()),
             pins: Mutex::new(HashMap::new()),
+            prefetching: Mutex::default(),
             counters: PackCounters::default(),
         })
     }
@@ -669,6 +672,28 @@ impl Packs {
             self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(b);
         }
+        self.load_block(pack, block)
+    }
+
+    /// Reads and decodes the block at `block` of pack `pack` into the cache for a load
+    /// that will want it soon (a walk's read-ahead, without the file's lock: blocks never
+    /// change). Nothing when it is cached, or being read ahead by another caller (that
+    /// load then finds it, or reads it itself); never counted as a cache hit; an error is
+    /// left for the load to report. The caller holds a [`Pin`] on the pack (so reclaim
+    /// cannot remove it meanwhile and a block of a later pack of that id be taken for it).
+    pub fn prefetch_block(&self, _pin: &Pin, pack: u32, block: u64) {
+        if self.cache.lock().unwrap().get((pack, block)).is_some() {
+            return;
+        }
+        if !self.prefetching.lock().unwrap().insert((pack, block)) {
+            return;
+        }
+        let _ = self.load_block(pack, block);
+        self.prefetching.lock().unwrap().remove(&(pack, block));
+    }
+
+    /// [`Packs::block`] from disk, into the cache.
+    fn load_block(&self, pack: u32, block: u64) -> Result<Arc<[u8]>> {
         let (h, payload) = self.read_block(pack, block)?;
         // (Into a new buffer's spare capacity: nothing zeroed first, as for an extent.)
         let n = h.logical_len as usize;

@@ -170,15 +170,17 @@ impl Files {
         // A packed file's block read and decoded into the packs' cache without the file's
         // lock, which its reader's OPEN takes: read under it, a walker waited at a tenth
         // of its OPENs for the disk (blocks never change; the load below finds it cached).
+        // Not for a file with a writer, nor while memory is short (nothing is stored then).
         let block = inode
             .file
             .open
             .lock()
             .unwrap()
             .as_ref()
+            .filter(|of| of.writers == 0 && may())
             .and_then(|of| of.container.unloaded_pack_block());
-        if let (Some((pack, at)), Some(packs)) = (block, &self.opts().packs) {
-            let _ = packs.block(pack, at);
+        if let (Some((pin, pack, at)), Some(packs)) = (block, &self.opts().packs) {
+            packs.prefetch_block(&pin, pack, at);
         }
         // The extents decoded on the read-ahead workers, without the file's lock (its
         // reader's OPEN and READs do not wait behind a decode), then taken under it.

@@ -376,6 +376,9 @@ impl Core {
     /// Commits what waits, then writes out every file still open and makes it all durable
     /// (unmount).
     pub fn flush_all(&self) {
+        // No more files stored ahead of a walk (a worker could open a container after the
+        // final write-out).
+        self.siblings.stop();
         // The last closes handed on first: they write files out.
         self.closer.finish();
         self.background.stop();
