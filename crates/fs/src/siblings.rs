@@ -15,7 +15,7 @@
 //! opened read-only in that order ([`Siblings::opened`]: the first one, or one at most
 //! [`STEP`] places after the previous open), the next [`AHEAD_FILES`] files are queued for
 //! [`WORKERS`] workers, which decode the first [`FILE_BYTES`] of each through its container and
-//! hands them to the kernel's page cache (`FUSE_NOTIFY_STORE`, `pagecache.rs`), under rule
+//! hand them to the kernel's page cache (`FUSE_NOTIFY_STORE`, `pagecache.rs`), under rule
 //! 11 of `lifecycle::state` like any store: never from a file with a writer, never over
 //! bytes the kernel may hold newer. Its reader then finds them cached: no READ for a file
 //! that fits, and the in-file read-ahead starts at the first READ past them.
