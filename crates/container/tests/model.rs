@@ -33,9 +33,7 @@ fn options(codec: CodecSpec, shift: u8, packs: Option<&MemPackDir>, dirty: usize
             let p = Packs::new(Box::new(d.clone()), true, DEFAULT_CACHE).unwrap();
             // Records moved by `Op::Reclaim` keep the change time (version 3).
             p.set_keep_ctime(true);
-            let p = Arc::new(p);
-            remember_pack_dir(&p, d);
-            p
+            Arc::new(p)
         }),
         dirty: DirtyBudget::new(dirty),
         adapt: adaptive.then(|| Adaptive::with_clock(1, 4, Arc::new(TickingClock::default()))),
@@ -90,50 +88,30 @@ fn growing(opts: Options, shift: u8, grow: Option<u8>) -> Options {
 }
 
 thread_local! {
-    /// The simulated pack directory behind each `Packs` that [`options`] made (by its
-    /// address; the last few), for [`syncfs`]; and which way the next `syncfs` goes.
-    static PACK_DIRS: std::cell::RefCell<(Vec<(usize, MemPackDir)>, bool)> = Default::default();
-}
-
-/// Remembers `dir` as the directory of `packs` (for [`syncfs`]).
-fn remember_pack_dir(packs: &Arc<Packs>, dir: &MemPackDir) {
-    PACK_DIRS.with(|d| {
-        let mut d = d.borrow_mut();
-        // (An address freed and taken again names the newest `Packs` only.)
-        let key = Arc::as_ptr(packs) as usize;
-        d.0.retain(|(k, _)| *k != key);
-        if d.0.len() >= 8 {
-            d.0.remove(0);
-        }
-        d.0.push((key, dir.clone()));
-    });
+    /// Which way the next [`syncfs`] goes.
+    static WHOLE_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// What a group commit's `syncfs` does: every pack and the backing file durable, metadata
 /// included. Taken two ways in turn: as the daemon's group commit does it (open blocks
-/// written by `seal_all`, one sync of everything — the packs' bytes and names with it —
-/// then `synced`), and by `Packs::sync` (each pack synced, and its directory).
+/// written by `seal_all`, one sync of everything — every pack's bytes, and its name with
+/// `synced` — then `synced`), and by `Packs::sync` (each pack synced, and its directory).
 fn syncfs(disk: &MemDisk, opts: &Options) -> Result<(), Error> {
     if let Some(p) = &opts.packs {
-        let (dir, whole) = PACK_DIRS.with(|d| {
-            let mut d = d.borrow_mut();
-            d.1 = !d.1;
-            let key = Arc::as_ptr(p) as usize;
-            (
-                d.0.iter().find(|(k, _)| *k == key).map(|(_, dir)| dir.clone()),
-                d.1,
-            )
+        let whole = WHOLE_SYNC.with(|w| {
+            w.set(!w.get());
+            w.get()
         });
-        match dir.filter(|_| whole) {
-            Some(dir) => {
-                let mark = p.seal_all()?;
-                dir.sync_disks()?;
-                disk.sync_all()?;
-                p.synced(mark);
-                return Ok(());
+        if whole {
+            let mark = p.seal_all()?;
+            for id in p.dir().list()? {
+                p.dir().open(id)?.sync_data()?;
             }
-            None => p.sync()?,
+            disk.sync_all()?;
+            p.synced(mark);
+            return Ok(());
         }
+        p.sync()?;
     }
     disk.sync_all()?;
     Ok(())

@@ -265,13 +265,6 @@ impl MemPackDir {
         self.named.lock().unwrap().contains(&id)
     }
 
-    /// Every pack's bytes made durable, as a sync of the whole backing filesystem would
-    /// (the model tests' group commit; their names go with [`PackDir::names_synced`]).
-    pub fn sync_disks(&self) -> io::Result<()> {
-        let disks: Vec<MemDisk> = self.packs.lock().unwrap().values().cloned().collect();
-        disks.iter().try_for_each(|d| d.sync_data())
-    }
-
     /// The disk of pack `id`, for tests that damage it.
     pub fn disk(&self, id: u32) -> Option<MemDisk> {
         self.packs.lock().unwrap().get(&id).cloned()
