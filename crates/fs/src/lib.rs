@@ -41,6 +41,7 @@ pub mod statsfile;
 /// `AsFd`, each block justified by a `SAFETY:` comment.
 #[allow(unsafe_code)]
 pub mod sys;
+mod workers;
 
 pub use backing_check::check_backing;
 pub use memory::default_max_dirty;

@@ -160,24 +160,12 @@ impl ReadAhead {
         let Some(rx) = self.rx.lock().unwrap().take() else {
             return Ok(());
         };
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..AHEAD_WORKERS {
-            let rx = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("squeezefs-ahead-{i}"))
-                .spawn(move || loop {
-                    // The queue's lock is held only to take a job.
-                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    match job {
-                        // A panic (a decoder's) ends this job, not the worker: the job's
-                        // mark is cleared by its drop either way.
-                        Ok(job) => {
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
-                        }
-                        Err(_) => return,
-                    }
-                })?;
-        }
+        // A panic (a decoder's) ends its job only: the job's mark is cleared by its drop
+        // either way.
+        crate::workers::spawn("squeezefs-ahead", AHEAD_WORKERS, rx, |job: Job| {
+            job.run();
+            true
+        })?;
         self.started.store(true, Ordering::Release);
         Ok(())
     }

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Mutex, Weak};
 
 /// Directories whose listing order is remembered.
 pub const LISTINGS: usize = 16;
@@ -84,21 +84,14 @@ impl Siblings {
     /// with `nofill_cache`, where they are never started) nothing is queued.
     pub fn start(&self, to: Weak<dyn Load>) -> std::io::Result<()> {
         let (tx, rx): (SyncSender<Key>, Receiver<Key>) = sync_channel(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..WORKERS {
-            let (rx, to) = (rx.clone(), to.clone());
-            std::thread::Builder::new()
-                .name(format!("squeezefs-siblings-{i}"))
-                .spawn(move || loop {
-                    // The queue's lock is held only to take a file.
-                    let key = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let (Ok(key), Some(l)) = (key, to.upgrade()) else {
-                        return;
-                    };
-                    // A panic (a decoder's) ends this file's preparation, not the worker.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.load_ahead(key)));
-                })?;
-        }
+        // A panic (a decoder's) ends that file's preparation, not the worker.
+        crate::workers::spawn("squeezefs-siblings", WORKERS, rx, move |key| match to.upgrade() {
+            Some(l) => {
+                l.load_ahead(key);
+                true
+            }
+            None => false,
+        })?;
         *self.tx.lock().unwrap() = Some(tx);
         Ok(())
     }
