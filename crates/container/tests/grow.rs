@@ -94,6 +94,30 @@ fn writes_that_arrive_out_of_order_still_make_a_whole_file() {
 }
 
 #[test]
+fn regrouped_extents_hold_zeros_between_and_after_the_pieces_written() {
+    let disk = MemDisk::new();
+    let o = opts(true);
+    let mut c = Container::create(disk.clone(), &o);
+    let data = text(MIB + 2 * E as usize);
+    let mut want = vec![0u8; MIB + 3 * E as usize];
+    // A piece of the second large extent first, with a gap before it and nothing after.
+    let (a, b) = (MIB + 2 * E as usize, MIB + 3 * E as usize);
+    c.write(a as u64, &data[MIB..MIB + E as usize]).unwrap();
+    want[a..b].copy_from_slice(&data[MIB..MIB + E as usize]);
+    // Then the start, past one large extent: the file regroups.
+    c.write(0, &data[..MIB + E as usize]).unwrap();
+    want[..MIB + E as usize].copy_from_slice(&data[..MIB + E as usize]);
+    assert_eq!(c.extent_size(), Some(1 << MAX_EXTENT_SHIFT));
+    assert_eq!(c.read(0, want.len() + 1).unwrap(), want, "in memory");
+    // Past the end of the file, up to the extent's end: zeros when it grows.
+    c.set_size(2 * MIB as u64).unwrap();
+    want.resize(2 * MIB, 0);
+    assert_eq!(c.read(0, want.len() + 1).unwrap(), want, "grown");
+    c.fsync().unwrap();
+    reads_back(&disk, &o, &want, MAX_EXTENT_SHIFT);
+}
+
+#[test]
 fn files_with_a_gap_or_synced_at_one_large_extent_keep_the_mounts_extents() {
     // A gap (a sparse file, or a database's scattered pages) left when the file is written out.
     let disk = MemDisk::new();

@@ -119,6 +119,14 @@ impl Packed {
         }
     }
 
+    /// The buffer [`Packed::regroup`] built for new extent `j`, zeros to its end (`len`).
+    fn set_regrouped(&mut self, built: Option<(u64, Vec<u8>)>, len: usize) {
+        if let Some((j, mut buf)) = built {
+            buf.resize(len, 0);
+            self.exts.entry(j).or_default().data = Some(buf.into_boxed_slice().into());
+        }
+    }
+
     /// The file's last writer closed it (see [`super::Container::writer_closed`]).
     pub(super) fn decide_closed(&mut self) {
         let Some(to) = self.grow_to else { return };
@@ -177,19 +185,31 @@ impl Packed {
         let (from, len) = (self.shift, 1usize << to);
         let k = to - from;
         let old = std::mem::take(&mut self.exts);
+        // Each new extent's buffer is built in order (the map is sorted: pieces come by
+        // new extent, then by offset), zeros only between and after its pieces: a memset
+        // of the whole 1 MiB first, then the copies over it, cost a sequential writer as
+        // much as the copies (measured: 4 % of the daemon's time in a `cp -r`).
+        let mut building: Option<(u64, Vec<u8>)> = None;
         for (i, e) in old {
             let j = i >> k;
             let at = ((i - (j << k)) << from) as usize;
-            let n: &mut Ext = self.exts.entry(j).or_default();
             if let Some(d) = &e.data {
-                n.whole(len)[at..at + d.len()].copy_from_slice(d);
+                if building.as_ref().is_some_and(|(b, _)| *b != j) {
+                    self.set_regrouped(building.take(), len);
+                }
+                let (_, buf) = building.get_or_insert_with(|| (j, Vec::with_capacity(len)));
+                debug_assert!(buf.len() <= at && at + d.len() <= len);
+                buf.resize(at, 0);
+                buf.extend_from_slice(d);
             }
+            let n: &mut Ext = self.exts.entry(j).or_default();
             n.dirty |= e.dirty;
             n.last_use = n.last_use.max(e.last_use);
             for &(a, b) in &e.covered {
                 n.cover(a + at as u32, b + at as u32, len as u32);
             }
         }
+        self.set_regrouped(building.take(), len);
         self.shift = to;
         self.stats.extents_grown();
         // (Anything planned on the old extents, a read ahead, is for another state.)
