@@ -1216,6 +1216,43 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
     assert_eq!(disk.contents().len(), 0, "nothing in the backing file");
 }
 
+/// A packed file that is all of its block holds the packs' cached block itself once loaded
+/// (no copy), and a write to it changes its own copy only: another reader of that block
+/// (here, a second container of the same file, as its last state on disk has it) still
+/// reads the block's bytes.
+#[test]
+fn a_file_alone_in_its_block_shares_the_cached_block_and_a_write_copies_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let disk = MemDisk::new();
+    let dir = MemPackDir::new(disk.crash());
+    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
+    let old: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    c.write(0, &old).unwrap();
+    c.fsync().unwrap();
+    // A later mount: its packs' cache empty.
+    let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
+    let packs = opts.packs.clone().unwrap();
+    let mut a = Container::open(disk.clone(), &opts).unwrap();
+    assert!(a.is_packed());
+    assert!(a.read(0, old.len() + 1).unwrap() == old);
+    a.write(100, b"changed").unwrap();
+    let mut new = old.clone();
+    new[100..107].copy_from_slice(b"changed");
+    assert!(a.read(0, old.len() + 1).unwrap() == new, "the write is read back");
+    // The block in the cache is unchanged: the second container loads it from there.
+    let read = packs.counters.blocks_read.load(Relaxed);
+    let mut b = Container::open(disk.clone(), &opts).unwrap();
+    assert!(
+        b.read(0, old.len() + 1).unwrap() == old,
+        "the cached block changed under a write"
+    );
+    assert_eq!(packs.counters.blocks_read.load(Relaxed), read, "from the cache");
+    a.fsync().unwrap();
+    let mut c = Container::open(disk.clone(), &opts).unwrap();
+    assert!(c.read(0, old.len() + 1).unwrap() == new);
+}
+
 /// A whole-extent overwrite of a packed file that was not loaded yet: the new bytes win,
 /// the pack's old ones are never read over them.
 #[test]

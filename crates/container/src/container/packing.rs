@@ -26,9 +26,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::state::{Ext, Packed, PendingLoc};
+use super::state::{Ext, ExtentBuf, Packed, PendingLoc};
 pub(super) use crate::pack::record::read_record as read_location;
-use crate::pack::{Location, Packs, LOCATION_XATTR};
+use crate::pack::{Location, Packs, Shared, LOCATION_XATTR};
 use crate::storage::Storage;
 use crate::{Error, Result};
 
@@ -62,18 +62,18 @@ impl Packed {
             return Ok(());
         }
         let bytes = match &self.loc_pending {
-            Some(PendingLoc::Bytes(slot)) => self.packs()?.read_slot(slot)?,
-            Some(PendingLoc::Empty) => Vec::new(),
+            Some(PendingLoc::Bytes(slot)) => Shared::Copy(self.packs()?.read_slot(slot)?),
+            Some(PendingLoc::Empty) => Shared::Copy(Vec::new()),
             None => {
                 let loc = self.loc.expect("an unloaded packed file has a record or a slot");
-                match self.packs()?.read(&loc) {
+                match self.packs()?.read_shared(&loc) {
                     Ok(b) => b,
                     Err(e) => match self.relocated(st, &loc)? {
                         // Reclaim moved the bytes (same generation and checksum) since
                         // this container read its record, and removed the old pack.
                         Some((moved, moves)) => {
                             self.pin = Some(self.packs()?.pin(moved.pack));
-                            let b = self.packs()?.read(&moved)?;
+                            let b = self.packs()?.read_shared(&moved)?;
                             self.loc = Some(moved);
                             self.loc_moves = moves;
                             // (The same state of the file: a change since still counts.)
@@ -84,15 +84,22 @@ impl Packed {
                 }
             }
         };
-        // Only the file's bytes: a short clean buffer (`Ext::data`), no extent to zero.
-        let mut bytes = bytes;
-        bytes.truncate((self.size as usize).min(self.extent_len()));
-        let buf = bytes.into_boxed_slice();
+        // Only the file's bytes: a short clean buffer (`Ext::data`), no extent to zero; a
+        // file that is all of its block holds the cached block itself.
+        let keep = (self.size as usize).min(self.extent_len());
+        let buf: ExtentBuf = match bytes {
+            Shared::Block(b) if b.len() <= keep => b.into(),
+            Shared::Block(b) => Box::<[u8]>::from(&b[..keep]).into(),
+            Shared::Copy(mut v) => {
+                v.truncate(keep);
+                v.into_boxed_slice().into()
+            }
+        };
         let clock = self.tick();
         self.exts.insert(
             0,
             Ext {
-                data: Some(buf.into()),
+                data: Some(buf),
                 last_use: clock,
                 ..Ext::default()
             },

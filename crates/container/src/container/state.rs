@@ -75,6 +75,14 @@ impl From<Box<[u8]>> for ExtentBuf {
     }
 }
 
+/// A buffer held elsewhere too (a pack block in the packs' cache, `pack::Shared`): a change
+/// copies it first, like any buffer a READ or a batch still holds.
+impl From<Arc<Box<[u8]>>> for ExtentBuf {
+    fn from(b: Arc<Box<[u8]>>) -> ExtentBuf {
+        ExtentBuf(b)
+    }
+}
+
 impl std::ops::Deref for ExtentBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -8,12 +8,16 @@ use std::sync::Arc;
 /// A block: (pack id, offset of its header).
 pub type BlockId = (u32, u64);
 
+/// A block's decoded bytes, shared: a packed file that is all of its block holds this very
+/// buffer as its extent (`Packs::read_shared`) rather than a copy of it.
+pub type BlockBytes = Arc<Box<[u8]>>;
+
 #[derive(Debug)]
 pub struct BlockCache {
     cap: usize,
     bytes: usize,
     clock: u64,
-    map: HashMap<BlockId, (Arc<[u8]>, u64)>,
+    map: HashMap<BlockId, (BlockBytes, u64)>,
     /// Use tick → block, oldest first.
     order: BTreeMap<u64, BlockId>,
 }
@@ -30,7 +34,7 @@ impl BlockCache {
         }
     }
 
-    pub fn get(&mut self, id: BlockId) -> Option<Arc<[u8]>> {
+    pub fn get(&mut self, id: BlockId) -> Option<BlockBytes> {
         self.clock += 1;
         let clock = self.clock;
         let (data, tick) = self.map.get_mut(&id)?;
@@ -40,7 +44,7 @@ impl BlockCache {
         Some(data.clone())
     }
 
-    pub fn insert(&mut self, id: BlockId, data: Arc<[u8]>) {
+    pub fn insert(&mut self, id: BlockId, data: BlockBytes) {
         if data.len() > self.cap {
             return;
         }
@@ -91,15 +95,15 @@ mod tests {
     #[test]
     fn keeps_within_its_budget_dropping_the_least_recently_used() {
         let mut c = BlockCache::new(300);
-        c.insert((1, 64), vec![1u8; 100].into());
-        c.insert((1, 200), vec![2u8; 100].into());
-        c.insert((1, 400), vec![3u8; 100].into());
+        c.insert((1, 64), Arc::new(vec![1u8; 100].into_boxed_slice()));
+        c.insert((1, 200), Arc::new(vec![2u8; 100].into_boxed_slice()));
+        c.insert((1, 400), Arc::new(vec![3u8; 100].into_boxed_slice()));
         assert!(c.get((1, 64)).is_some()); // now the newest
-        c.insert((2, 64), vec![4u8; 100].into());
+        c.insert((2, 64), Arc::new(vec![4u8; 100].into_boxed_slice()));
         assert!(c.get((1, 200)).is_none(), "the least recently used goes");
         assert!(c.get((1, 64)).is_some());
         assert_eq!((c.bytes(), c.capacity()), (300, 300));
-        c.insert((9, 9), vec![0u8; 301].into());
+        c.insert((9, 9), Arc::new(vec![0u8; 301].into_boxed_slice()));
         assert!(c.get((9, 9)).is_none(), "larger than the whole cache: not kept");
         c.forget_pack(1);
         assert_eq!(c.bytes(), 100);

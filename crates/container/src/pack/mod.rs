@@ -30,6 +30,8 @@
 //!
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
+//! `loading` → `cache`: a block's readers claim it under `loading` after looking in the
+//! cache (`read.rs`); `loading` is waited on with no other lock of this struct held.
 //! `records` is taken alone (never while holding another lock of this struct): containers
 //! hold it shared while they set or remove a location record, reclaim holds it exclusively
 //! while it checks and replaces records, so neither replaces a record the other just set.
@@ -58,6 +60,7 @@ use crate::{Error, Result};
 use cache::BlockCache;
 pub use dir::{FsPackDir, MemPackDir, PackDir};
 pub use format::{BlockHeader, Location, PackHeader, BLOCK_HEADER_LEN, LOCATION_XATTR, PACK_HEADER_LEN};
+pub use read::Shared;
 
 /// A pack takes no more blocks once it is this long; the next block starts a new pack.
 pub const PACK_MAX: u64 = 64 << 20;
@@ -79,10 +82,10 @@ enum SlotState {
     /// In the open block of this group.
     Open(Group),
     /// Written (not necessarily durable); the block's decoded bytes stay with the slot.
-    Placed(Placed, Arc<[u8]>),
+    Placed(Placed, cache::BlockBytes),
     /// Its block could not be written: why, and the block's bytes (the file's are at the
     /// slot's offset), so its owner can write them again.
-    Lost(String, Arc<[u8]>, u32),
+    Lost(String, cache::BlockBytes, u32),
 }
 
 /// A file's bytes handed to [`Packs::append`]: where they are, once their block is written.
@@ -193,8 +196,11 @@ pub struct Packs {
     /// Per pack, the [`Pin`]s of containers whose bytes are there and not loaded (taken
     /// alone, like `records`).
     pins: Mutex<HashMap<u32, Vec<Weak<()>>>>,
-    /// Blocks being read ahead ([`Packs::prefetch_block`]; taken alone).
-    prefetching: Mutex<std::collections::HashSet<cache::BlockId>>,
+    /// Blocks being read and decoded into the cache, by a load or a read ahead: a second
+    /// caller for one of them waits for it ([`Packs::block`]) rather than reading it too
+    /// (`loaded` wakes the waiters).
+    loading: Mutex<std::collections::HashSet<cache::BlockId>>,
+    loaded: std::sync::Condvar,
     /// Whether reclaim keeps a moved file's change time in its record (version 3, 64
     /// bytes): set by the mount when the backing filesystem keeps such a record for free.
     keep_ctime: std::sync::atomic::AtomicBool,
@@ -301,7 +307,8 @@ impl Packs {
             moves: AtomicU64::new(0),
             moved: Mutex::new(moves::MoveLog::default()),
             pins: Mutex::new(HashMap::new()),
-            prefetching: Mutex::default(),
+            loading: Mutex::default(),
+            loaded: std::sync::Condvar::new(),
             counters: PackCounters::default(),
         })
     }
@@ -493,11 +500,13 @@ impl Packs {
         if b.data.is_empty() {
             return Ok(());
         }
-        let data: Arc<[u8]> = Arc::from(b.data.as_slice());
-        let r = self.write_block(w, group.0, group.2, &data, b.slots.len());
+        // (The block's own buffer, shared with its slots and the cache: not copied.)
+        let slots = b.slots;
+        let data: cache::BlockBytes = Arc::new(b.data.into_boxed_slice());
+        let r = self.write_block(w, group.0, group.2, &data, slots.len());
         match &r {
             Ok(placed) => {
-                for (slot, off) in &b.slots {
+                for (slot, off) in &slots {
                     let at = Placed {
                         offset: *off,
                         ..*placed
@@ -506,11 +515,11 @@ impl Packs {
                 }
                 add_claims(
                     w.placed.entry(placed.pack).or_default(),
-                    b.slots.iter().map(|(s, _)| Arc::downgrade(s)),
+                    slots.iter().map(|(s, _)| Arc::downgrade(s)),
                 );
             }
             Err(e) => {
-                for (slot, off) in &b.slots {
+                for (slot, off) in &slots {
                     *slot.state.lock().unwrap() = SlotState::Lost(e.to_string(), data.clone(), *off);
                 }
             }
@@ -523,7 +532,7 @@ impl Packs {
         w: &mut Writer,
         codec: CodecSpec,
         lane: Lane,
-        data: &Arc<[u8]>,
+        data: &cache::BlockBytes,
         files: usize,
     ) -> Result<Placed> {
         let logical = data.len();

@@ -82,6 +82,31 @@ fn files_share_solid_blocks_and_read_back() {
 }
 
 #[test]
+fn a_block_several_callers_want_at_once_is_read_once() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, DEFAULT_CACHE).unwrap();
+    let f = text(7, 900 << 10);
+    let s = packs.append(zstd1(), 20, &f).unwrap();
+    let p = packs.durable(&s).unwrap();
+    for round in 0..20 {
+        // A later mount each round (its cache empty); four readers of the one block at once,
+        // as a walk's workers and its reader load the files of one block together.
+        let fresh = Packs::new(Box::new(dir.clone()), false, DEFAULT_CACHE).unwrap();
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|t| {
+            for _ in 0..4 {
+                t.spawn(|| {
+                    start.wait();
+                    assert!(fresh.read(&loc(&s, p)).unwrap() == f);
+                });
+            }
+        });
+        let read = fresh.counters.blocks_read.load(Ordering::Relaxed);
+        assert_eq!(read, 1, "round {round}: the block was read {read} times");
+    }
+}
+
+#[test]
 fn a_damaged_block_or_a_wrong_record_is_an_error_never_wrong_bytes() {
     let dir = MemPackDir::new(&Crash::new());
     let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
