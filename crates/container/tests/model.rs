@@ -1222,11 +1222,19 @@ fn a_packed_file_written_back_twice_keeps_its_pending_record() {
 /// reads the block's bytes.
 #[test]
 fn a_file_alone_in_its_block_shares_the_cached_block_and_a_write_copies_it() {
+    // (A file shorter than its extent, whose first write makes its buffer whole, and one
+    // exactly one extent long, whose write copies the shared buffer itself.)
+    for len in [60_000u32, 1 << 17] {
+        shares_the_cached_block(len);
+    }
+}
+
+fn shares_the_cached_block(len: u32) {
     use std::sync::atomic::Ordering::Relaxed;
     let disk = MemDisk::new();
     let dir = MemPackDir::new(disk.crash());
     let opts = options("zstd:1".parse().unwrap(), 17, Some(&dir), DEFAULT_DIRTY_BYTES);
-    let old: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+    let old: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let mut c = Container::open(disk.clone(), &opts).unwrap();
     c.write(0, &old).unwrap();
     c.fsync().unwrap();

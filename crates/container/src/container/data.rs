@@ -482,10 +482,14 @@ impl Packed {
         }
         if !new_size.is_multiple_of(e) {
             if let Some(ext) = self.exts.get_mut(&(new_size / e)) {
+                // (A buffer ending before the new size has no tail to zero: not copied, as
+                // a shared one would be by `make_mut`.)
+                let from = (new_size % e) as usize;
                 if let Some(tail) = ext
                     .data
                     .as_mut()
-                    .and_then(|d| d.make_mut().get_mut((new_size % e) as usize..))
+                    .filter(|d| d.len() > from)
+                    .and_then(|d| d.make_mut().get_mut(from..))
                 {
                     tail.fill(0);
                 }

@@ -58,8 +58,9 @@ impl ExtentBuf {
 
     /// Whether nobody else holds this buffer (a change would not copy it).
     pub(super) fn unique(&self) -> bool {
-        // No `Weak` of it is ever made; a clone needs the owner, so the count only falls
-        // under us.
+        // No `Weak` of it is ever made, and a count of 1 cannot rise under us: a clone
+        // needs a holder, and the only one is this (a buffer the packs' cache also holds,
+        // `pack::Shared`, counts 2 or more, which may rise).
         Arc::strong_count(&self.0) == 1
     }
 

@@ -31,7 +31,7 @@
 //! # Lock order
 //! `writer` → `handles` → `cache`. Readers take `handles` (read) and `cache` only.
 //! `loading` → `cache`: a block's readers claim it under `loading` after looking in the
-//! cache (`read.rs`); `loading` is waited on with no other lock of this struct held.
+//! cache (`read.rs`); a read in flight is waited for with no lock of this struct held.
 //! `records` is taken alone (never while holding another lock of this struct): containers
 //! hold it shared while they set or remove a location record, reclaim holds it exclusively
 //! while it checks and replaces records, so neither replaces a record the other just set.
@@ -197,10 +197,9 @@ pub struct Packs {
     /// alone, like `records`).
     pins: Mutex<HashMap<u32, Vec<Weak<()>>>>,
     /// Blocks being read and decoded into the cache, by a load or a read ahead: a second
-    /// caller for one of them waits for it ([`Packs::block`]) rather than reading it too
-    /// (`loaded` wakes the waiters).
-    loading: Mutex<std::collections::HashSet<cache::BlockId>>,
-    loaded: std::sync::Condvar,
+    /// caller for one of them waits for that read's bytes rather than reading it too
+    /// (`read.rs`).
+    loading: Mutex<HashMap<cache::BlockId, Arc<read::Flight>>>,
     /// Whether reclaim keeps a moved file's change time in its record (version 3, 64
     /// bytes): set by the mount when the backing filesystem keeps such a record for free.
     keep_ctime: std::sync::atomic::AtomicBool,
@@ -308,7 +307,6 @@ impl Packs {
             moved: Mutex::new(moves::MoveLog::default()),
             pins: Mutex::new(HashMap::new()),
             loading: Mutex::default(),
-            loaded: std::sync::Condvar::new(),
             counters: PackCounters::default(),
         })
     }
@@ -500,7 +498,8 @@ impl Packs {
         if b.data.is_empty() {
             return Ok(());
         }
-        // (The block's own buffer, shared with its slots and the cache: not copied.)
+        // (The block's own buffer, shared with its slots and the cache: moved, not copied —
+        // at most shrunk to its length.)
         let slots = b.slots;
         let data: cache::BlockBytes = Arc::new(b.data.into_boxed_slice());
         let r = self.write_block(w, group.0, group.2, &data, slots.len());

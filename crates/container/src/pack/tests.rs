@@ -107,6 +107,61 @@ fn a_block_several_callers_want_at_once_is_read_once() {
 }
 
 #[test]
+fn callers_waiting_for_a_block_get_its_bytes_even_when_the_cache_cannot_keep_it() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, DEFAULT_CACHE).unwrap();
+    let f = text(8, 900 << 10);
+    let s = packs.append(zstd1(), 20, &f).unwrap();
+    let p = packs.durable(&s).unwrap();
+    let (rounds, readers) = (20, 4);
+    let mut read = 0;
+    for _ in 0..rounds {
+        // No cache (`pack_cache=0`): waiting for the one read, then reading again, would
+        // read the block once per reader, one after the other.
+        let fresh = Packs::new(Box::new(dir.clone()), false, 0).unwrap();
+        let start = std::sync::Barrier::new(readers);
+        std::thread::scope(|t| {
+            for _ in 0..readers {
+                t.spawn(|| {
+                    start.wait();
+                    assert!(fresh.read(&loc(&s, p)).unwrap() == f);
+                });
+            }
+        });
+        read += fresh.counters.blocks_read.load(Ordering::Relaxed);
+    }
+    // (A reader that comes after a read ended reads again: no cache. Most join one.)
+    assert!(
+        read < rounds * readers as u64 / 2,
+        "{read} reads in {rounds} rounds of {readers}"
+    );
+}
+
+#[test]
+fn callers_waiting_for_a_block_that_fails_to_read_get_the_error_and_do_not_hang() {
+    let dir = MemPackDir::new(&Crash::new());
+    let packs = Packs::new(Box::new(dir.clone()), true, DEFAULT_CACHE).unwrap();
+    let s = packs.append(zstd1(), 20, &text(9, 300 << 10)).unwrap();
+    let p = packs.durable(&s).unwrap();
+    // A byte of the payload flipped: every read fails its checksum.
+    let disk = dir.disk(p.pack).unwrap();
+    let at = p.block + BLOCK_HEADER_LEN as u64 + 100;
+    let mut b = [0u8; 1];
+    disk.read_at(&mut b, at).unwrap();
+    disk.write_at(&[b[0] ^ 0x40], at).unwrap();
+    let fresh = Packs::new(Box::new(dir), false, DEFAULT_CACHE).unwrap();
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|t| {
+        for _ in 0..8 {
+            t.spawn(|| {
+                start.wait();
+                assert!(matches!(fresh.read(&loc(&s, p)), Err(Error::CorruptPack { .. })));
+            });
+        }
+    });
+}
+
+#[test]
 fn a_damaged_block_or_a_wrong_record_is_an_error_never_wrong_bytes() {
     let dir = MemPackDir::new(&Crash::new());
     let packs = Packs::new(Box::new(dir.clone()), true, 0).unwrap();
