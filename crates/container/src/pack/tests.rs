@@ -81,6 +81,23 @@ fn files_share_solid_blocks_and_read_back() {
     );
 }
 
+/// `readers` threads reading `loc` from `packs` at the same moment (from a barrier), as a
+/// walk's workers and its reader load the files of one block together: each one's result.
+fn read_at_once(packs: &Packs, loc: &Location, readers: usize) -> Vec<Result<Vec<u8>>> {
+    let start = std::sync::Barrier::new(readers);
+    std::thread::scope(|t| {
+        let each: Vec<_> = (0..readers)
+            .map(|_| {
+                t.spawn(|| {
+                    start.wait();
+                    packs.read(loc)
+                })
+            })
+            .collect();
+        each.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn a_block_several_callers_want_at_once_is_read_once() {
     let dir = MemPackDir::new(&Crash::new());
@@ -92,15 +109,9 @@ fn a_block_several_callers_want_at_once_is_read_once() {
         // A later mount each round (its cache empty); four readers of the one block at once,
         // as a walk's workers and its reader load the files of one block together.
         let fresh = Packs::new(Box::new(dir.clone()), false, DEFAULT_CACHE).unwrap();
-        let start = std::sync::Barrier::new(4);
-        std::thread::scope(|t| {
-            for _ in 0..4 {
-                t.spawn(|| {
-                    start.wait();
-                    assert!(fresh.read(&loc(&s, p)).unwrap() == f);
-                });
-            }
-        });
+        for r in read_at_once(&fresh, &loc(&s, p), 4) {
+            assert!(r.unwrap() == f);
+        }
         let read = fresh.counters.blocks_read.load(Ordering::Relaxed);
         assert_eq!(read, 1, "round {round}: the block was read {read} times");
     }
@@ -119,15 +130,9 @@ fn callers_waiting_for_a_block_get_its_bytes_even_when_the_cache_cannot_keep_it(
         // No cache (`pack_cache=0`): waiting for the one read, then reading again, would
         // read the block once per reader, one after the other.
         let fresh = Packs::new(Box::new(dir.clone()), false, 0).unwrap();
-        let start = std::sync::Barrier::new(readers);
-        std::thread::scope(|t| {
-            for _ in 0..readers {
-                t.spawn(|| {
-                    start.wait();
-                    assert!(fresh.read(&loc(&s, p)).unwrap() == f);
-                });
-            }
-        });
+        for r in read_at_once(&fresh, &loc(&s, p), readers) {
+            assert!(r.unwrap() == f);
+        }
         read += fresh.counters.blocks_read.load(Ordering::Relaxed);
     }
     // (A reader that comes after a read ended reads again: no cache. Most join one.)
@@ -150,15 +155,9 @@ fn callers_waiting_for_a_block_that_fails_to_read_get_the_error_and_do_not_hang(
     disk.read_at(&mut b, at).unwrap();
     disk.write_at(&[b[0] ^ 0x40], at).unwrap();
     let fresh = Packs::new(Box::new(dir), false, DEFAULT_CACHE).unwrap();
-    let start = std::sync::Barrier::new(8);
-    std::thread::scope(|t| {
-        for _ in 0..8 {
-            t.spawn(|| {
-                start.wait();
-                assert!(matches!(fresh.read(&loc(&s, p)), Err(Error::CorruptPack { .. })));
-            });
-        }
-    });
+    for r in read_at_once(&fresh, &loc(&s, p), 8) {
+        assert!(matches!(r, Err(Error::CorruptPack { .. })));
+    }
 }
 
 #[test]
